@@ -1,0 +1,166 @@
+"""Log actions: the typed, frozen records a commit file is made of (docs/format.md, "Log").
+
+Each line of a commit file is one JSON object with exactly one key naming the action
+(``{"add": {...}}``). Models are frozen and reject unknown fields, so a log written by a
+newer, incompatible writer fails loudly instead of being half understood.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+KeyValue = int | float | str | bool | None
+"""One primary-key column value as stored in ``key_min``/``key_max`` (JSON scalar)."""
+
+FileKind = Literal["delta", "base"]
+IsolationLevel = Literal["WriteSerializable", "Serializable"]
+READER_VERSION = 1
+WRITER_VERSION = 1
+
+
+class _Action(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Protocol(_Action):
+    """Lowest reader and writer versions that understand this table."""
+
+    min_reader_version: int = READER_VERSION
+    min_writer_version: int = WRITER_VERSION
+
+
+class Field_(_Action):
+    """One column of the table schema; ``type`` is a maintd type name (docs/format.md, "Types")."""
+
+    name: str
+    type: str
+    nullable: bool = True
+
+
+class Metadata(_Action):
+    """Schema, primary key, partitioning, bucket count and properties of the table."""
+
+    table_id: str
+    name: str | None = None
+    fields: tuple[Field_, ...]
+    primary_key: tuple[str, ...]
+    partition_by: tuple[str, ...] = ()
+    buckets: int = Field(ge=1, le=4096)
+    properties: dict[str, str] = Field(default_factory=dict)
+    created_time: int
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+
+class AddFile(_Action):
+    """A data file that becomes part of the table.
+
+    For files written by writers (level-0 DeltaFiles) the row version of every row is the
+    version of the commit that adds the file, so ``min_version == max_version == commit version``
+    and the file itself holds no version column. Files written by merges carry each row's
+    version in the hidden ``_maintd_version`` column.
+    """
+
+    path: str
+    partition: dict[str, str | None] = Field(default_factory=dict)
+    bucket: int = Field(ge=0)
+    kind: FileKind
+    level: int | None = Field(default=0, ge=0, le=2)
+    rows: int = Field(ge=0)
+    bytes: int = Field(ge=0)
+    min_version: int = Field(ge=0)
+    max_version: int = Field(ge=0)
+    min_commit_time: int
+    max_commit_time: int
+    delete_rows: int = Field(default=0, ge=0)
+    key_min: tuple[KeyValue, ...] | None = None
+    key_max: tuple[KeyValue, ...] | None = None
+    data_change: bool = True
+    modification_time: int = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> AddFile:
+        if self.kind == "base":
+            if self.level is not None:
+                raise ValueError("a BaseFile has no level (level must be null)")
+            if self.delete_rows:
+                raise ValueError("a BaseFile holds no delete rows")
+        elif self.level is None:
+            raise ValueError("a DeltaFile needs a level 0, 1 or 2")
+        if self.min_version > self.max_version:
+            raise ValueError("min_version > max_version")
+        if self.min_commit_time > self.max_commit_time:
+            raise ValueError("min_commit_time > max_commit_time")
+        return self
+
+    @property
+    def carries_versions(self) -> bool:
+        """True if the file holds the hidden version column (any file written by a merge)."""
+        return not (self.kind == "delta" and self.level == 0)
+
+
+class RemoveFile(_Action):
+    """A data file that stops being part of the table at this commit (a tombstone)."""
+
+    path: str
+    deletion_time: int
+    data_change: bool = True
+    partition: dict[str, str | None] = Field(default_factory=dict)
+    bucket: int | None = None
+    bytes: int | None = None
+
+
+class CommitInfo(_Action):
+    """Who committed what, and under which read version and isolation level."""
+
+    operation: str
+    timestamp: int
+    txn_id: str
+    read_version: int | None = None
+    isolation_level: IsolationLevel = "WriteSerializable"
+    is_blind_append: bool = False
+    operation_parameters: dict[str, Any] = Field(default_factory=dict)
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    engine: str = "maintd"
+
+
+class Txn(_Action):
+    """The last version an exactly-once writer (``app_id``) committed."""
+
+    app_id: str
+    version: int
+    last_updated: int
+
+
+Action = Protocol | Metadata | AddFile | RemoveFile | CommitInfo | Txn
+
+ACTION_KEYS: dict[type[_Action], str] = {
+    Protocol: "protocol",
+    Metadata: "metadata",
+    AddFile: "add",
+    RemoveFile: "remove",
+    CommitInfo: "commit_info",
+    Txn: "txn",
+}
+KEY_ACTIONS: dict[str, type[_Action]] = {v: k for k, v in ACTION_KEYS.items()}
+
+
+def action_to_json(action: _Action) -> str:
+    """Serialise one action as one log line (without the newline)."""
+    key = ACTION_KEYS[type(action)]
+    return f'{{"{key}":{action.model_dump_json()}}}'
+
+
+def action_from_dict(obj: Annotated[dict[str, Any], "one decoded log line"]) -> Action:
+    """Parse one decoded log line; raises ``ValueError`` on anything that is not exactly one action."""
+    if not isinstance(obj, dict) or len(obj) != 1:
+        raise ValueError("a log line must be an object with exactly one action key")
+    ((key, body),) = obj.items()
+    cls = KEY_ACTIONS.get(key)
+    if cls is None:
+        raise ValueError(f"unknown action {key!r}")
+    return cls.model_validate(body)  # type: ignore[return-value]

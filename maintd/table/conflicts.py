@@ -1,0 +1,146 @@
+"""Conflict detection between a losing transaction and each winning commit (docs/format.md, "Conflicts").
+
+The checks run in Delta Lake's order (``ConflictChecker.scala``): protocol, metadata, application
+transactions, appends where the loser read, deletes of what it read, deletes of what it deletes.
+A winning commit that carries the loser's own transaction id means the loser's earlier attempt
+landed (its answer was lost); that is reported as :class:`AlreadyCommitted`, not as a conflict.
+
+Two refinements over Delta Lake, both for primary-key tables:
+
+* Maintenance (every action ``data_change=false``) runs at snapshot isolation: appends never
+  conflict with it; it fails only when a file it removes was removed concurrently.
+* A *replace* (``overwrite``) is rebased instead of failed when a winner changed no data in its
+  partitions (maintenance) or, under WriteSerializable, blindly appended there: the replace then
+  also removes those files, which is the serial order "winner, then replace".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from maintd.errors import (
+    CommitConflictError,
+    ConcurrentAppendError,
+    ConcurrentDeleteDeleteError,
+    ConcurrentDeleteReadError,
+    ConcurrentTransactionError,
+    MetadataChangedError,
+    ProtocolChangedError,
+)
+from maintd.table.actions import Action, AddFile, CommitInfo, Metadata, Protocol, RemoveFile, Txn
+from maintd.table.snapshot import PartitionKey, partition_key
+
+
+@dataclass(frozen=True)
+class WinningCommit:
+    """What the checks need to know of a commit that won the race."""
+
+    version: int
+    operation: str
+    txn_id: str | None
+    is_blind_append: bool
+    protocol_changed: bool
+    metadata_changed: bool
+    app_ids: frozenset[str]
+    adds: tuple[AddFile, ...]
+    removes: tuple[RemoveFile, ...]
+
+    @classmethod
+    def from_actions(cls, version: int, actions: Sequence[Action]) -> WinningCommit:
+        info = next((a for a in actions if isinstance(a, CommitInfo)), None)
+        return cls(
+            version=version,
+            operation=info.operation if info else "UNKNOWN",
+            txn_id=info.txn_id if info else None,
+            is_blind_append=bool(info and info.is_blind_append),
+            protocol_changed=any(isinstance(a, Protocol) for a in actions),
+            metadata_changed=any(isinstance(a, Metadata) for a in actions),
+            app_ids=frozenset(a.app_id for a in actions if isinstance(a, Txn)),
+            adds=tuple(a for a in actions if isinstance(a, AddFile)),
+            removes=tuple(a for a in actions if isinstance(a, RemoveFile)),
+        )
+
+
+@dataclass
+class TxnFootprint:
+    """What a pending transaction read and changes; mutated only by rebasing."""
+
+    isolation_level: str
+    partition_by: tuple[str, ...]
+    read_whole_table: bool = False
+    read_partitions: set[PartitionKey] = field(default_factory=set)
+    read_files: set[str] = field(default_factory=set)
+    removes: set[str] = field(default_factory=set)
+    app_ids: set[str] = field(default_factory=set)
+    data_change: bool = True
+    replace: bool = False
+
+    def reads(self, f: AddFile) -> bool:
+        return self.read_whole_table or partition_key(f.partition, self.partition_by) in self.read_partitions
+
+
+@dataclass(frozen=True)
+class AlreadyCommitted:
+    """The winner at ``version`` is this transaction's own earlier attempt."""
+
+    version: int
+
+
+def _fail(cls: type[CommitConflictError], w: WinningCommit, what: str, paths: Iterable[str] = ()) -> None:
+    listed = sorted(paths)
+    shown = ", ".join(listed[:5]) + (f" and {len(listed) - 5} more" if len(listed) > 5 else "")
+    err = cls(
+        f"concurrent {w.operation} at version {w.version} {what}" + (f": {shown}" if shown else ""),
+        version=w.version,
+        winning_operation=w.operation,
+    )
+    err.paths = tuple(listed)  # type: ignore[attr-defined]
+    raise err
+
+
+def check_winner(fp: TxnFootprint, w: WinningCommit, own_txn_id: str) -> AlreadyCommitted | None:
+    """Raise the first conflict between the pending transaction and winning commit ``w``.
+
+    Returns :class:`AlreadyCommitted` when ``w`` is this transaction itself, else None. On
+    success the footprint may have been rebased (a replace takes over files added by ``w``).
+    """
+    if w.txn_id == own_txn_id:
+        return AlreadyCommitted(w.version)
+    if w.protocol_changed:
+        _fail(ProtocolChangedError, w, "changed the table protocol; reopen the table and retry")
+    if w.metadata_changed:
+        _fail(MetadataChangedError, w, "changed the table metadata or properties; re-read the table and retry")
+    clash = fp.app_ids & w.app_ids
+    if clash:
+        _fail(ConcurrentTransactionError, w, "committed for the same application id", clash)
+    _check_appends(fp, w)
+    _check_deletes(fp, w)
+    return None
+
+
+def _check_appends(fp: TxnFootprint, w: WinningCommit) -> None:
+    if not fp.data_change:
+        return  # maintenance: snapshot isolation, appends never conflict
+    counted = fp.isolation_level == "Serializable" or not w.is_blind_append
+    hits = [a for a in w.adds if a.data_change and fp.reads(a)]
+    if hits and counted:
+        _fail(ConcurrentAppendError, w, "added files where this transaction read", (a.path for a in hits))
+    if fp.replace:  # rebase: the replace also removes what the winner added in its partitions
+        fp.removes.update(a.path for a in w.adds if fp.reads(a))
+
+
+def _check_deletes(fp: TxnFootprint, w: WinningCommit) -> None:
+    changed = {r.path for r in w.removes if r.data_change}
+    rewritten = {r.path for r in w.removes if not r.data_change}
+    read_gone = fp.read_files & changed
+    if read_gone:
+        _fail(ConcurrentDeleteReadError, w, "removed files this transaction read", read_gone)
+    if fp.replace:
+        fp.read_files -= rewritten
+        fp.removes -= rewritten
+        double = fp.removes & changed
+    else:
+        double = fp.removes & (changed | rewritten)
+    if double:
+        _fail(ConcurrentDeleteDeleteError, w, "removed files this transaction also removes", double)

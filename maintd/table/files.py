@@ -1,0 +1,110 @@
+"""Data files: naming, writing Parquet with its statistics, and reading files back with row versions.
+
+Column layout of data files (docs/format.md, "Data files"):
+
+* level-0 DeltaFile (writers): table columns + ``_maintd_op``; the row version is the
+  version of the commit that added the file (``AddFile.min_version``).
+* level-1/2 DeltaFile (clustering): table columns + ``_maintd_op`` + ``_maintd_version``.
+* BaseFile (compaction): table columns + ``_maintd_version``; no deletes.
+
+Rows are sorted by primary key (then version) so that readers and merges can stream them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from maintd.storage import Storage
+from maintd.table.actions import AddFile, FileKind, KeyValue, Metadata
+from maintd.table.schema import OP_COLUMN, OP_DELETE, OP_UPSERT, VERSION_COLUMN, to_arrow
+from maintd.table.snapshot import partition_path
+
+WRITE_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "write_statistics": True}
+
+
+def data_file_path(metadata: Metadata, partition: Mapping[str, str | None], bucket: int, kind: FileKind,
+                   level: int | None) -> str:
+    """A new, unique relative path for a data file."""
+    part = partition_path(partition, metadata.partition_by)
+    tag = "base" if kind == "base" else f"delta-L{level}"
+    name = f"bucket-{bucket:05d}/{tag}-{uuid.uuid4().hex}.parquet"
+    return f"{part}/{name}" if part else name
+
+
+def file_schema(metadata: Metadata, kind: FileKind, level: int | None) -> pa.Schema:
+    keys = set(metadata.primary_key) | set(metadata.partition_by)
+    if kind == "delta":  # delete rows carry only the key: every other column may be null
+        schema = to_arrow(f if f.name in keys else f.model_copy(update={"nullable": True}) for f in metadata.fields)
+        schema = schema.append(pa.field(OP_COLUMN, pa.int8(), nullable=False))
+    else:
+        schema = to_arrow(metadata.fields)
+    if kind == "base" or (level or 0) > 0:
+        schema = schema.append(pa.field(VERSION_COLUMN, pa.int64(), nullable=False))
+    return schema
+
+
+def _scalar(v: Any) -> KeyValue:
+    if isinstance(v, int | float | str | bool) or v is None:
+        return v
+    if isinstance(v, bytes):
+        return v.hex()
+    return str(v)
+
+
+def key_bounds(data: pa.Table, primary_key: Sequence[str]) -> tuple[tuple[KeyValue, ...] | None, ...]:
+    """(first key, last key) of data sorted by primary key; (None, None) when empty."""
+    if data.num_rows == 0:
+        return None, None
+    first = tuple(_scalar(data.column(c)[0].as_py()) for c in primary_key)
+    last = tuple(_scalar(data.column(c)[data.num_rows - 1].as_py()) for c in primary_key)
+    return first, last
+
+
+def write_data_file(storage: Storage, metadata: Metadata, data: pa.Table, *, partition: Mapping[str, str | None],
+                    bucket: int, kind: FileKind, level: int | None, min_version: int = 0, max_version: int = 0,
+                    min_commit_time: int = 0, max_commit_time: int = 0, data_change: bool = True) -> AddFile:
+    """Write ``data`` (already in the file layout and sorted) and describe it as an ``add`` action.
+
+    For level-0 files the versions and commit times are placeholders the transaction fills in.
+    """
+    path = data_file_path(metadata, partition, bucket, kind, level)
+    schema = file_schema(metadata, kind, level)
+    data = data.select(schema.names).cast(schema)
+    full = storage.full_path(path)
+    storage.makedirs(path.rsplit("/", 1)[0])
+    pq.write_table(data, full, filesystem=storage.filesystem, **WRITE_OPTIONS)
+    size = storage.filesystem.get_file_info(full).size or 0
+    deletes = int(pc.sum(pc.equal(data.column(OP_COLUMN), OP_DELETE)).as_py() or 0) if kind == "delta" else 0
+    kmin, kmax = key_bounds(data, metadata.primary_key)
+    return AddFile(path=path, partition=dict(partition), bucket=bucket, kind=kind,
+                   level=None if kind == "base" else level, rows=data.num_rows, bytes=size,
+                   min_version=min_version, max_version=max_version, min_commit_time=min_commit_time,
+                   max_commit_time=max_commit_time, delete_rows=deletes, key_min=kmin, key_max=kmax,
+                   data_change=data_change)
+
+
+def read_data_file(storage: Storage, metadata: Metadata, f: AddFile, columns: Sequence[str] | None = None
+                   ) -> pa.Table:
+    """Read a file with ``_maintd_op`` and ``_maintd_version`` always present (filled for level-0/base)."""
+    names = list(columns) if columns is not None else list(metadata.column_names)
+    wanted = list(dict.fromkeys([*metadata.primary_key, *names]))
+    have = file_schema(metadata, f.kind, f.level).names
+    read_cols = wanted + [c for c in (OP_COLUMN, VERSION_COLUMN) if c in have]
+    t = pq.read_table(storage.full_path(f.path), columns=read_cols, filesystem=storage.filesystem)
+    return with_hidden_columns(t, f)
+
+
+def with_hidden_columns(t: pa.Table, f: AddFile) -> pa.Table:
+    if OP_COLUMN not in t.column_names:
+        t = t.append_column(pa.field(OP_COLUMN, pa.int8(), nullable=False),
+                            pa.repeat(pa.scalar(OP_UPSERT, pa.int8()), t.num_rows))
+    if VERSION_COLUMN not in t.column_names:
+        t = t.append_column(pa.field(VERSION_COLUMN, pa.int64(), nullable=False),
+                            pa.repeat(pa.scalar(f.min_version, pa.int64()), t.num_rows))
+    return t

@@ -1,0 +1,56 @@
+"""Merge kernels over Arrow tables: the "greatest version wins" rule (docs/format.md, "Row versions")."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from maintd.table.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
+
+
+def sort_by_key_version(t: pa.Table, keys: Sequence[str], *, newest_first: bool) -> pa.Table:
+    order = [(k, "ascending") for k in keys] + [(VERSION_COLUMN, "descending" if newest_first else "ascending")]
+    return t.take(pc.sort_indices(t, sort_keys=order))
+
+
+def first_of_each_key(t: pa.Table, keys: Sequence[str]) -> np.ndarray:
+    """Boolean mask of rows that start a new key in a table sorted by ``keys``."""
+    n = t.num_rows
+    mask = np.zeros(n, dtype=bool)
+    if n == 0:
+        return mask
+    mask[0] = True
+    for k in keys:
+        col = t.column(k).combine_chunks()
+        diff = pc.not_equal(col.slice(1), col.slice(0, n - 1))
+        mask[1:] |= diff.to_numpy(zero_copy_only=False)
+    return mask
+
+
+def latest_rows(t: pa.Table, keys: Sequence[str], *, keep_deletes: bool = False) -> pa.Table:
+    """The row with the greatest version per key, sorted by key; delete rows dropped unless asked.
+
+    ``t`` holds ``_maintd_version`` and ``_maintd_op``; a key appears at most once per version.
+    """
+    if t.num_rows == 0:
+        return t
+    s = sort_by_key_version(t, keys, newest_first=True)
+    s = s.filter(pa.array(first_of_each_key(s, keys)))
+    if not keep_deletes:
+        s = s.filter(pc.not_equal(s.column(OP_COLUMN), OP_DELETE))
+    return s
+
+
+def dedupe_last_occurrence(t: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """Keep the last occurrence of each key (a writer's batch: repeats settle to the last one), sorted by key."""
+    if t.num_rows == 0:
+        return t
+    pos = pa.array(np.arange(t.num_rows, dtype=np.int64))
+    tmp = t.append_column("__pos", pos)
+    order = [(k, "ascending") for k in keys] + [("__pos", "descending")]
+    s = tmp.take(pc.sort_indices(tmp, sort_keys=order))
+    s = s.filter(pa.array(first_of_each_key(s, keys)))
+    return s.drop_columns(["__pos"])

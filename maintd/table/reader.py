@@ -1,0 +1,120 @@
+"""Merge-on-read: the visible rows of a snapshot, and the net changes between two versions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from maintd.storage import Storage
+from maintd.table.actions import AddFile, Metadata
+from maintd.table.files import read_data_file
+from maintd.table.merge import latest_rows
+from maintd.table.schema import HIDDEN_COLUMNS, OP_COLUMN, OP_DELETE, VERSION_COLUMN, to_arrow
+from maintd.table.snapshot import PartitionKey, Snapshot
+
+CHANGE_COLUMN = "_change"
+CHANGE_VERSION_COLUMN = "_change_version"
+_THREADS = 4
+
+
+def _key_columns(metadata: Metadata) -> list[str]:
+    return list(dict.fromkeys([*metadata.partition_by, *metadata.primary_key]))
+
+
+def read_bucket(storage: Storage, metadata: Metadata, files: Sequence[AddFile], columns: Sequence[str] | None,
+                *, keep_hidden: bool = False) -> pa.Table:
+    """The visible rows of one (partition, bucket): greatest version per key, deletes dropped."""
+    cols = list(columns) if columns is not None else list(metadata.column_names)
+    need = list(dict.fromkeys([*_key_columns(metadata), *cols]))
+    if not files:
+        return _empty(metadata, need, keep_hidden)
+    parts = [read_data_file(storage, metadata, f, need) for f in files]
+    if len(files) == 1 and files[0].delete_rows == 0:
+        t = parts[0]  # one file, no deletes: a key appears once already
+    else:
+        t = latest_rows(pa.concat_tables(parts, promote_options="default"), _key_columns(metadata))
+    if not keep_hidden:
+        t = t.drop_columns([c for c in HIDDEN_COLUMNS if c in t.column_names])
+    return t.select([*cols, *([c for c in HIDDEN_COLUMNS if c in t.column_names] if keep_hidden else [])])
+
+
+def _empty(metadata: Metadata, cols: Sequence[str], keep_hidden: bool) -> pa.Table:
+    schema = to_arrow(metadata.fields)
+    fields = [schema.field(c) for c in cols]
+    if keep_hidden:
+        fields += [pa.field(OP_COLUMN, pa.int8()), pa.field(VERSION_COLUMN, pa.int64())]
+    return pa.schema(fields).empty_table()
+
+
+def read_snapshot(storage: Storage, snapshot: Snapshot, columns: Sequence[str] | None = None, *,
+                  groups: set[tuple[PartitionKey, int]] | None = None, keep_hidden: bool = False) -> pa.Table:
+    """Merge-on-read of a whole snapshot (or of some (partition, bucket) groups), buckets in parallel."""
+    md = snapshot.metadata
+    if columns is not None:
+        unknown = [c for c in columns if c not in md.column_names]
+        if unknown:
+            from maintd.errors import InvalidInputError
+
+            raise InvalidInputError(f"unknown column(s) {', '.join(unknown)}; the table has {', '.join(md.column_names)}")
+    by_bucket = snapshot.by_bucket()
+    selected = [fs for g, fs in sorted(by_bucket.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))
+                if groups is None or g in groups]
+    with ThreadPoolExecutor(_THREADS) as pool:
+        tables = list(pool.map(lambda fs: read_bucket(storage, md, fs, columns, keep_hidden=keep_hidden), selected))
+    if not tables:
+        cols = list(columns) if columns is not None else list(md.column_names)
+        return _empty(md, cols, keep_hidden)
+    return pa.concat_tables(tables)
+
+
+def changes_between(storage: Storage, before: Snapshot, after: Snapshot,
+                    touched: set[tuple[PartitionKey, int]]) -> pa.Table:
+    """Net changes from ``before`` to ``after`` restricted to the touched groups.
+
+    One row per key whose visible state differs: ``_change`` is ``insert``, ``update`` or
+    ``delete``; ``_change_version`` is the version of the row after the change (null for deletes,
+    whose delete row compaction may already have dropped). Deleted keys show their last row.
+    """
+    md = after.metadata
+    keys = _key_columns(md)
+    a = read_snapshot(storage, before, groups=touched, keep_hidden=True).drop_columns([OP_COLUMN])
+    b = read_snapshot(storage, after, groups=touched, keep_hidden=True).drop_columns([OP_COLUMN])
+    values = [c for c in md.column_names if c not in keys]
+    a = a.rename_columns([c if c in keys else f"{c}__a" for c in a.column_names]).append_column(
+        "__in_a", pa.repeat(pa.scalar(True), a.num_rows))
+    b = b.rename_columns([c if c in keys else f"{c}__b" for c in b.column_names]).append_column(
+        "__in_b", pa.repeat(pa.scalar(True), b.num_rows))
+    j = a.join(b, keys=keys, join_type="full outer", coalesce_keys=True)
+    in_a = pc.fill_null(j.column("__in_a"), False)
+    in_b = pc.fill_null(j.column("__in_b"), False)
+    differs = pa.repeat(pa.scalar(False), j.num_rows)
+    for c in values:
+        ne = pc.fill_null(pc.not_equal(j.column(f"{c}__a"), j.column(f"{c}__b")), False)
+        null_mismatch = pc.xor(pc.is_null(j.column(f"{c}__a")), pc.is_null(j.column(f"{c}__b")))
+        differs = pc.or_(differs, pc.or_(ne, null_mismatch))
+    insert = pc.and_(in_b, pc.invert(in_a))
+    delete = pc.and_(in_a, pc.invert(in_b))
+    update = pc.and_(pc.and_(in_a, in_b), differs)
+    kind = pc.if_else(insert, "insert", pc.if_else(delete, "delete", pc.if_else(update, "update", None)))
+    j = j.append_column(CHANGE_COLUMN, kind).filter(pc.is_valid(kind))
+    out = {}
+    for c in md.column_names:
+        if c in keys:
+            out[c] = j.column(c)
+        else:
+            out[c] = pc.if_else(pc.equal(j.column(CHANGE_COLUMN), "delete"), j.column(f"{c}__a"), j.column(f"{c}__b"))
+    out[CHANGE_COLUMN] = j.column(CHANGE_COLUMN)
+    out[CHANGE_VERSION_COLUMN] = j.column(f"{VERSION_COLUMN}__b")
+    result = pa.table(out)
+    schema = to_arrow(md.fields)
+    result = result.cast(pa.schema([*[schema.field(c).with_nullable(True) for c in md.column_names],
+                                    pa.field(CHANGE_COLUMN, pa.string()),
+                                    pa.field(CHANGE_VERSION_COLUMN, pa.int64())]))
+    return result.sort_by([(k, "ascending") for k in keys])
+
+
+def delete_rows_filter(t: pa.Table) -> pa.Table:
+    return t.filter(pc.not_equal(t.column(OP_COLUMN), OP_DELETE))

@@ -1,0 +1,321 @@
+"""The public ``Table``: create, open, write, read, time travel and history of a primary-key table."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from loguru import logger
+
+from maintd.errors import InvalidInputError, InvalidPropertyError, TableExistsError, TableNotFoundError
+from maintd.storage import Storage, storage_for_uri
+from maintd.table import properties as props
+from maintd.table import timeline
+from maintd.table.actions import Action, AddFile, CommitInfo, Field_, Metadata, Protocol, RemoveFile
+from maintd.table.log import TableLog
+from maintd.table.reader import changes_between, read_snapshot
+from maintd.table.schema import KEY_TYPES, OP_DELETE, OP_UPSERT, fields_from_arrow, parse_schema_spec
+from maintd.table.snapshot import PartitionKey, Snapshot, SnapshotBuilder, partition_key
+from maintd.table.transaction import DEFAULT_RETRY, RetryPolicy, Transaction, now_ms
+from maintd.table.writer import (
+    TableLike,
+    check_partition_filter,
+    prepare_changes,
+    split_and_write,
+)
+
+
+@dataclass(frozen=True)
+class CommitRecord:
+    """One entry of ``Table.history()``."""
+
+    version: int
+    timestamp: int
+    operation: str
+    read_version: int | None
+    isolation_level: str
+    txn_id: str
+    data_change: bool
+    files_added: int
+    files_removed: int
+    parameters: Mapping[str, Any]
+    metrics: Mapping[str, Any]
+
+    @property
+    def time(self) -> datetime:
+        return datetime.fromtimestamp(self.timestamp / 1000).astimezone()
+
+
+def _as_ms(t: datetime | int | float | str) -> int:
+    if isinstance(t, datetime):
+        return int(t.timestamp() * 1000)
+    if isinstance(t, str):
+        return int(datetime.fromisoformat(t).timestamp() * 1000)
+    return int(t)
+
+
+class Table:
+    """A primary-key table at a URI. Thread-safe for concurrent readers and writers in one process."""
+
+    def __init__(self, storage: Storage, *, retry: RetryPolicy | None = None) -> None:
+        self.storage = storage
+        self.log = TableLog(storage)
+        self.retry_policy = retry or DEFAULT_RETRY
+        self._lock = threading.Lock()
+        self._latest: Snapshot | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @classmethod
+    def create(cls, uri: str, schema: pa.Schema | str | Sequence[Field_], primary_key: Sequence[str] | str,
+               partition_by: Sequence[str] | str = (), buckets: int = 16,
+               properties: Mapping[str, object] | None = None, *, name: str | None = None) -> Table:
+        """Create a table: version 0 holds the protocol and the metadata.
+
+        Raises:
+            TableExistsError: a table is already at ``uri``.
+            InvalidInputError: bad schema, key, partitioning, bucket count or property.
+        """
+        storage = storage_for_uri(uri)
+        pk = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
+        parts = (partition_by,) if isinstance(partition_by, str) else tuple(partition_by)
+        fields = cls._fields(schema)
+        cls._check_layout(storage.uri, fields, pk, parts)
+        user_props = dict(properties or {})
+        if props.BUCKET_NUM in user_props and int(str(user_props[props.BUCKET_NUM])) != buckets and buckets != 16:
+            raise InvalidPropertyError(f"table {storage.uri}: buckets={buckets} contradicts {props.BUCKET_NUM}")
+        user_props.setdefault(props.BUCKET_NUM, buckets)
+        clean = props.validate_properties(user_props, table=storage.uri)
+        nbuckets = int(clean[props.BUCKET_NUM])
+        md = Metadata(table_id=str(uuid.uuid4()), name=name, fields=fields, primary_key=pk, partition_by=parts,
+                      buckets=nbuckets, properties=clean, created_time=now_ms())
+        table = cls(storage)
+        if table.log.is_table():
+            raise TableExistsError(f"a table already exists at {storage.uri}; open it with Table.open")
+        info = CommitInfo(operation="CREATE TABLE", timestamp=md.created_time, txn_id=uuid.uuid4().hex,
+                          operation_parameters={"primary_key": list(pk), "partition_by": list(parts)})
+        if not table.log.try_commit(0, [info, Protocol(), md]):
+            raise TableExistsError(f"a table was created concurrently at {storage.uri}")
+        return table
+
+    @staticmethod
+    def _fields(schema: pa.Schema | str | Sequence[Field_]) -> tuple[Field_, ...]:
+        if isinstance(schema, str):
+            return parse_schema_spec(schema)
+        if isinstance(schema, pa.Schema):
+            return fields_from_arrow(schema)
+        from maintd.table.schema import check_fields
+
+        return check_fields(schema)
+
+    @staticmethod
+    def _check_layout(uri: str, fields: tuple[Field_, ...], pk: tuple[str, ...], parts: tuple[str, ...]) -> None:
+        types = {f.name: f.type for f in fields}
+        if not pk:
+            raise InvalidInputError(f"table {uri}: a primary key is required")
+        for role, cols in (("primary key", pk), ("partition", parts)):
+            missing = [c for c in cols if c not in types]
+            if missing:
+                raise InvalidInputError(f"table {uri}: {role} column(s) {', '.join(missing)} are not in the schema")
+            bad = [c for c in cols if types[c] not in KEY_TYPES]
+            if bad:
+                raise InvalidInputError(
+                    f"table {uri}: {role} column(s) {', '.join(bad)} have a type that cannot be a key "
+                    f"({', '.join(types[c] for c in bad)}); use one of {', '.join(sorted(KEY_TYPES))}"
+                )
+        if len(set(pk)) != len(pk) or len(set(parts)) != len(parts):
+            raise InvalidInputError(f"table {uri}: a column is named twice in the primary key or partitioning")
+
+    @classmethod
+    def open(cls, uri: str, *, retry: RetryPolicy | None = None) -> Table:
+        """Open an existing table; raises :class:`TableNotFoundError` if there is none."""
+        table = cls(storage_for_uri(uri), retry=retry)
+        if not table.log.is_table():
+            raise TableNotFoundError(f"no table at {table.uri} (no {table.uri}/_log/); create it first")
+        return table
+
+    @property
+    def uri(self) -> str:
+        return self.storage.uri
+
+    # -- snapshots -------------------------------------------------------------------------
+    def snapshot(self, version: int | None = None) -> Snapshot:
+        """The state at ``version`` (latest if None): live files with their statistics."""
+        base = self._latest
+        if version is not None and base is not None and base.version == version:
+            return base
+        snap = self.log.load_snapshot(version, base=base if base and (version is None or base.version <= version)
+                                      else None)
+        with self._lock:
+            if self._latest is None or snap.version > self._latest.version:
+                self._latest = snap
+        return snap
+
+    @property
+    def version(self) -> int:
+        return self.log.latest_version(hint=self._latest.version if self._latest else None)
+
+    @property
+    def metadata(self) -> Metadata:
+        return self.snapshot().metadata
+
+    def new_transaction(self, operation: str, *, read_snapshot: Snapshot | None = None,
+                        isolation_level: Any = None) -> Transaction:
+        return Transaction(self, operation, read_snapshot=read_snapshot, isolation_level=isolation_level)
+
+    def _after_commit(self, version: int, base: Snapshot, actions: Sequence[Action]) -> None:
+        """Cache the new snapshot and write a checkpoint every ``log.checkpoint.interval`` commits."""
+        if base.version != version - 1:
+            return
+        builder = SnapshotBuilder.from_snapshot(base)
+        builder.apply(version, actions)
+        snap = builder.build()
+        with self._lock:
+            if self._latest is None or snap.version > self._latest.version:
+                self._latest = snap
+        if version % snap.checkpoint_interval == 0:
+            try:
+                self.log.write_checkpoint(snap)
+            except OSError as exc:  # a missing checkpoint costs read time, never correctness
+                logger.warning("table {}: checkpoint at version {} failed: {}", self.uri, version, exc)
+
+    # -- writes ----------------------------------------------------------------------------
+    def upsert(self, data: TableLike, *, app_id: str | None = None, app_version: int | None = None) -> int:
+        """Insert or replace rows by primary key; returns the committed version."""
+        return self._write("UPSERT", data, None, app_id, app_version)
+
+    def delete(self, keys: TableLike, *, app_id: str | None = None, app_version: int | None = None) -> int:
+        """Delete rows by primary key (and partition columns); returns the committed version."""
+        return self._write("DELETE", keys, None, app_id, app_version, deletes_only=True)
+
+    def write_changes(self, data: TableLike, op_column: str, *, app_id: str | None = None,
+                      app_version: int | None = None) -> int:
+        """Upserts and deletes in one commit: ``op_column`` is 0 for upsert, 1 for delete (dropped)."""
+        t = data if isinstance(data, pa.Table) else pa.Table.from_pandas(data, preserve_index=False)
+        if op_column not in t.column_names:
+            raise InvalidInputError(f"table {self.uri}: the data has no column {op_column!r}")
+        ops = np.asarray(t.column(op_column).to_numpy(zero_copy_only=False), dtype=np.int8)
+        if not np.isin(ops, [OP_UPSERT, OP_DELETE]).all():
+            raise InvalidInputError(f"table {self.uri}: column {op_column!r} must hold 0 (upsert) or 1 (delete)")
+        return self._write("WRITE", t.drop_columns([op_column]), ops, app_id, app_version)
+
+    def _write(self, operation: str, data: TableLike, ops: np.ndarray | None, app_id: str | None,
+               app_version: int | None, *, deletes_only: bool = False) -> int:
+        snap = self.snapshot()
+        batch = prepare_changes(data, ops, snap.metadata, table=self.uri, deletes_only=deletes_only)
+        txn = self.new_transaction(operation, read_snapshot=snap)
+        if app_id is not None:
+            txn.set_app_transaction(app_id, app_version if app_version is not None else 0)
+        adds = split_and_write(self.storage, snap.metadata, batch)
+        return self._commit_written(txn, adds, {"rows": batch.num_rows, "files": len(adds)})
+
+    def _commit_written(self, txn: Transaction, adds: list[AddFile], metrics: dict[str, Any]) -> int:
+        for a in adds:
+            txn.add(a)
+        try:
+            return txn.commit(metrics=metrics | {"bytes": sum(a.bytes for a in adds)})
+        except Exception:
+            # The commit certainly did not land (conflict or retries exhausted): its files are orphans.
+            for a in adds:
+                self.storage.delete(a.path)
+            raise
+
+    def overwrite(self, data: TableLike, partition: Mapping[str, Any] | None = None) -> int:
+        """Replace the whole table (or one partition) with ``data``; returns the committed version."""
+        snap = self.snapshot()
+        batch = prepare_changes(data, None, snap.metadata, table=self.uri)
+        parts: list[PartitionKey] | None = None
+        spec: dict[str, str | None] | None = None
+        if partition is not None:
+            spec = check_partition_filter(batch, partition, snap.metadata, table=self.uri)
+            parts = [partition_key(spec, snap.metadata.partition_by)]
+        txn = self.new_transaction("OVERWRITE", read_snapshot=snap)
+        txn.replace(parts)
+        adds = split_and_write(self.storage, snap.metadata, batch)
+        return self._commit_written(txn, adds, {"rows": batch.num_rows, "partition": spec})
+
+    def set_properties(self, properties: Mapping[str, object]) -> int:
+        """Set table properties (validated); ``write.bucket.num`` cannot change after create."""
+        snap = self.snapshot()
+        clean = props.validate_properties(properties, table=self.uri)
+        for k in props.IMMUTABLE & clean.keys():
+            if clean[k] != snap.metadata.properties.get(k):
+                raise InvalidPropertyError(f"table {self.uri}: property {k} is fixed after create")
+        md = snap.metadata.model_copy(update={"properties": {**snap.metadata.properties, **clean}})
+        txn = self.new_transaction("SET PROPERTIES", read_snapshot=snap)
+        txn.set_metadata(md)
+        return txn.commit(parameters={"properties": clean})
+
+    # -- reads -----------------------------------------------------------------------------
+    def resolve_version(self, version: int | None = None, as_of: datetime | int | float | str | None = None,
+                        *, now: int | None = None) -> int:
+        """The version to read, checked against retained history (``VersionNotFoundError`` otherwise)."""
+        latest_snap = self.snapshot()
+        latest = latest_snap.version
+        if version is not None and as_of is not None:
+            raise InvalidInputError("give either version or as_of, not both")
+        if as_of is not None:
+            version = timeline.version_as_of(self.log, latest, _as_ms(as_of), self.uri)
+        if version is None:
+            return latest
+        timeline.check_retained(self.log, version, latest, latest_snap.retain_hours,
+                                now if now is not None else int(time.time() * 1000), self.uri)
+        return version
+
+    def read(self, version: int | None = None, as_of: datetime | int | float | str | None = None,
+             columns: Sequence[str] | None = None) -> pa.Table:
+        """Merge-on-read of the table at ``version`` or at time ``as_of`` (latest if neither)."""
+        v = self.resolve_version(version, as_of)
+        return read_snapshot(self.storage, self.snapshot(v), columns)
+
+    def changes(self, start_version: int, end_version: int | None = None) -> pa.Table:
+        """The writers' net changes in (start, end]: one row per changed key with ``_change``.
+
+        Maintenance commits (``data_change=false``) change no rows and contribute nothing.
+        """
+        end = self.resolve_version(end_version)
+        start = self.resolve_version(start_version)
+        if start > end:
+            raise InvalidInputError(f"changes: start version {start} is after end version {end}")
+        touched: set[tuple[PartitionKey, int]] = set()
+        before, after = self.snapshot(start), self.snapshot(end)
+        pb = after.metadata.partition_by
+        for v in range(start + 1, end + 1):
+            for a in self.log.read_commit(v) or []:
+                if isinstance(a, AddFile | RemoveFile) and a.data_change:
+                    touched.add((partition_key(a.partition, pb), a.bucket or 0))
+        return changes_between(self.storage, before, after, touched)
+
+    def history(self, limit: int | None = None) -> list[CommitRecord]:
+        """Commits newest first, as far back as the log is retained."""
+        latest = self.version
+        oldest = timeline.oldest_available(self.log, latest)
+        out = []
+        for v in range(latest, oldest - 1, -1):
+            if limit is not None and len(out) >= limit:
+                break
+            actions = self.log.read_commit(v)
+            if actions is None:
+                break
+            out.append(_record(v, actions))
+        return out
+
+
+def _record(version: int, actions: Sequence[Action]) -> CommitRecord:
+    info = next((a for a in actions if isinstance(a, CommitInfo)), None)
+    adds = [a for a in actions if isinstance(a, AddFile)]
+    removes = [a for a in actions if isinstance(a, RemoveFile)]
+    return CommitRecord(
+        version=version, timestamp=info.timestamp if info else 0, operation=info.operation if info else "UNKNOWN",
+        read_version=info.read_version if info else None,
+        isolation_level=info.isolation_level if info else "WriteSerializable", txn_id=info.txn_id if info else "",
+        data_change=any(a.data_change for a in adds) or any(r.data_change for r in removes) or not (adds or removes),
+        files_added=len(adds), files_removed=len(removes),
+        parameters=info.operation_parameters if info else {}, metrics=info.metrics if info else {},
+    )

@@ -1,0 +1,91 @@
+"""The timeline of commits: commit times, time-travel lookup and the retention boundary.
+
+Commit timestamps are strictly increasing (a commit takes ``max(now, previous + 1 ms)``), so
+version lookups by time are binary searches over a handful of commit files.
+"""
+
+from __future__ import annotations
+
+from maintd.errors import VersionNotFoundError
+from maintd.table.actions import CommitInfo
+from maintd.table.log import TableLog
+
+HOUR_MS = 3_600_000
+
+
+def commit_time(log: TableLog, version: int) -> int | None:
+    """The commit timestamp (ms) of ``version``, or None if its commit file is gone."""
+    actions = log.read_commit(version)
+    if actions is None:
+        return None
+    return next((a.timestamp for a in actions if isinstance(a, CommitInfo)), 0)
+
+
+def commit_info(log: TableLog, version: int) -> CommitInfo | None:
+    actions = log.read_commit(version)
+    if actions is None:
+        return None
+    return next((a for a in actions if isinstance(a, CommitInfo)), None)
+
+
+def oldest_available(log: TableLog, latest: int) -> int:
+    """The oldest version whose commit file exists (log reclamation removes the older ones)."""
+    if log.commit_exists(0):
+        return 0
+    lo, hi = 0, latest  # hi exists, lo does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if log.commit_exists(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def first_version_at_or_after(log: TableLog, lo: int, hi: int, ts: int) -> int | None:
+    """Smallest version in [lo, hi] whose commit time is >= ts, or None."""
+    if (commit_time(log, hi) or 0) < ts:
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        t = commit_time(log, mid)
+        if t is not None and t >= ts:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def oldest_retained_version(log: TableLog, latest: int, retain_hours: int, now_ms: int) -> int:
+    """The oldest version that is still retained: younger than the window, or the current one."""
+    if retain_hours == 0:
+        return latest
+    start = oldest_available(log, latest)
+    found = first_version_at_or_after(log, start, latest, now_ms - retain_hours * HOUR_MS)
+    return latest if found is None else found
+
+
+def check_retained(log: TableLog, version: int, latest: int, retain_hours: int, now_ms: int, uri: str) -> None:
+    """Raise :class:`VersionNotFoundError` if ``version`` is outside retained history."""
+    if version > latest or version < 0:
+        raise VersionNotFoundError(f"table {uri} has no version {version}; the latest is {latest}", latest=latest)
+    oldest = oldest_retained_version(log, latest, retain_hours, now_ms)
+    if version < oldest:
+        raise VersionNotFoundError(
+            f"table {uri}: version {version} is older than the retained history "
+            f"(acid.data.retain.hours={retain_hours}); the oldest retained version is {oldest}",
+            oldest_retained=oldest, latest=latest,
+        )
+
+
+def version_as_of(log: TableLog, latest: int, ts_ms: int, uri: str) -> int:
+    """The newest version committed at or before ``ts_ms``."""
+    start = oldest_available(log, latest)
+    after = first_version_at_or_after(log, start, latest, ts_ms + 1)
+    version = latest if after is None else after - 1
+    if version < start:
+        raise VersionNotFoundError(
+            f"table {uri}: no version was committed at or before the requested time; "
+            f"the oldest retained version is {start}", oldest_retained=start, latest=latest,
+        )
+    return version

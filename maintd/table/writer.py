@@ -1,0 +1,128 @@
+"""Writers: validate a batch, split it by partition and bucket, settle repeats, write level-0 DeltaFiles."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from maintd.errors import InvalidInputError, PrimaryKeyError
+from maintd.storage import Storage
+from maintd.table.actions import AddFile, Metadata
+from maintd.table.bucketing import bucket_of
+from maintd.table.files import write_data_file
+from maintd.table.merge import dedupe_last_occurrence
+from maintd.table.schema import OP_COLUMN, OP_DELETE, OP_UPSERT, conform
+
+TableLike = Any
+"""A ``pyarrow.Table``, a ``pandas.DataFrame``, a list of row dicts, or (for deletes) a list of keys."""
+
+
+def to_arrow_table(data: TableLike, *, what: str, key_names: Sequence[str] = ()) -> pa.Table:
+    """Coerce user data to a pyarrow Table, with a clear error for anything else."""
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if type(data).__name__ == "DataFrame" and hasattr(data, "to_dict"):
+        return pa.Table.from_pandas(data, preserve_index=False)
+    if isinstance(data, list):
+        if not data:
+            return pa.table({})
+        if all(isinstance(r, Mapping) for r in data):
+            return pa.Table.from_pylist(list(data))
+        if len(key_names) == 1:
+            return pa.table({key_names[0]: data})
+    raise InvalidInputError(
+        f"{what}: expected a pyarrow.Table, a pandas.DataFrame or a list of row dicts, got {type(data).__name__}"
+    )
+
+
+def check_keys(data: pa.Table, metadata: Metadata, *, table: str) -> None:
+    """Primary key and partition columns must be present and non-null."""
+    needed = list(dict.fromkeys([*metadata.primary_key, *metadata.partition_by]))
+    missing = [c for c in needed if c not in data.column_names]
+    if missing:
+        raise PrimaryKeyError(
+            f"table {table}: the data lacks key column(s) {', '.join(missing)} "
+            f"(primary key {', '.join(metadata.primary_key)}"
+            + (f", partition columns {', '.join(metadata.partition_by)}" if metadata.partition_by else "")
+            + ")"
+        )
+    for c in needed:
+        nulls = data.column(c).null_count
+        if nulls:
+            raise PrimaryKeyError(
+                f"table {table}: key column {c!r} has {nulls} null value(s); every row needs a full key"
+            )
+
+
+def partition_values(data: pa.Table, partition_by: Sequence[str]) -> list[pa.Array]:
+    out = []
+    for c in partition_by:
+        col = data.column(c)
+        if pa.types.is_timestamp(col.type) or pa.types.is_date(col.type):
+            col = pc.cast(col, pa.string())
+        out.append(pc.cast(col, pa.string()).combine_chunks())
+    return out
+
+
+def prepare_changes(data: TableLike, ops: np.ndarray | None, metadata: Metadata, *, table: str,
+                    deletes_only: bool = False) -> pa.Table:
+    """Validate and conform a batch to the table schema, with the ``_maintd_op`` column set."""
+    t = to_arrow_table(data, what=f"table {table}", key_names=metadata.primary_key)
+    if t.num_columns == 0:
+        raise InvalidInputError(f"table {table}: the batch is empty; nothing to write")
+    check_keys(t, metadata, table=table)
+    required = set(metadata.primary_key) | set(metadata.partition_by)
+    if deletes_only:
+        t = t.select([c for c in t.column_names if c in required])
+    fields = metadata.fields
+    if deletes_only:
+        fields = tuple(f if f.name in required else f.model_copy(update={"nullable": True}) for f in fields)
+    t = conform(t, fields, table=table, require=required if deletes_only else None)
+    op = ops if ops is not None else np.full(t.num_rows, OP_DELETE if deletes_only else OP_UPSERT, np.int8)
+    return t.append_column(pa.field(OP_COLUMN, pa.int8(), nullable=False), pa.array(op, pa.int8()))
+
+
+def split_and_write(storage: Storage, metadata: Metadata, batch: pa.Table) -> list[AddFile]:
+    """Write one level-0 DeltaFile per (partition, bucket) present in ``batch``; repeats: last wins."""
+    if batch.num_rows == 0:
+        return []
+    keys = list(metadata.primary_key) + [c for c in metadata.partition_by if c not in metadata.primary_key]
+    buckets = bucket_of(batch, metadata.primary_key, metadata.buckets)
+    parts = partition_values(batch, metadata.partition_by)
+    group_cols = {f"__p{i}": a for i, a in enumerate(parts)} | {"__bucket": pa.array(buckets)}
+    idx = pa.table(group_cols | {"__idx": pa.array(np.arange(batch.num_rows, dtype=np.int64))})
+    groups = idx.group_by(list(group_cols), use_threads=False).aggregate([("__idx", "list")])
+    adds = []
+    for g in groups.to_pylist():
+        rows = batch.take(pa.array(g["__idx_list"], pa.int64()))
+        rows = dedupe_last_occurrence(rows, keys)
+        partition = {c: g[f"__p{i}"] for i, c in enumerate(metadata.partition_by)}
+        adds.append(write_data_file(storage, metadata, rows, partition=partition, bucket=g["__bucket"],
+                                    kind="delta", level=0))
+    return adds
+
+
+def check_partition_filter(batch: pa.Table, partition: Mapping[str, Any], metadata: Metadata, *, table: str
+                           ) -> dict[str, str | None]:
+    """Validate an overwrite's partition spec and that every row belongs to it."""
+    unknown = sorted(set(partition) - set(metadata.partition_by))
+    if unknown or set(partition) != set(metadata.partition_by):
+        raise InvalidInputError(
+            f"table {table}: overwrite partition {dict(partition)} must name exactly the partition columns "
+            f"({', '.join(metadata.partition_by) or 'none: the table is unpartitioned'})"
+        )
+    spec = {c: None if v is None else str(v) for c, v in partition.items()}
+    for c, arr in zip(metadata.partition_by, partition_values(batch, metadata.partition_by), strict=True):
+        bad = pc.sum(pc.not_equal(arr, spec[c])).as_py() or 0
+        if bad:
+            raise InvalidInputError(
+                f"table {table}: {bad} row(s) have {c} != {spec[c]!r} but the overwrite replaces only "
+                f"partition {spec}; filter the data or overwrite the whole table"
+            )
+    return spec
