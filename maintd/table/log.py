@@ -120,7 +120,8 @@ class TableLog:
         return lo
 
     def _listed(self) -> tuple[list[int], list[int]]:
-        commits, checkpoints = [], []
+        commits: list[int] = []
+        checkpoints: list[int] = []
         for info in self.storage.list_dir(LOG_DIR):
             parsed = parse_log_name(info.path)
             if parsed is None:

@@ -12,7 +12,7 @@ from maintd.storage import Storage
 from maintd.table.actions import AddFile, Metadata
 from maintd.table.files import read_data_file
 from maintd.table.merge import latest_rows
-from maintd.table.schema import HIDDEN_COLUMNS, OP_COLUMN, OP_DELETE, VERSION_COLUMN, to_arrow
+from maintd.table.schema import HIDDEN_COLUMNS, OP_COLUMN, VERSION_COLUMN, to_arrow
 from maintd.table.snapshot import PartitionKey, Snapshot
 
 CHANGE_COLUMN = "_change"
@@ -58,7 +58,9 @@ def read_snapshot(storage: Storage, snapshot: Snapshot, columns: Sequence[str] |
         if unknown:
             from maintd.errors import InvalidInputError
 
-            raise InvalidInputError(f"unknown column(s) {', '.join(unknown)}; the table has {', '.join(md.column_names)}")
+            raise InvalidInputError(
+                f"unknown column(s) {', '.join(unknown)}; the table has {', '.join(md.column_names)}"
+            )
     by_bucket = snapshot.by_bucket()
     selected = [fs for g, fs in sorted(by_bucket.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))
                 if groups is None or g in groups]
@@ -115,6 +117,3 @@ def changes_between(storage: Storage, before: Snapshot, after: Snapshot,
                                     pa.field(CHANGE_VERSION_COLUMN, pa.int64())]))
     return result.sort_by([(k, "ascending") for k in keys])
 
-
-def delete_rows_filter(t: pa.Table) -> pa.Table:
-    return t.filter(pc.not_equal(t.column(OP_COLUMN), OP_DELETE))

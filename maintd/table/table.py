@@ -211,7 +211,13 @@ class Table:
         batch = prepare_changes(data, ops, snap.metadata, table=self.uri, deletes_only=deletes_only)
         txn = self.new_transaction(operation, read_snapshot=snap)
         if app_id is not None:
-            txn.set_app_transaction(app_id, app_version if app_version is not None else 0)
+            if app_version is None:
+                raise InvalidInputError(f"table {self.uri}: app_id {app_id!r} needs an app_version")
+            done = snap.app_txns.get(app_id)
+            if done is not None and done >= app_version:
+                logger.info("table {}: {} version {} was committed already; skipped", self.uri, app_id, app_version)
+                return snap.version
+            txn.set_app_transaction(app_id, app_version)
         adds = split_and_write(self.storage, snap.metadata, batch)
         return self._commit_written(txn, adds, {"rows": batch.num_rows, "files": len(adds)})
 
@@ -296,7 +302,7 @@ class Table:
         """Commits newest first, as far back as the log is retained."""
         latest = self.version
         oldest = timeline.oldest_available(self.log, latest)
-        out = []
+        out: list[CommitRecord] = []
         for v in range(latest, oldest - 1, -1):
             if limit is not None and len(out) >= limit:
                 break

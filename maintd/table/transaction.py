@@ -82,7 +82,9 @@ class Transaction:
         path = f if isinstance(f, str) else f.path
         live = self.read_snapshot.files.get(path)
         if live is None:
-            raise InvalidInputError(f"cannot remove {path}: it is not a live file of version {self.read_snapshot.version}")
+            raise InvalidInputError(
+                f"cannot remove {path}: it is not a live file of version {self.read_snapshot.version}"
+            )
         self._removes[path] = RemoveFile(path=path, deletion_time=0, data_change=data_change,
                                          partition=live.partition, bucket=live.bucket, bytes=live.bytes)
 
