@@ -27,6 +27,7 @@ without parsing messages::
     ├── ConfigError                    the settings are invalid
     ├── TaskExecutionError             a maintenance task failed while rewriting files
     ├── StateStoreError                the daemon's state store failed
+    │   └── LeaseLostError             the daemon no longer holds a table's lease (another may take it)
     └── ConfirmationRequiredError      a destructive command ran without confirmation
 """
 
@@ -98,12 +99,16 @@ class CommitConflictError(CommitError):
     Attributes:
         version: the winning version that conflicts.
         winning_operation: the operation that committed it.
+        paths: the data files (or application ids) the two commits clash on, sorted; empty when
+            the conflict is about the table as a whole (protocol, metadata).
     """
 
-    def __init__(self, message: str, *, version: int | None = None, winning_operation: str | None = None):
+    def __init__(self, message: str, *, version: int | None = None, winning_operation: str | None = None,
+                 paths: tuple[str, ...] = ()):
         super().__init__(message)
         self.version = version
         self.winning_operation = winning_operation
+        self.paths = paths
 
 
 class ProtocolChangedError(CommitConflictError):
@@ -150,6 +155,12 @@ class StateStoreError(MaintdError):
     retryable = True
 
 
+class LeaseLostError(StateStoreError):
+    """The daemon lost a table's lease (expired, or released on shutdown); its run must not commit."""
+
+    retryable = True
+
+
 class ConfirmationRequiredError(MaintdError):
     """A destructive operation was asked for without confirmation (``--yes``)."""
 
@@ -167,6 +178,7 @@ __all__ = [
     "CorruptLogError",
     "InvalidInputError",
     "InvalidPropertyError",
+    "LeaseLostError",
     "MaintdError",
     "MetadataChangedError",
     "PolicyError",

@@ -62,6 +62,15 @@ class Storage(abc.ABC):
     def list_dir(self, path: str) -> list[FileInfo]:
         """Files directly below directory ``path`` (empty if it does not exist)."""
 
+    def list_first(self, path: str, limit: int) -> list[FileInfo]:
+        """The first ``limit`` files directly below ``path``, in lexical order of their names.
+
+        Object stores answer this with one bounded request (S3 ``ListObjectsV2`` with ``MaxKeys``,
+        GCS ``maxResults``), which is what makes the latest-version lookup constant-time there.
+        This default sorts a full listing; storages that list in order override it.
+        """
+        return sorted(self.list_dir(path), key=lambda f: f.path)[:limit]
+
     @abc.abstractmethod
     def walk(self, path: str = "") -> list[FileInfo]:
         """Every file below ``path``, recursively."""

@@ -79,10 +79,14 @@ class LocalStorage(Storage):
             return out
         with entries:
             for e in entries:
-                if e.is_file(follow_symlinks=False):
+                try:
+                    if not e.is_file(follow_symlinks=False):
+                        continue
                     st = e.stat(follow_symlinks=False)
-                    rel = f"{path.rstrip('/')}/{e.name}" if path else e.name
-                    out.append(FileInfo(rel, st.st_size, int(st.st_mtime * 1000)))
+                except FileNotFoundError:  # removed since the directory was read (a writer's temp file)
+                    continue
+                rel = f"{path.rstrip('/')}/{e.name}" if path else e.name
+                out.append(FileInfo(rel, st.st_size, int(st.st_mtime * 1000)))
         return out
 
     def walk(self, path: str = "") -> list[FileInfo]:

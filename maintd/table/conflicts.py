@@ -12,12 +12,18 @@ Two refinements over Delta Lake, both for primary-key tables:
 * A *replace* (``overwrite``) is rebased instead of failed when a winner changed no data in its
   partitions (maintenance) or, under WriteSerializable, blindly appended there: the replace then
   also removes those files, which is the serial order "winner, then replace".
+
+When the winning commits themselves are gone (reclamation deleted them while the transaction ran),
+:func:`state_change` stands in for them: the difference between the last state checked and the latest
+state, checked the same way. It cannot tell a blind append from another add, so it counts every add,
+which may report a conflict the commits would not have; it never misses one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from maintd.errors import (
     CommitConflictError,
@@ -29,7 +35,7 @@ from maintd.errors import (
     ProtocolChangedError,
 )
 from maintd.table.actions import Action, AddFile, CommitInfo, Metadata, Protocol, RemoveFile, Txn
-from maintd.table.snapshot import PartitionKey, partition_key
+from maintd.table.snapshot import PartitionKey, Snapshot, partition_key
 
 
 @dataclass(frozen=True)
@@ -87,16 +93,15 @@ class AlreadyCommitted:
     version: int
 
 
-def _fail(cls: type[CommitConflictError], w: WinningCommit, what: str, paths: Iterable[str] = ()) -> None:
+def _fail(cls: type[CommitConflictError], w: WinningCommit, what: str, paths: Iterable[str] = ()) -> NoReturn:
     listed = sorted(paths)
     shown = ", ".join(listed[:5]) + (f" and {len(listed) - 5} more" if len(listed) > 5 else "")
-    err = cls(
+    raise cls(
         f"concurrent {w.operation} at version {w.version} {what}" + (f": {shown}" if shown else ""),
         version=w.version,
         winning_operation=w.operation,
+        paths=tuple(listed),
     )
-    err.paths = tuple(listed)  # type: ignore[attr-defined]
-    raise err
 
 
 def check_winner(fp: TxnFootprint, w: WinningCommit, own_txn_id: str) -> AlreadyCommitted | None:
@@ -144,3 +149,21 @@ def _check_deletes(fp: TxnFootprint, w: WinningCommit) -> None:
         double = fp.removes & (changed | rewritten)
     if double:
         _fail(ConcurrentDeleteDeleteError, w, "removed files this transaction also removes", double)
+
+
+def state_change(before: Snapshot, after: Snapshot) -> WinningCommit:
+    """All commits from ``before`` to ``after`` as one winning commit, rebuilt from the two states."""
+    removed = [after.tombstones.get(p) or RemoveFile(path=p, deletion_time=0, data_change=True)
+               for p in before.files.keys() - after.files.keys()]
+    changed_apps = frozenset(a for a, v in after.app_txns.items() if before.app_txns.get(a) != v)
+    return WinningCommit(
+        version=after.version,
+        operation=f"commits {before.version + 1}..{after.version} (reclaimed, compared by state)",
+        txn_id=None,
+        is_blind_append=False,
+        protocol_changed=after.protocol != before.protocol,
+        metadata_changed=after.metadata != before.metadata,
+        app_ids=changed_apps,
+        adds=tuple(f for p, f in after.files.items() if before.files.get(p) != f),
+        removes=tuple(sorted(removed, key=lambda r: r.path)),
+    )

@@ -32,8 +32,9 @@ def read_bucket(storage: Storage, metadata: Metadata, files: Sequence[AddFile], 
     if not files:
         return _empty(metadata, need, keep_hidden)
     parts = [read_data_file(storage, metadata, f, need) for f in files]
-    if len(files) == 1 and files[0].delete_rows == 0:
-        t = parts[0]  # one file, no deletes: a key appears once already
+    lone = files[0] if len(files) == 1 else None
+    if lone is not None and (lone.kind == "base" or (lone.level == 0 and lone.delete_rows == 0)):
+        t = parts[0]  # a writer's file without deletes, or a BaseFile: every key appears once already
     else:
         t = latest_rows(pa.concat_tables(parts, promote_options="default"), _key_columns(metadata))
     if not keep_hidden:
@@ -59,7 +60,8 @@ def read_snapshot(storage: Storage, snapshot: Snapshot, columns: Sequence[str] |
             from maintd.errors import InvalidInputError
 
             raise InvalidInputError(
-                f"unknown column(s) {', '.join(unknown)}; the table has {', '.join(md.column_names)}"
+                f"table {storage.uri}: unknown column(s) {', '.join(unknown)}; the table has "
+                f"{', '.join(md.column_names)}"
             )
     by_bucket = snapshot.by_bucket()
     selected = [fs for g, fs in sorted(by_bucket.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))

@@ -14,7 +14,13 @@ import numpy as np
 import pyarrow as pa
 from loguru import logger
 
-from maintd.errors import InvalidInputError, InvalidPropertyError, TableExistsError, TableNotFoundError
+from maintd.errors import (
+    CommitError,
+    InvalidInputError,
+    InvalidPropertyError,
+    TableExistsError,
+    TableNotFoundError,
+)
 from maintd.storage import Storage, storage_for_uri
 from maintd.table import properties as props
 from maintd.table import timeline
@@ -74,7 +80,7 @@ class Table:
     # -- lifecycle -------------------------------------------------------------------------
     @classmethod
     def create(cls, uri: str, schema: pa.Schema | str | Sequence[Field_], primary_key: Sequence[str] | str,
-               partition_by: Sequence[str] | str = (), buckets: int = 16,
+               partition_by: Sequence[str] | str = (), buckets: int | None = None,
                properties: Mapping[str, object] | None = None, *, name: str | None = None) -> Table:
         """Create a table: version 0 holds the protocol and the metadata.
 
@@ -87,11 +93,15 @@ class Table:
         parts = (partition_by,) if isinstance(partition_by, str) else tuple(partition_by)
         fields = cls._fields(schema)
         cls._check_layout(storage.uri, fields, pk, parts)
-        user_props = dict(properties or {})
-        if props.BUCKET_NUM in user_props and int(str(user_props[props.BUCKET_NUM])) != buckets and buckets != 16:
-            raise InvalidPropertyError(f"table {storage.uri}: buckets={buckets} contradicts {props.BUCKET_NUM}")
-        user_props.setdefault(props.BUCKET_NUM, buckets)
-        clean = props.validate_properties(user_props, table=storage.uri)
+        clean = props.validate_properties(dict(properties or {}), table=storage.uri)
+        if buckets is not None:
+            given = props.validate_properties({props.BUCKET_NUM: buckets}, table=storage.uri)[props.BUCKET_NUM]
+            if clean.setdefault(props.BUCKET_NUM, given) != given:
+                raise InvalidPropertyError(
+                    f"table {storage.uri}: buckets={buckets} contradicts {props.BUCKET_NUM}="
+                    f"{clean[props.BUCKET_NUM]}; give the bucket count once"
+                )
+        clean.setdefault(props.BUCKET_NUM, props.DEFAULTS[props.BUCKET_NUM])
         nbuckets = int(clean[props.BUCKET_NUM])
         md = Metadata(table_id=str(uuid.uuid4()), name=name, fields=fields, primary_key=pk, partition_by=parts,
                       buckets=nbuckets, properties=clean, created_time=now_ms())
@@ -176,14 +186,14 @@ class Table:
         builder = SnapshotBuilder.from_snapshot(base)
         builder.apply(version, actions)
         snap = builder.build()
-        with self._lock:
-            if self._latest is None or snap.version > self._latest.version:
-                self._latest = snap
         if version % snap.checkpoint_interval == 0:
             try:
-                self.log.write_checkpoint(snap)
+                snap = self.log.write_checkpoint(snap)
             except OSError as exc:  # a missing checkpoint costs read time, never correctness
                 logger.warning("table {}: checkpoint at version {} failed: {}", self.uri, version, exc)
+        with self._lock:
+            if self._latest is None or snap.version >= self._latest.version:
+                self._latest = snap
 
     # -- writes ----------------------------------------------------------------------------
     def upsert(self, data: TableLike, *, app_id: str | None = None, app_version: int | None = None) -> int:
@@ -226,8 +236,9 @@ class Table:
             txn.add(a)
         try:
             return txn.commit(metrics=metrics | {"bytes": sum(a.bytes for a in adds)})
-        except Exception:
-            # The commit certainly did not land (conflict or retries exhausted): its files are orphans.
+        except CommitError:
+            # A conflict or exhausted retries guarantee the commit did not land: its files are garbage.
+            # After any other error (an I/O error while publishing) it may have landed: keep them.
             for a in adds:
                 self.storage.delete(a.path)
             raise
@@ -321,7 +332,8 @@ def _record(version: int, actions: Sequence[Action]) -> CommitRecord:
         version=version, timestamp=info.timestamp if info else 0, operation=info.operation if info else "UNKNOWN",
         read_version=info.read_version if info else None,
         isolation_level=info.isolation_level if info else "WriteSerializable", txn_id=info.txn_id if info else "",
-        data_change=any(a.data_change for a in adds) or any(r.data_change for r in removes) or not (adds or removes),
+        data_change=any(a.data_change for a in adds) or any(r.data_change for r in removes)
+        or any(isinstance(a, Metadata) for a in actions),
         files_added=len(adds), files_removed=len(removes),
         parameters=info.operation_parameters if info else {}, metrics=info.metrics if info else {},
     )

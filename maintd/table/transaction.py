@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from maintd.errors import CommitRetriesExhaustedError, InvalidInputError
 from maintd.table.actions import Action, AddFile, CommitInfo, IsolationLevel, Metadata, RemoveFile, Txn
-from maintd.table.conflicts import AlreadyCommitted, TxnFootprint, WinningCommit, check_winner
+from maintd.table.conflicts import AlreadyCommitted, TxnFootprint, WinningCommit, check_winner, state_change
 from maintd.table.snapshot import PartitionKey, Snapshot, partition_key
 
 if TYPE_CHECKING:
@@ -149,28 +149,48 @@ class Transaction:
             version = checked + 1
             actions = self._actions(version, latest, blind, metrics, parameters)
             if self.table.log.try_commit(version, actions):
-                self._committed = version
-                self.table._after_commit(version, latest, actions)
-                return version
-            if self.attempts >= self.retry.max_attempts or time.monotonic() - started > self.retry.total_timeout:
+                if self.table.log.landed(version, actions):
+                    self._committed = version
+                    self.table._after_commit(version, latest, actions)
+                    return version
+                # Published into the reclaimed past (see TableLog.landed): invisible, so take it back and
+                # rebase on the latest state, as after a lost race.
+                self.table.log.delete_commit(version)
+            elif self.attempts >= self.retry.max_attempts or time.monotonic() - started > self.retry.total_timeout:
                 raise CommitRetriesExhaustedError(
                     f"table {self.table.uri}: {self.operation} lost the race for a version {self.attempts} times "
-                    f"in {time.monotonic() - started:.1f}s; retry later or raise commit.max_attempts"
+                    f"in {time.monotonic() - started:.1f}s; retry later, or allow more attempts (RetryPolicy; "
+                    "the commit settings of maintd's config)"
                 )
-            time.sleep(self.retry.delay(self.attempts, rng))
-            newest = self.table.log.latest_version(hint=version)
-            for v in range(checked + 1, newest + 1):
-                winner = self.table.log.read_commit(v)
-                if winner is None:
-                    continue
-                self.conflicts_checked += 1
-                outcome = check_winner(fp, WinningCommit.from_actions(v, winner), self.txn_id)
-                if isinstance(outcome, AlreadyCommitted):
-                    self._committed = outcome.version
-                    return outcome.version
-            checked = newest
-            latest = self.table.snapshot(newest)
+            else:
+                time.sleep(self.retry.delay(self.attempts, rng))
+            newest = self.table.snapshot()
+            done = self._check_winners(latest, newest)
+            if done is not None:
+                self._committed = done
+                return done
+            checked, latest = newest.version, newest
             self._rebase_removes(latest)
+
+    def _check_winners(self, checked: Snapshot, newest: Snapshot) -> int | None:
+        """Check this transaction against every commit after ``checked`` up to ``newest``.
+
+        Returns the version of this transaction's own earlier attempt if one of them is it. When
+        reclamation deleted some of those commits meanwhile, the two states stand in for them.
+        """
+        fp = self._footprint
+        winners = [(v, self.table.log.read_commit(v)) for v in range(checked.version + 1, newest.version + 1)]
+        if any(actions is None for _, actions in winners):
+            self.conflicts_checked += 1
+            check_winner(fp, state_change(checked, newest), self.txn_id)
+            return None
+        for v, actions in winners:
+            assert actions is not None
+            self.conflicts_checked += 1
+            outcome = check_winner(fp, WinningCommit.from_actions(v, actions), self.txn_id)
+            if isinstance(outcome, AlreadyCommitted):
+                return outcome.version
+        return None
 
     def _rebase_removes(self, latest: Snapshot) -> None:
         """Bring the remove set in line with the footprint after a replace was rebased."""

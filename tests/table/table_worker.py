@@ -1,0 +1,123 @@
+"""A table client in its own OS process, for the concurrency and crash tests.
+
+Usage: ``python table_worker.py ROLE URI GO_FILE OUT_FILE [COUNT [SEED]]``. The worker opens the
+table, prints ``ready``, waits until ``GO_FILE`` exists (so that all workers start at once), then
+runs its role and writes what happened to ``OUT_FILE`` as JSON: one entry per attempt, with the
+committed version or the conflict raised (its class, the winning version and operation).
+
+Roles: ``append`` (upserts of overlapping keys; after a conflict it re-reads and tries again, as an
+application would), ``properties`` (property changes), ``rewrite`` (compaction of the bucket with
+the most files, a ``data_change=false`` replace of files), and ``hang-before-commit`` /
+``hang-in-publish`` (write data, then block before committing or inside the put-if-absent of the
+commit file, to be killed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from table_helpers import groups, rewrite_bucket
+
+from maintd import CommitConflictError, RetryPolicy, Table, Transaction
+
+RETRY = RetryPolicy(max_attempts=500, base_delay=0.002, max_delay=0.05, total_timeout=60.0)
+KEYS = 40
+
+
+def conflict(exc: CommitConflictError) -> dict[str, Any]:
+    return {"error": type(exc).__name__, "winner_version": exc.version, "winner_operation": exc.winning_operation}
+
+
+def append(table: Table, worker: int, count: int, rng: random.Random) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i in range(count):
+        rows = [{"id": rng.randrange(KEYS), "ds": rng.choice(["a", "b"]), "name": f"w{worker}-{i}-{j}"}
+                for j in range(5)]
+        while True:
+            try:
+                out.append({"version": table.upsert(pa.Table.from_pylist(rows)), "rows": rows})
+                break
+            except CommitConflictError as exc:
+                out.append(conflict(exc) | {"rows": rows})
+    return out
+
+
+def properties(table: Table, count: int, rng: random.Random) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i in range(count):
+        time.sleep(rng.uniform(0.01, 0.05))
+        try:
+            out.append({"version": table.set_properties({"maintd.test.round": i})})
+        except CommitConflictError as exc:
+            out.append(conflict(exc))
+    return out
+
+
+def rewrite(table: Table, count: int, rng: random.Random) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    done = 0
+    while done < count:
+        time.sleep(rng.uniform(0.0, 0.03))
+        snap = table.snapshot()
+        by_bucket = snap.by_bucket()
+        busiest = max(groups(snap), key=lambda g: len(by_bucket[g]))
+        prepared = rewrite_bucket(table, snap, busiest, "compact")
+        if prepared is None:
+            continue
+        try:
+            out.append({"version": prepared.commit()})
+            done += 1
+        except CommitConflictError as exc:
+            out.append(conflict(exc))
+    return out
+
+
+def hang(table: Table, go: Path, in_publish: bool) -> None:
+    """Write a batch, announce it on ``GO_FILE``'s sibling ``.hanging``, and block where asked."""
+    marker = go.with_suffix(".hanging")
+
+    def block(*_: Any, **__: Any) -> Any:
+        marker.write_text(str(os.getpid()))
+        while True:
+            time.sleep(1)
+
+    if in_publish:
+        import maintd.storage.local as local
+
+        local.os.link = block  # type: ignore[assignment]  # the commit file is written, not yet published
+    else:
+        Transaction.commit = block  # type: ignore[method-assign]  # data files written, commit not started
+    table.upsert(pa.table({"id": [900, 901], "ds": ["a", "b"], "name": ["lost", "lost"]}))
+
+
+def main(role: str, uri: str, go_file: str, out_file: str, count: int = 0, seed: int = 0) -> None:
+    table = Table.open(uri, retry=RETRY)
+    table.snapshot()
+    go = Path(go_file)
+    print("ready", flush=True)
+    while not go.exists():
+        time.sleep(0.001)
+    rng = random.Random(seed)
+    if role.startswith("hang"):
+        hang(table, go, in_publish=role == "hang-in-publish")
+        return
+    if role == "append":
+        result = append(table, seed, count, rng)
+    elif role == "properties":
+        result = properties(table, count, rng)
+    elif role == "rewrite":
+        result = rewrite(table, count, rng)
+    else:
+        raise SystemExit(f"unknown role {role!r}")
+    Path(out_file).write_text(json.dumps({"role": role, "pid": os.getpid(), "outcomes": result}))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5], *(int(a) for a in sys.argv[5:7]))  # type: ignore[arg-type]
