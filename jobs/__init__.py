@@ -1,0 +1,1 @@
+"""PySpark entry points for spark-submit (thin: parse a plan, call maintd.execution)."""

@@ -1,0 +1,231 @@
+"""One-shot maintenance of tables: plan, execute on Spark, commit, and summarise (``maintd run``).
+
+Each table is independent: a failure in one is recorded in its summary and the others still run. The
+SparkSession is created only when some table has work, so ``maintd run`` on healthy tables (or with
+``--dry-run``) never starts a JVM.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from maintd.execution.commit import commit_rewrites
+from maintd.execution.spark import execute, options_from_settings, spark_session
+from maintd.execution.specs import ExecutionOptions
+from maintd.table import RetryPolicy, Snapshot, Table
+
+Progress = Callable[[str, str], None]
+"""Called with (table URI, stage) as a run moves on: planning, executing, committing, done, failed."""
+
+
+@dataclass
+class TableHealth:
+    """Files and bytes of a snapshot, by file kind and level (``L0``, ``L1``, ``L2``, ``base``)."""
+
+    files: int = 0
+    bytes: int = 0
+    by_level: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> TableHealth:
+        by: dict[str, list[int]] = {}
+        for f in snapshot.files.values():
+            key = "base" if f.kind == "base" else f"L{f.level}"
+            acc = by.setdefault(key, [0, 0])
+            acc[0] += 1
+            acc[1] += f.bytes
+        return cls(files=len(snapshot.files), bytes=snapshot.total_bytes(),
+                   by_level={k: (v[0], v[1]) for k, v in sorted(by.items())})
+
+
+@dataclass
+class TableRunSummary:
+    """What one run did to one table."""
+
+    uri: str
+    status: str = "ok"
+    """ok, nothing (no task planned), dry-run, partial (some tasks dropped or failed), failed."""
+    policy: str | None = None
+    read_version: int | None = None
+    version: int | None = None
+    tasks_planned: int = 0
+    tasks_committed: int = 0
+    tasks_dropped: int = 0
+    tasks_failed: int = 0
+    conflicts: int = 0
+    before: TableHealth = field(default_factory=TableHealth)
+    after: TableHealth = field(default_factory=TableHealth)
+    bytes_read: int = 0
+    bytes_written: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+    error_type: str | None = None
+    """The class name of the error that failed the run (``PolicyError``, ``TaskExecutionError``...)."""
+    commit_retries: int = 0
+    conflict_types: list[str] = field(default_factory=list)
+    planned: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    """The planner's decision for every (partition, bucket): action, rule and message."""
+    reclaim: dict[str, Any] | None = None
+    """The reclamation that followed maintenance (a :class:`~maintd.reclaim.ReclaimReport`), if one ran."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("ok", "nothing", "dry-run")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def discover_tables(roots: Iterable[str], max_depth: int = 4) -> list[str]:
+    """Tables under local warehouse roots: every directory holding ``_log/`` (not searched below a table)."""
+    found: list[str] = []
+    for root in roots:
+        base = Path(root.removeprefix("file://")).expanduser()
+        if not base.is_dir():
+            logger.warning("warehouse root {} is not a directory; skipped", root)
+            continue
+        for dirpath, dirnames, _ in os.walk(base):
+            depth = len(Path(dirpath).relative_to(base).parts)
+            if "_log" in dirnames:
+                found.append(str(Path(dirpath)))
+                dirnames.clear()
+            elif depth >= max_depth:
+                dirnames.clear()
+            else:
+                dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
+    return found
+
+
+def tables_from_settings(settings: Any) -> list[str]:
+    """The configured tables plus those discovered under the warehouse roots, without repeats."""
+    wh = settings.warehouse
+    uris = list(wh.tables)
+    if wh.discovery:
+        uris += discover_tables(wh.roots, wh.discovery_max_depth)
+    return list(dict.fromkeys(uris))
+
+
+def retry_policy(settings: Any) -> RetryPolicy | None:
+    """The commit retry bounds of the ``commit`` settings group (None without settings: the table default)."""
+    c = getattr(settings, "commit", None)
+    if c is None:
+        return None
+    return RetryPolicy(max_attempts=c.max_attempts, base_delay=c.base_delay_ms / 1000,
+                       max_delay=c.max_delay_ms / 1000, total_timeout=c.total_timeout_seconds)
+
+
+class Runner:
+    """Runs maintenance of tables with one policy file and one (lazily created) SparkSession."""
+
+    def __init__(self, settings: Any = None, *, policy_path: str | Path | None = None, spark: Any = None,
+                 options: ExecutionOptions | None = None, use_spark: bool = True,
+                 progress: Progress | None = None, reclaim: bool = False) -> None:
+        from maintd.planner.policy_files import load_policy_file
+
+        self.settings = settings
+        path = policy_path if policy_path is not None else getattr(getattr(settings, "policy", None), "path", None)
+        self.policy_file = load_policy_file(path)
+        spark_settings = getattr(settings, "spark", None)
+        self.options = options or options_from_settings(spark_settings)
+        self._spark = spark
+        self._use_spark = use_spark
+        self.retry = retry_policy(settings)
+        self._progress = progress or (lambda uri, stage: None)
+        self._reclaim = reclaim
+
+    @property
+    def spark(self) -> Any:
+        if self._spark is None and self._use_spark:
+            self._spark = spark_session(getattr(self.settings, "spark", None))
+        return self._spark
+
+    def run(self, uris: Sequence[str], *, dry_run: bool = False, now: datetime | None = None
+            ) -> list[TableRunSummary]:
+        return [self.run_table(uri, dry_run=dry_run, now=now) for uri in uris]
+
+    def run_table(self, uri: str, *, dry_run: bool = False, now: datetime | None = None) -> TableRunSummary:
+        """Plan, execute and commit one table; never raises for the table's own failures."""
+        started = time.monotonic()
+        summary = TableRunSummary(uri=uri)
+        try:
+            self._run(uri, summary, dry_run, now or datetime.now(UTC))
+        except Exception as exc:
+            summary.status, summary.error = "failed", f"{type(exc).__name__}: {exc}"
+            summary.error_type = type(exc).__name__
+            logger.opt(exception=exc).error("table {}: maintenance failed: {}", uri, exc)
+            self._progress(uri, "failed")
+        if self._reclaim and summary.status != "failed":
+            self._reclaim_table(uri, summary, dry_run, now or datetime.now(UTC))
+        summary.seconds = round(time.monotonic() - started, 3)
+        return summary
+
+    def _reclaim_table(self, uri: str, summary: TableRunSummary, dry_run: bool, now: datetime) -> None:
+        """Reclaim after maintenance (``maintd run``): the files maintenance just replaced go once expired."""
+        from maintd.errors import MaintdError
+        from maintd.reclaim import DEFAULT_ORPHAN_GRACE, reclaim_table
+
+        settings = getattr(self.settings, "reclaim", None)
+        grace = timedelta(hours=settings.orphan_grace_hours) if settings is not None else DEFAULT_ORPHAN_GRACE
+        try:
+            report = reclaim_table(Table.open(uri, retry=self.retry), now=now, orphan_grace=grace, dry_run=dry_run,
+                                   force_short_grace=bool(getattr(settings, "force_short_grace", False)))
+        except MaintdError as exc:
+            summary.status = "partial"
+            summary.error = "; ".join(filter(None, [summary.error, f"reclamation: {type(exc).__name__}: {exc}"]))
+            summary.error_type = summary.error_type or type(exc).__name__
+            logger.error("table {}: reclamation failed: {}", uri, exc)
+            return
+        summary.reclaim = report.model_dump(mode="json")
+        if not dry_run:
+            summary.after = TableHealth.of(Table.open(uri).snapshot())
+
+    def _run(self, uri: str, summary: TableRunSummary, dry_run: bool, now: datetime) -> None:
+        from maintd.planner import plan as make_plan
+
+        self._progress(uri, "planning")
+        table = Table.open(uri, retry=self.retry)
+        snap = table.snapshot()
+        summary.before = summary.after = TableHealth.of(snap)
+        resolved = self.policy_file.resolve(name=snap.metadata.name or "", uri=table.uri,
+                                            properties=snap.metadata.properties)
+        summary.policy = resolved.name
+        plan = make_plan(snap, resolved.policy, now, table.uri)
+        summary.read_version, summary.tasks_planned = plan.read_version, len(plan.tasks)
+        summary.planned = [{"task_id": t.task_id, "kind": t.kind, "bucket": t.bucket, "partition": t.partition,
+                            "files": len(t.inputs), "bytes": t.input_bytes, "reason": t.reason} for t in plan.tasks]
+        summary.decisions = [d.model_dump(mode="json") for d in plan.decisions]
+        if dry_run or not plan.tasks:
+            summary.status = "dry-run" if dry_run else "nothing"
+            self._progress(uri, "done")
+            return
+        self._progress(uri, "executing")
+        results = execute(plan, table, self.spark if self._use_spark else None, self.options)
+        self._progress(uri, "committing")
+        outcome = commit_rewrites(table, plan, results)
+        summary.version, summary.conflicts = outcome.version, outcome.conflicts
+        summary.tasks_committed, summary.tasks_dropped = len(outcome.committed), len(outcome.dropped)
+        summary.tasks_failed = len(outcome.failed)
+        summary.commit_retries, summary.conflict_types = outcome.retries, list(outcome.conflict_types)
+        done = [r for r in results if r.task_id in set(outcome.committed)]
+        summary.bytes_read = sum(r.bytes_read for r in done)
+        summary.bytes_written = sum(r.bytes_written for r in done)
+        summary.after = TableHealth.of(table.snapshot())
+        errors = [r.error.splitlines()[0] for r in results if not r.ok and r.error] + (
+            [outcome.error] if outcome.error else [])
+        if outcome.error and not outcome.committed:
+            summary.status = "failed"
+        elif outcome.failed or outcome.error:
+            summary.status = "partial"
+        if outcome.error_type or outcome.failed:
+            summary.error_type = outcome.error_type or "TaskExecutionError"
+        summary.error = "; ".join(errors) or None
+        self._progress(uri, "done" if summary.ok else "failed")

@@ -1,0 +1,253 @@
+"""Packs of tasks in one Spark task, the version-ordered merge, and the worker's zip-cache freeze (no Spark)."""
+
+from __future__ import annotations
+
+import sys
+import zipfile
+import zipimport
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from maintd import Table
+from maintd.execution import (
+    ExecutionOptions,
+    TaskSpec,
+    commit_rewrites,
+    execute,
+    pack_tasks,
+    run_pack,
+    run_pack_json,
+    run_task,
+    task_specs,
+)
+from maintd.execution import spark as spark_mod
+from maintd.execution.rewrite import in_version_order, merge_chunk
+from maintd.execution.specs import PlanDoc, PlanTaskDoc, TaskResult
+from maintd.table.merge import latest_rows, sort_by_key_version
+
+from .helpers import Model, batch, make_table, plan_all, sorted_read
+
+
+def _rows(table: Table, r: TaskResult) -> pa.Table:
+    assert r.add is not None
+    return pq.read_table(table.storage.full_path(r.add.path))
+
+
+def _specs(table: Table, kind: str, **update: Any) -> list[TaskSpec]:
+    specs = task_specs(plan_all(table, kind, level=1), table.snapshot())
+    return [s.model_copy(update=update) for s in specs]
+
+
+def test_packs_cover_every_task_once_and_balance_the_cost(tmp_path: Path) -> None:
+    table, _ = make_table(tmp_path, commits=6, buckets=8)
+    specs = _specs(table, "compact")
+    for slices in (1, 2, 3, 8, 50):
+        packs = pack_tasks(specs, slices)
+        assert sorted(i for p in packs for i in p) == list(range(len(specs)))
+        assert len(packs) == min(slices, len(specs)) and all(packs)
+        assert pack_tasks(specs, slices) == packs  # deterministic
+    costs = [spark_mod.task_cost(s) for s in specs]
+    loads = [sum(costs[i] for i in p) for p in pack_tasks(specs, 2)]
+    assert max(loads) - min(loads) <= max(costs)  # LPT: never off by more than one task
+    # the costliest task goes first in its pack
+    for p in pack_tasks(specs, 3):
+        assert [costs[i] for i in p] == sorted((costs[i] for i in p), reverse=True)
+
+
+@pytest.mark.parametrize("kind", ["cluster", "compact"])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_pack_writes_what_one_task_each_writes(tmp_path: Path, kind: str, threads: int) -> None:
+    table, _ = make_table(tmp_path, commits=12, buckets=4)
+    specs = _specs(table, kind)
+    alone = [run_task(s) for s in specs]
+    packed = run_pack([s.model_dump_json() for s in specs], threads)
+    assert [r.task_id for r in packed] == [s.task_id for s in specs]
+    for a, b in zip(alone, packed, strict=True):
+        assert a.ok and b.ok and a.mode == b.mode == "memory"
+        assert (a.rows_read, a.rows_written) == (b.rows_read, b.rows_written)
+        assert _rows(table, a).equals(_rows(table, b))
+        assert a.add is not None and b.add is not None and a.add.path != b.add.path
+        assert a.add.model_dump(exclude={"path", "bytes"}) == b.add.model_dump(exclude={"path", "bytes"})
+        assert set(b.phases) == {"read", "merge", "write"}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_failing_task_in_a_pack_does_not_fail_the_others(tmp_path: Path, threads: int) -> None:
+    table, _ = make_table(tmp_path, commits=10, buckets=4)
+    specs = _specs(table, "compact")
+    victim = specs[1].task_id
+    faulty = [s.model_copy(update={"fault": "after_first_chunk"}) if s.task_id == victim else s for s in specs]
+    payload = [s.model_dump_json() for s in faulty]
+    payload.insert(2, '{"task_id": "broken", "kind": "compact", "inputs": [{"path": "x.parquet"}]}')
+    results = [TaskResult.model_validate_json(x) for x in run_pack_json(payload, threads)]
+    by_id = {r.task_id: r for r in results}
+    assert len(results) == len(payload)
+    assert not by_id[victim].ok and "injected fault" in (by_id[victim].error or "")
+    assert not by_id["broken"].ok and by_id["broken"].inputs == ("x.parquet",)
+    assert "invalid task spec" in (by_id["broken"].error or "")
+    others = [r for r in results if r.task_id not in (victim, "broken")]
+    assert len(others) == len(specs) - 1 and all(r.ok and r.add is not None for r in others)
+    for r in others:  # the others' outputs are there, the victim's partial output is gone
+        assert table.storage.exists(r.add.path)  # type: ignore[union-attr]
+    written = {f.path for f in table.storage.walk() if f.path.startswith("bucket-")}
+    assert written == set(table.snapshot().files) | {r.add.path for r in others if r.add is not None}
+
+
+def test_execute_with_options_from_spark_conf() -> None:
+    opts = spark_mod.options_from_settings(type("S", (), {"conf": {
+        "spark.maintd.task.memory": "64m", "spark.maintd.task.slices": "3", "spark.maintd.task.packThreads": "2"}})())
+    assert (opts.task_memory_bytes, opts.slices, opts.pack_threads) == (64 << 20, 3, 2)
+    assert ExecutionOptions().slices is None and ExecutionOptions().pack_threads == 1
+
+
+# -- the merge ---------------------------------------------------------------------------------------------------
+
+
+def _random_versions(rng: np.random.Generator, files: int, rows: int, keyspace: int) -> list[pa.Table]:
+    """Per file: sorted unique keys, one version per file (ascending), 20% deletes, as level-0 files are."""
+    out = []
+    for v in range(1, files + 1):
+        keys = np.unique(rng.integers(0, keyspace, rows))
+        out.append(pa.table({"id": pa.array(keys, pa.int64()), "x": rng.random(len(keys)),
+                             "_maintd_op": pa.array((rng.random(len(keys)) < 0.2).astype(np.int8)),
+                             "_maintd_version": pa.array(np.full(len(keys), v), pa.int64())}))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_version_ordered_merge_equals_the_full_sort(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    parts = _random_versions(rng, files=30, rows=50, keyspace=200)
+    data = pa.concat_tables(parts)
+    expected_cluster = sort_by_key_version(data, ["id"], newest_first=False)
+    expected_compact = latest_rows(data, ["id"]).sort_by("id")
+    for ordered in (True, False):
+        assert merge_chunk(data, ["id"], "cluster", version_ordered=ordered).equals(expected_cluster)
+        assert merge_chunk(data, ["id"], "compact", version_ordered=ordered).equals(expected_compact)
+    shuffled = pa.concat_tables([parts[i] for i in rng.permutation(len(parts))])
+    assert merge_chunk(shuffled, ["id"], "cluster", version_ordered=False).equals(expected_cluster)
+    assert merge_chunk(shuffled, ["id"], "compact", version_ordered=False).equals(expected_compact)
+
+
+def test_the_version_ordered_merge_with_a_composite_key() -> None:
+    rng = np.random.default_rng(7)
+    grid = [(a, f"k{b}") for a in range(4) for b in range(9)]  # sorted by (a, b)
+    parts = []
+    for v in range(1, 21):
+        chosen = [grid[i] for i in sorted(rng.choice(len(grid), 15, replace=False))]
+        parts.append(pa.table({"a": pa.array([c[0] for c in chosen], pa.int64()), "b": [c[1] for c in chosen],
+                               "_maintd_op": pa.array((rng.random(15) < 0.3).astype(np.int8)),
+                               "_maintd_version": pa.array(np.full(15, v), pa.int64())}))
+    data = pa.concat_tables(parts)
+    keys = ["a", "b"]
+    assert merge_chunk(data, keys, "cluster", version_ordered=True).equals(
+        sort_by_key_version(data, keys, newest_first=False))
+    assert merge_chunk(data, keys, "compact", version_ordered=True).equals(
+        latest_rows(data, keys).sort_by([("a", "ascending"), ("b", "ascending")]))
+
+
+def test_inputs_are_taken_in_version_order_and_overlaps_are_detected(tmp_path: Path) -> None:
+    table, _ = make_table(tmp_path, commits=6, buckets=1)
+    files = list(table.snapshot().files.values())
+    ordered, disjoint = in_version_order(list(reversed(files)))
+    assert [f.min_version for f in ordered] == sorted(f.min_version for f in files) and disjoint
+    wide = ordered[0].model_copy(update={"max_version": ordered[2].min_version})
+    assert not in_version_order([wide, *ordered[1:]])[1]
+
+
+def _plan(table: Table, kind: str, paths: list[str], level: int | None = 1) -> PlanDoc:
+    snap = table.snapshot()
+    f0 = snap.files[paths[0]]
+    task = PlanTaskDoc(task_id=f"{kind}-{f0.bucket}-{len(paths)}", kind=kind, partition=dict(f0.partition),  # type: ignore[arg-type]
+                       bucket=f0.bucket, target_level=level if kind == "cluster" else None, inputs=tuple(paths))
+    return PlanDoc(table_uri=table.uri, read_version=snap.version, tasks=(task,))
+
+
+@pytest.mark.parametrize("options", [ExecutionOptions(), ExecutionOptions(task_memory_bytes=20_000)],
+                         ids=["memory", "stream"])
+def test_merging_files_whose_version_ranges_overlap_keeps_the_rule(tmp_path: Path, options: ExecutionOptions) -> None:
+    """Odd and even commits clustered apart give two level-1 files with interleaved versions; merging those
+    (with newer level-0 files) must still order versions by their value, not by file."""
+    table = Table.create(str(tmp_path / "t"), "id:int64,name:string,amount:float64", primary_key="id", buckets=1)
+    model, rng = Model(), np.random.default_rng(3)
+    for _ in range(10):
+        b = batch(rng, 120, 150)
+        table.write_changes(b, "op")
+        model.apply(b)
+    files = sorted(table.snapshot().files.values(), key=lambda f: f.min_version)
+    for half in (files[0::2], files[1::2]):
+        plan = _plan(table, "cluster", [f.path for f in half])
+        assert commit_rewrites(table, plan, execute(plan, table, None, options)).committed
+    for _ in range(3):
+        b = batch(rng, 120, 150)
+        table.write_changes(b, "op")
+        model.apply(b)
+    snap = table.snapshot()
+    l1 = [f for f in snap.files.values() if f.level == 1]
+    assert len(l1) == 2 and not in_version_order(l1)[1]  # overlapping ranges
+    every = sorted(snap.files)
+    plan = _plan(table, "cluster", every, level=2)
+    (r,) = execute(plan, table, None, options)
+    assert r.ok
+    data = _rows(table, r)
+    pairs = list(zip(data.column("id").to_pylist(), data.column("_maintd_version").to_pylist(), strict=True))
+    assert pairs == sorted(pairs) and len(set(pairs)) == len(pairs) == sum(f.rows for f in snap.files.values())
+    commit_rewrites(table, plan, [r])
+    assert sorted_read(table).equals(model.table())
+    plan = _plan(table, "compact", sorted(table.snapshot().files))
+    assert commit_rewrites(table, plan, execute(plan, table, None, options)).committed
+    assert sorted_read(table).equals(model.table())
+
+
+def test_streaming_and_in_memory_clustering_write_the_same_rows(tmp_path: Path) -> None:
+    table, _ = make_table(tmp_path, commits=30, rows=300, keyspace=2000, buckets=2)
+    for spec in task_specs(plan_all(table, "cluster"), table.snapshot()):
+        a = run_task(spec.model_copy(update={"task_memory_bytes": 10**9}))
+        b = run_task(spec.model_copy(update={"task_memory_bytes": 20_000}))
+        assert (a.mode, b.mode) == ("memory", "stream")
+        assert _rows(table, a).equals(_rows(table, b))
+
+
+# -- the zip-cache freeze of Spark workers ------------------------------------------------------------------------
+
+
+def _zip(path: Path, names: list[str]) -> str:
+    with zipfile.ZipFile(path, "w") as z:
+        for n in names:
+            z.writestr(n, "X = 1\n")
+    return str(path)
+
+
+def test_freezing_zip_caches_is_a_no_op_outside_a_spark_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = zipimport.zipimporter.invalidate_caches
+    monkeypatch.setattr(zipimport.zipimporter, "invalidate_caches", original)
+    spark_mod.freeze_zip_caches()
+    assert zipimport.zipimporter.invalidate_caches is original
+
+
+def test_frozen_archives_skip_the_reread_and_new_archives_do_not(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyspark
+
+    monkeypatch.setattr(zipimport.zipimporter, "invalidate_caches", zipimport.zipimporter.invalidate_caches)
+    monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: object()))
+    old = _zip(tmp_path / "old.zip", ["a.py"])
+    monkeypatch.setattr(sys, "path_importer_cache", {**sys.path_importer_cache, old: zipimport.zipimporter(old)})
+    spark_mod.freeze_zip_caches()
+    frozen = getattr(zipimport.zipimporter.invalidate_caches, spark_mod._FROZEN_ATTR)
+    assert old in frozen
+    spark_mod.freeze_zip_caches()  # idempotent
+    assert getattr(zipimport.zipimporter.invalidate_caches, spark_mod._FROZEN_ATTR) is frozen
+    new = _zip(tmp_path / "new.zip", ["b.py"])
+    imp_old, imp_new = sys.path_importer_cache[old], zipimport.zipimporter(new)
+    _zip(tmp_path / "old.zip", ["a.py", "c.py"])
+    _zip(tmp_path / "new.zip", ["b.py", "d.py"])
+    imp_old.invalidate_caches()
+    imp_new.invalidate_caches()
+    assert imp_old.find_spec("c") is None  # frozen: the directory was not re-read
+    assert imp_new.find_spec("d") is not None  # not frozen: re-read as usual

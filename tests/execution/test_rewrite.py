@@ -1,0 +1,109 @@
+"""The per-task rewrite (pyarrow, no Spark): clustering and compaction against a model, both memory modes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from maintd.execution import ExecutionOptions, commit_rewrites, execute, run_task, task_specs
+from maintd.table.files import read_data_file
+from maintd.table.merge import latest_rows
+from maintd.table.reader import read_snapshot
+
+from .helpers import make_table, plan_all, sorted_read
+
+IN_MEMORY = ExecutionOptions()
+STREAMING = ExecutionOptions(task_memory_bytes=30_000)
+
+
+def _all_versions(table, snap) -> pa.Table:  # type: ignore[no-untyped-def]
+    md = snap.metadata
+    parts = [read_data_file(table.storage, md, f) for f in snap.files.values()]
+    return pa.concat_tables(parts, promote_options="default").select(
+        ["id", "name", "amount", "_maintd_op", "_maintd_version"]).sort_by(
+        [("id", "ascending"), ("_maintd_version", "ascending")])
+
+
+@pytest.mark.parametrize("options", [IN_MEMORY, STREAMING], ids=["memory", "stream"])
+def test_clustering_keeps_every_row_version_sorted_by_key_then_version(tmp_path: Path, options) -> None:  # type: ignore[no-untyped-def]
+    table, _ = make_table(tmp_path)
+    snap = table.snapshot()
+    expected = _all_versions(table, snap)
+    plan = plan_all(table, "cluster", snap, level=1)
+    results = execute(plan, table, None, options)
+    assert all(r.ok for r in results)
+    assert {r.mode for r in results} == {"memory" if options is IN_MEMORY else "stream"}
+    for r in results:
+        assert r.add is not None and r.add.kind == "delta" and r.add.level == 1 and not r.add.data_change
+        data = pq.read_table(table.storage.full_path(r.add.path))
+        assert data.column_names == ["id", "name", "amount", "_maintd_op", "_maintd_version"]
+        keys = list(zip(data.column("id").to_pylist(), data.column("_maintd_version").to_pylist(), strict=True))
+        assert keys == sorted(keys)
+        assert r.add.key_min == (keys[0][0],) and r.add.key_max == (keys[-1][0],)
+    commit_rewrites(table, plan, results)
+    after = _all_versions(table, table.snapshot())
+    assert after.equals(expected.cast(after.schema))
+
+
+@pytest.mark.parametrize("options", [IN_MEMORY, STREAMING], ids=["memory", "stream"])
+def test_compaction_keeps_the_latest_row_per_key_and_drops_deletes(tmp_path: Path, options) -> None:  # type: ignore[no-untyped-def]
+    table, model = make_table(tmp_path)
+    snap = table.snapshot()
+    plan = plan_all(table, "compact", snap)
+    results = execute(plan, table, None, options)
+    assert all(r.ok for r in results)
+    for r in results:
+        assert r.add is not None and r.add.kind == "base" and r.add.level is None and r.add.delete_rows == 0
+        assert r.add.min_version == min(snap.files[p].min_version for p in r.inputs)
+        assert r.add.max_version == max(snap.files[p].max_version for p in r.inputs)
+        data = pq.read_table(table.storage.full_path(r.add.path))
+        assert "_maintd_op" not in data.column_names
+    commit_rewrites(table, plan, results)
+    assert all(f.kind == "base" for f in table.snapshot().files.values())
+    assert sorted_read(table).equals(model.table())
+    with_versions = read_snapshot(table.storage, table.snapshot(), keep_hidden=True).sort_by("id")
+    expected = latest_rows(_all_versions(table, snap), ["id"]).sort_by("id")
+    assert with_versions.column("_maintd_version").equals(expected.column("_maintd_version"))
+
+
+def test_streaming_and_in_memory_compaction_write_the_same_rows(tmp_path: Path) -> None:
+    table, _ = make_table(tmp_path, commits=30, rows=300, keyspace=2000, buckets=2)
+    specs = task_specs(plan_all(table, "compact"), table.snapshot())
+    for spec in specs:
+        a = run_task(spec.model_copy(update={"task_memory_bytes": 10**9}))
+        b = run_task(spec.model_copy(update={"task_memory_bytes": 20_000}))
+        assert (a.mode, b.mode) == ("memory", "stream")
+        ta = pq.read_table(table.storage.full_path(a.add.path))  # type: ignore[union-attr]
+        tb = pq.read_table(table.storage.full_path(b.add.path))  # type: ignore[union-attr]
+        assert ta.equals(tb)
+
+
+def test_compaction_of_a_bucket_whose_rows_are_all_deleted_writes_no_file(tmp_path: Path) -> None:
+    table, _ = make_table(tmp_path, commits=1, rows=5, keyspace=5, buckets=1)
+    keys = table.read().column("id")
+    table.delete(pa.table({"id": keys}))
+    plan = plan_all(table, "compact")
+    results = execute(plan, table, None)
+    assert results[0].ok and results[0].add is None
+    commit_rewrites(table, plan, results)
+    assert not table.snapshot().files and table.read().num_rows == 0
+
+
+def test_a_task_failing_midway_deletes_its_partial_output_and_commits_nothing(tmp_path: Path) -> None:
+    table, model = make_table(tmp_path)
+    snap = table.snapshot()
+    plan = plan_all(table, "compact", snap)
+    victim = plan.tasks[0].task_id
+    results = execute(plan, table, None, ExecutionOptions(faults={victim: "after_first_chunk"}))
+    failed = [r for r in results if not r.ok]
+    assert [r.task_id for r in failed] == [victim] and "injected fault" in (failed[0].error or "")
+    outcome = commit_rewrites(table, plan, results)
+    assert outcome.failed == [victim] and victim not in outcome.committed
+    after = table.snapshot()
+    assert set(plan.tasks[0].inputs) <= set(after.files)  # the failed bucket is as it was
+    written = {f.path for f in table.storage.walk() if f.path.startswith("bucket-")}
+    assert written == set(after.files) | (set(snap.files) - set(after.files))  # no stray output
+    assert sorted_read(table).equals(model.table())

@@ -1,0 +1,104 @@
+"""One-shot runs: discovery, the runner, ``maintd run`` and ``maintd demo`` through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from maintd.cli import demo as demo_cli
+from maintd.cli import run as run_cli
+from maintd.execution.runner import Runner, discover_tables
+
+from .helpers import make_table, sorted_read
+
+POLICY = """
+default:
+  compaction:
+    max_delta_files: 4
+    min_interval_hours: 0
+"""
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    run_cli.register(app)
+    demo_cli.register(app)
+
+    @app.callback()
+    def root() -> None:
+        """maintd (test root)."""
+
+    return app
+
+
+def test_tables_are_discovered_under_warehouse_roots(tmp_path: Path) -> None:
+    make_table(tmp_path / "a", commits=1)
+    make_table(tmp_path / "nested" / "b", commits=1)
+    (tmp_path / "empty").mkdir()
+    found = discover_tables([str(tmp_path)])
+    assert sorted(found) == sorted([str(tmp_path / "a" / "t"), str(tmp_path / "nested" / "b" / "t")])
+
+
+def test_a_run_compacts_every_bucket_and_reports_it(tmp_path: Path) -> None:
+    table, model = make_table(tmp_path, commits=10)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    files_before = len(table.snapshot().files)
+    [s] = Runner(None, policy_path=policy, use_spark=False).run([table.uri])
+    assert s.status == "ok" and s.tasks_committed == s.tasks_planned > 0, s
+    assert s.before.files == files_before and s.after.files < files_before and s.bytes_written > 0
+    assert sorted_read(table).equals(model.table())
+
+
+def test_a_run_reclaims_after_maintenance_what_retention_no_longer_needs(tmp_path: Path) -> None:
+    table, model = make_table(tmp_path, commits=10)
+    table.set_properties({"acid.data.retain.hours": 0})
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    replaced = set(table.snapshot().files)
+    [s] = Runner(None, policy_path=policy, use_spark=False, reclaim=True).run([table.uri])
+    assert s.status == "ok" and s.reclaim is not None, s
+    assert s.reclaim["data_files_deleted"] == len(replaced) and s.reclaim["oldest_retained_version"] == table.version
+    assert not any((Path(table.uri) / p).exists() for p in replaced)
+    assert sorted_read(table).equals(model.table())
+
+
+def test_a_missing_table_fails_its_summary_only(tmp_path: Path) -> None:
+    table, _ = make_table(tmp_path, commits=2)
+    a, b = Runner(None, use_spark=False).run([str(tmp_path / "nope"), table.uri], dry_run=True)
+    assert a.status == "failed" and "TableNotFoundError" in (a.error or "")
+    assert b.status == "dry-run"
+
+
+@pytest.mark.spark
+def test_maintd_run_prints_json_and_exits_non_zero_naming_failing_tables(tmp_path: Path, spark: Any,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    table, model = make_table(tmp_path, commits=10)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    monkeypatch.setenv("MAINTD_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(_app(), ["run", table.uri, "--policy", str(policy), "--json"])
+    assert result.exit_code == 0, result.output
+    [summary] = json.loads(result.stdout)
+    assert summary["status"] == "ok" and summary["tasks_committed"] > 0
+    assert summary["reclaim"]["oldest_retained_version"] <= summary["version"]
+    assert sorted_read(table).equals(model.table())
+    missing = str(tmp_path / "missing")
+    result = CliRunner().invoke(_app(), ["run", missing, "--policy", str(policy)])
+    assert result.exit_code == 1 and missing in result.output
+
+
+@pytest.mark.spark
+def test_the_demo_shows_fewer_files_and_identical_reads(tmp_path: Path, spark: Any) -> None:
+    from rich.console import Console
+
+    console = Console(record=True, width=140)
+    assert demo_cli.run_demo(console, tmp_path, batches=40, rows=200, spark=spark)
+    text = console.export_text()
+    assert "rows read before and after are identical" in text and "faster" in text

@@ -1,0 +1,125 @@
+"""Execution on Spark: the shared local SparkSession, a concurrent writer process, and spark-submit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from maintd.execution import ExecutionOptions, commit_rewrites, discard_outputs, execute
+
+from .helpers import make_table, plan_all, sorted_read
+
+pytestmark = pytest.mark.spark
+HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
+
+
+def test_spark_tasks_write_what_local_tasks_write(tmp_path: Path, spark: Any) -> None:
+    table, model = make_table(tmp_path, commits=15)
+    before = {v: sorted_read(table, v) for v in range(1, table.version + 1)}
+    plan = plan_all(table, "cluster", level=1)
+    results = execute(plan, table, spark)
+    assert [r.task_id for r in results] == [t.task_id for t in plan.tasks] and all(r.ok for r in results)
+    assert commit_rewrites(table, plan, results).committed
+    plan = plan_all(table, "compact")
+    assert commit_rewrites(table, plan, execute(plan, table, spark)).version == table.version
+    assert sorted_read(table).equals(model.table())
+    for v, expected in before.items():
+        assert sorted_read(table, v).equals(expected)
+
+
+def test_a_writer_in_another_process_and_maintenance_both_land(tmp_path: Path, spark: Any) -> None:
+    table, model = make_table(tmp_path, commits=15)
+    plan = plan_all(table, "compact")
+    out = tmp_path / "writer.parquet"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    writer = subprocess.Popen([sys.executable, str(HERE / "writer_process.py"), table.uri, "25", "5", str(out)],
+                              env=env)
+    try:
+        results = execute(plan, table, spark)
+        deadline = time.monotonic() + 60
+        while table.version == plan.read_version and time.monotonic() < deadline:
+            time.sleep(0.05)  # commit only once the writer has landed after the read version
+        outcome = commit_rewrites(table, plan, results)
+    finally:
+        assert writer.wait(timeout=120) == 0
+    assert outcome.version is not None and not outcome.dropped
+    model.apply(pq.read_table(out))
+    assert sorted_read(table).equals(model.table())
+    ops = [c.operation for c in table.history()]
+    assert ops.count("WRITE") == 15 + 25 and ops.count("OPTIMIZE") == 1
+
+
+def test_the_spark_submit_job_runs_a_plan_from_json_and_commits(tmp_path: Path) -> None:
+    table, model = make_table(tmp_path, commits=8, buckets=2)
+    plan = plan_all(table, "compact")
+    plan_file, out_file = tmp_path / "plan.json", tmp_path / "results.json"
+    plan_file.write_text(plan.model_dump_json())
+    submit = Path(sys.executable).parent / "spark-submit"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "MAINTD_SPARK__MASTER": "local[1]",
+           "MAINTD_SPARK__DRIVER_MEMORY": "512m", "MAINTD_STATE_DIR": str(tmp_path / "state")}
+    started = time.monotonic()
+    proc = subprocess.run([str(submit), "--master", "local[1]", str(ROOT / "jobs" / "maintenance_job.py"),
+                           "--plan", str(plan_file), "--output", str(out_file), "--commit"],
+                          env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(out_file.read_text())
+    assert [r["ok"] for r in out["results"]] == [True, True]
+    assert out["commit"]["version"] == plan.read_version + 1, time.monotonic() - started
+    assert sorted_read(table).equals(model.table())
+
+
+@pytest.mark.parametrize("options", [ExecutionOptions(slices=1), ExecutionOptions(slices=2, pack_threads=2)],
+                         ids=["one-pack", "two-packs-threads"])
+def test_packed_spark_tasks_write_what_one_spark_task_per_task_writes(tmp_path: Path, spark: Any,
+                                                                       options: ExecutionOptions) -> None:
+    table, model = make_table(tmp_path, commits=12, buckets=4)
+    plan = plan_all(table, "compact")
+    one_each = execute(plan, table, spark, ExecutionOptions(slices=len(plan.tasks)))
+    packed = execute(plan, table, spark, options)
+    assert [r.task_id for r in packed] == [t.task_id for t in plan.tasks] and all(r.ok for r in packed)
+    for a, b in zip(one_each, packed, strict=True):
+        assert a.add is not None and b.add is not None
+        assert pq.read_table(table.storage.full_path(a.add.path)).equals(
+            pq.read_table(table.storage.full_path(b.add.path)))
+    discard_outputs(table, one_each)
+    assert commit_rewrites(table, plan, packed).committed
+    assert sorted_read(table).equals(model.table())
+
+
+def test_a_failing_task_fails_alone_in_its_spark_pack(tmp_path: Path, spark: Any) -> None:
+    table, model = make_table(tmp_path, commits=10, buckets=4)
+    plan = plan_all(table, "compact")
+    victim = plan.tasks[2].task_id
+    results = execute(plan, table, spark, ExecutionOptions(slices=1, faults={victim: "after_first_chunk"}))
+    assert [r.task_id for r in results if not r.ok] == [victim]
+    outcome = commit_rewrites(table, plan, results)
+    assert outcome.failed == [victim] and len(outcome.committed) == len(plan.tasks) - 1
+    assert set(plan.tasks[2].inputs) <= set(table.snapshot().files)
+    assert sorted_read(table).equals(model.table())
+
+
+def test_spark_workers_freeze_their_zip_caches(spark: Any) -> None:
+    import functools
+
+    from maintd.execution.spark import _FROZEN_ATTR, run_pack_in_worker
+
+    run = functools.partial(run_pack_in_worker, threads=1)
+
+    def probe(pack: list[str]) -> list[str]:
+        import zipimport
+
+        assert run(pack) == []
+        frozen = getattr(zipimport.zipimporter.invalidate_caches, _FROZEN_ATTR, None)
+        return sorted(frozen or ["<not frozen>"])
+
+    archives = spark.sparkContext.parallelize([[]], 1).flatMap(probe).collect()
+    assert any(a.endswith("pyspark.zip") for a in archives), archives
