@@ -1,0 +1,183 @@
+"""Plan and carry out one reclamation: checkpoint, then log, then data files, then orphans, then the watermark.
+
+The order is what keeps every retained version readable at every moment, including after a crash
+between any two steps (docs/reclamation.md, "Why it is safe"):
+
+1. a checkpoint at the oldest retained version ``R`` is written first, so ``R`` stays reconstructible
+   once the commits before it are gone;
+2. the commits before ``R`` are deleted oldest first (the remaining ones stay one unbroken range), then
+   the checkpoints before ``R``: from now on no version before ``R`` can be loaded, so no reader can
+   start reading a file that step 3 deletes (the failure of Paimon #6978 and Hudi #8584);
+3. the data files removed at or before ``R`` are deleted: no version from ``R`` on holds them;
+4. orphans older than the grace are deleted, after a last check against the newest snapshot;
+5. the watermark ``_log/_reclaimed`` records that the data files of every tombstone up to ``R`` are gone,
+   so later checkpoints leave those tombstones out.
+
+Every step is idempotent; a run that stops anywhere is finished by the next one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from loguru import logger
+
+from maintd.errors import InvalidInputError, StorageError, VersionNotFoundError
+from maintd.reclaim.files import Listing, PartitionFilter, expired_data_files, find_orphans, log_files_below
+from maintd.reclaim.models import FileRef, ReclaimPlan, ReclaimReport
+from maintd.table import Snapshot, Table
+
+StepHook = Callable[[str], None]
+"""Called after each step and each deleted file with the step's name: ``checkpoint``, ``log``, ``data``,
+``orphan``, ``watermark`` (and ``commit`` for a PURGE). Tests use it to crash a run at any point."""
+
+MIN_GRACE = timedelta(hours=1)
+
+
+def to_ms(now: datetime) -> int:
+    """Epoch milliseconds of an aware datetime (a naive one is taken as UTC)."""
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)
+    return int(now.timestamp() * 1000)
+
+
+def check_grace(grace: timedelta, force: bool) -> None:
+    """Refuse an orphan grace below one hour unless forced: it could delete an in-flight writer's files."""
+    if grace < timedelta(0):
+        raise InvalidInputError(f"orphan grace {grace} is negative; give a duration of at least 1 hour")
+    if grace < MIN_GRACE and not force:
+        raise InvalidInputError(
+            f"orphan grace {grace} is below 1 hour, which can delete files a writer is about to commit; "
+            "raise it, or force it (force_short_grace / --force) only when no writer runs"
+        )
+
+
+def list_files(table: Table) -> Listing:
+    """Every file below the table root, by relative path (taken before loading the snapshot)."""
+    try:
+        return {f.path: f for f in table.storage.walk()}
+    except OSError as exc:
+        raise StorageError(f"table {table.uri}: cannot list its files ({exc}); check the storage and retry") from exc
+
+
+def build_plan(table: Table, snapshot: Snapshot, listing: Listing, *, now: datetime, floor: int, floor_ms: int,
+               oldest_available: int, grace: timedelta, where: PartitionFilter) -> ReclaimPlan:
+    """What to delete so that ``floor`` becomes the oldest version (pure but for the checkpoint probe)."""
+    orphans = find_orphans(snapshot, listing, to_ms(now), int(grace.total_seconds() * 1000), where)
+    expiring = floor > oldest_available
+    return ReclaimPlan(
+        table=table.uri,
+        now=now,
+        retain_hours=snapshot.retain_hours,
+        orphan_grace_hours=grace.total_seconds() / 3600,
+        latest_version=snapshot.version,
+        oldest_available_version=oldest_available,
+        oldest_retained_version=floor,
+        retained_timestamp=floor_ms,
+        partitions=where.specs,
+        checkpoint_needed=expiring and not table.log.checkpoint_exists(floor),
+        log_files=tuple(log_files_below(listing, floor)) if expiring else (),
+        data_files=tuple(expired_data_files(snapshot, listing, floor_ms, where)),
+        orphan_files=orphans.files,
+        orphans_within_grace=orphans.within_grace,
+        unknown_files=orphans.unknown,
+    )
+
+
+def report_of(plan: ReclaimPlan, *, dry_run: bool, operation: str = "reclaim", **done: object) -> ReclaimReport:
+    """A report of ``plan``: what a dry run would delete, or (with ``done``) what was deleted."""
+    planned = {
+        "log_files_deleted": len(plan.log_files), "log_bytes_deleted": _size(plan.log_files),
+        "data_files_deleted": len(plan.data_files), "data_bytes_deleted": _size(plan.data_files),
+        "orphan_files_deleted": len(plan.orphan_files), "orphan_bytes_deleted": _size(plan.orphan_files),
+    }
+    fields = {
+        "table": plan.table, "dry_run": dry_run, "operation": operation, "now": plan.now,
+        "retain_hours": plan.retain_hours, "latest_version": plan.latest_version,
+        "oldest_retained_version": plan.oldest_retained_version, "versions_expired": plan.versions_expired,
+        "partitions": plan.partitions, "orphans_within_grace": plan.orphans_within_grace,
+        "unknown_files_kept": plan.unknown_files,
+        "checkpoint_written": plan.oldest_retained_version if dry_run and plan.checkpoint_needed else None,
+    }
+    return ReclaimReport.model_validate(fields | planned | done)
+
+
+def _size(files: tuple[FileRef, ...]) -> int:
+    return sum(f.bytes for f in files)
+
+
+class _Deleter:
+    """Deletes files, counting what went; a failing delete is logged and marks the run incomplete."""
+
+    def __init__(self, table: Table, hook: StepHook) -> None:
+        self.table = table
+        self.hook = hook
+        self.complete = True
+
+    def delete(self, files: tuple[FileRef, ...] | list[FileRef], step: str) -> tuple[int, int]:
+        count = size = 0
+        for f in files:
+            try:
+                gone = self.table.storage.delete(f.path)
+            except OSError as exc:
+                self.complete = False
+                logger.warning("table {}: could not delete {} ({}); the next reclamation retries", self.table.uri,
+                               f.path, exc)
+                continue
+            if gone:
+                count, size = count + 1, size + f.bytes
+            self.hook(step)
+        return count, size
+
+
+def execute_plan(table: Table, plan: ReclaimPlan, *, on_step: StepHook | None = None, operation: str = "reclaim",
+                 advance_watermark: bool = True, started: float | None = None) -> ReclaimReport:
+    """Carry out ``plan`` in the safe order (module docstring); returns what was deleted."""
+    started = time.monotonic() if started is None else started
+    hook = on_step or (lambda step: None)
+    deleter = _Deleter(table, hook)
+    checkpoint, log_files = _checkpoint(table, plan, hook)
+    log = deleter.delete(log_files, "log")
+    data = deleter.delete(plan.data_files, "data")
+    orphan = deleter.delete(_still_orphans(table, plan), "orphan")
+    if advance_watermark and deleter.complete and plan.partitions == ():
+        table.log.advance_reclaimed_watermark(plan.oldest_retained_version, plan.retained_timestamp)
+        hook("watermark")
+    report = report_of(
+        plan, dry_run=False, operation=operation, checkpoint_written=checkpoint,
+        log_files_deleted=log[0], log_bytes_deleted=log[1], data_files_deleted=data[0], data_bytes_deleted=data[1],
+        orphan_files_deleted=orphan[0], orphan_bytes_deleted=orphan[1], complete=deleter.complete,
+        seconds=round(time.monotonic() - started, 3),
+    )
+    logger.info("table {}: {} deleted {} log, {} data and {} orphan file(s) ({} bytes); oldest retained version {}",
+                table.uri, operation, log[0], data[0], orphan[0], report.bytes_deleted, plan.oldest_retained_version)
+    return report
+
+
+def _checkpoint(table: Table, plan: ReclaimPlan, hook: StepHook) -> tuple[int | None, tuple[FileRef, ...]]:
+    """Make sure the oldest retained version has a checkpoint; the log files may go only then."""
+    if not plan.checkpoint_needed:
+        return None, plan.log_files
+    try:
+        table.log.write_checkpoint(table.snapshot(plan.oldest_retained_version))
+    except VersionNotFoundError:
+        # Another reclamation went further already: its checkpoint is newer and it deleted these commits.
+        logger.info("table {}: version {} was reclaimed concurrently; its log is left to that run", table.uri,
+                    plan.oldest_retained_version)
+        return None, ()
+    hook("checkpoint")
+    return plan.oldest_retained_version, plan.log_files
+
+
+def _still_orphans(table: Table, plan: ReclaimPlan) -> tuple[FileRef, ...]:
+    """The planned orphans that the newest snapshot still does not reference (a last check)."""
+    if not plan.orphan_files:
+        return ()
+    latest = table.snapshot()
+    referenced = latest.files.keys() | latest.tombstones.keys()
+    return tuple(f for f in plan.orphan_files if f.path not in referenced)
+
+
+__all__ = ["MIN_GRACE", "StepHook", "build_plan", "check_grace", "execute_plan", "list_files", "report_of", "to_ms"]

@@ -1,0 +1,186 @@
+"""Which files below a table root reclamation may delete: pure functions of a listing and a snapshot.
+
+Three kinds of file are deleted, each for its own reason:
+
+* **log files** (``log``): commits and checkpoints of versions older than the oldest retained version;
+* **data files** (``data``): files removed by a commit at or before the oldest retained version, so no
+  retained version reads them (they are tombstones of the latest snapshot);
+* **orphans** (``orphan``): files no log entry references (a writer or a job that crashed before its
+  commit landed), once older than the grace period, because an in-flight writer's files look the same.
+
+Only files whose names maintd itself writes are ever deleted (data files ``base-<hex>.parquet`` and
+``delta-L<n>-<hex>.parquet``, temporary ``.tmp-<hex>`` files, and log names); anything else a user put
+in the table directory is counted and left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from maintd.errors import InvalidInputError
+from maintd.reclaim.models import FileRef
+from maintd.storage import FileInfo
+from maintd.table.log import LAST_CHECKPOINT, LOG_DIR, RECLAIMED, parse_log_name
+from maintd.table.snapshot import Snapshot
+
+DATA_FILE_NAME = re.compile(r"(base|delta-L\d)-[0-9a-f]{32}\.parquet")
+TEMP_PREFIX = ".tmp-"
+_NULL = "__NULL__"
+
+Listing = Mapping[str, FileInfo]
+"""Files below the table root by relative path."""
+
+
+def is_maintd_file(path: str) -> bool:
+    """True for names maintd writes outside the log: data files and temporary files."""
+    name = path.rsplit("/", 1)[-1]
+    return bool(DATA_FILE_NAME.fullmatch(name)) or name.startswith(TEMP_PREFIX)
+
+
+def in_log(path: str) -> bool:
+    return path.startswith(f"{LOG_DIR}/")
+
+
+@dataclass(frozen=True)
+class PartitionFilter:
+    """Partitions a PURGE is limited to: a file matches if its partition matches any spec (no spec: all)."""
+
+    partition_by: tuple[str, ...]
+    specs: tuple[dict[str, str | None], ...] = ()
+
+    @classmethod
+    def of(cls, partition_by: Sequence[str], specs: Iterable[Mapping[str, object]], *, table: str) -> PartitionFilter:
+        """Validate ``specs`` (column -> value) against the table's partition columns."""
+        clean: list[dict[str, str | None]] = []
+        for spec in specs:
+            if not spec:
+                continue
+            if not partition_by:
+                raise InvalidInputError(f"table {table} is not partitioned; drop the partition filter")
+            unknown = sorted(set(spec) - set(partition_by))
+            if unknown:
+                raise InvalidInputError(
+                    f"table {table}: {', '.join(unknown)} is not a partition column; "
+                    f"the partition columns are {', '.join(partition_by)}"
+                )
+            clean.append({k: None if v is None else str(v) for k, v in spec.items()})
+        return cls(tuple(partition_by), tuple(clean))
+
+    @property
+    def everything(self) -> bool:
+        return not self.specs
+
+    def matches(self, partition: Mapping[str, str | None]) -> bool:
+        return self.everything or any(all(partition.get(k) == v for k, v in s.items()) for s in self.specs)
+
+    def matches_path(self, path: str) -> bool:
+        """Whether a file's directory (``col=value/...``) lies in a selected partition."""
+        if self.everything:
+            return True
+        parts = path.split("/")[: len(self.partition_by)]
+        found: dict[str, str | None] = {}
+        for segment in parts:
+            col, sep, value = segment.partition("=")
+            if not sep or col not in self.partition_by:
+                return False
+            found[col] = None if value == _NULL else unquote(value)
+        return len(found) == len(self.partition_by) and self.matches(found)
+
+
+def log_files_below(listing: Listing, floor: int) -> list[FileRef]:
+    """Commits and checkpoints of versions before ``floor``: commits oldest first, then checkpoints.
+
+    Commits go oldest first so that the commits left always form one unbroken range up to the latest
+    version, which the version lookups rely on, even if the deletion stops half-way.
+    """
+    commits: list[tuple[int, FileRef]] = []
+    checkpoints: list[tuple[int, FileRef]] = []
+    for info in listing.values():
+        if not in_log(info.path):
+            continue
+        parsed = parse_log_name(info.path)
+        if parsed is None or parsed[1] >= floor:
+            continue
+        (commits if parsed[0] == "commit" else checkpoints).append((parsed[1], FileRef(path=info.path,
+                                                                                        bytes=info.size)))
+    return [f for _, f in sorted(commits, key=lambda x: x[0])] + [f for _, f in sorted(checkpoints, key=lambda x: x[0])]
+
+
+def expired_data_files(snapshot: Snapshot, listing: Listing, cutoff_ms: int, where: PartitionFilter) -> list[FileRef]:
+    """Tombstones removed at or before ``cutoff_ms`` (a commit time) whose files are still on storage.
+
+    Commit times strictly increase with the version, so "removed at or before the commit time of R" is
+    "removed at a version <= R": no version from R on holds the file.
+    """
+    out = []
+    for path, tomb in snapshot.tombstones.items():
+        info = listing.get(path)
+        if info is None or tomb.deletion_time > cutoff_ms or path in snapshot.files:
+            continue
+        if where.matches(tomb.partition):
+            out.append(FileRef(path=path, bytes=info.size))
+    return sorted(out, key=lambda f: f.path)
+
+
+@dataclass(frozen=True)
+class Orphans:
+    """Unreferenced files: those old enough to delete, and counts of what is kept."""
+
+    files: tuple[FileRef, ...]
+    within_grace: int
+    unknown: int
+
+
+def find_orphans(snapshot: Snapshot, listing: Listing, now_ms: int, grace_ms: int, where: PartitionFilter) -> Orphans:
+    """Files no entry of ``snapshot`` references (live or tombstone), maintd's by name, older than the grace.
+
+    ``listing`` must have been taken *before* ``snapshot`` was loaded: a file that a commit references is
+    then either in the snapshot or was committed after it, by a writer that wrote it moments before,
+    which the grace protects.
+    """
+    referenced = snapshot.files.keys() | snapshot.tombstones.keys()
+    old: list[FileRef] = []
+    young = unknown = 0
+    for path, info in listing.items():
+        if path in referenced:
+            continue
+        if in_log(path):
+            name = path.rsplit("/", 1)[-1]
+            if not name.startswith(TEMP_PREFIX):
+                unknown += not _log_name(name)
+                continue
+            if not where.everything:
+                continue
+        elif not is_maintd_file(path):
+            unknown += 1
+            continue
+        if not where.matches_path(path):
+            continue
+        if now_ms - info.mtime_ms > grace_ms:
+            old.append(FileRef(path=path, bytes=info.size))
+        else:
+            young += 1
+    return Orphans(tuple(sorted(old, key=lambda f: f.path)), young, unknown)
+
+
+_HINTS = frozenset(p.rsplit("/", 1)[-1] for p in (LAST_CHECKPOINT, RECLAIMED))
+
+
+def _log_name(name: str) -> bool:
+    return parse_log_name(name) is not None or name in _HINTS
+
+
+__all__ = [
+    "DATA_FILE_NAME",
+    "Listing",
+    "Orphans",
+    "PartitionFilter",
+    "expired_data_files",
+    "find_orphans",
+    "in_log",
+    "is_maintd_file",
+    "log_files_below",
+]
