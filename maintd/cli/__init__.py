@@ -1,0 +1,53 @@
+"""The ``maintd`` command line (typer).
+
+Every command lives in its own module with a ``register(app)`` function; the root app imports them in
+:data:`COMMAND_MODULES` order. Errors from the library (:class:`maintd.errors.MaintdError`) are printed as one clear
+line naming what is wrong, with exit code 2; unexpected errors keep their traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import import_module
+
+import typer
+
+from maintd import __version__
+
+COMMAND_MODULES: tuple[str, ...] = ("table", "read", "plan", "run", "reclaim", "demo", "daemon", "status")
+
+app = typer.Typer(
+    name="maintd",
+    help="Table maintenance for primary-key delta tables: clustering, compaction and reclamation on Spark.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"maintd {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """maintd keeps primary-key delta tables healthy: it merges small files, compacts and reclaims history."""
+
+
+for _name in COMMAND_MODULES:
+    import_module(f"{__name__}.{_name}").register(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``maintd`` script."""
+    from maintd.errors import MaintdError
+
+    try:
+        app(args=argv, prog_name="maintd")
+    except MaintdError as exc:  # commands map their own errors; this is the safety net
+        sys.stderr.write(f"error: {exc}\n")
+        raise SystemExit(2) from None

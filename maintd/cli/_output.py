@@ -1,0 +1,73 @@
+"""Shared output helpers of the CLI: one place decides how errors, JSON and sizes are printed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+
+from maintd.errors import MaintdError
+
+T = TypeVar("T")
+
+err_console = Console(stderr=True, soft_wrap=True)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print ``error: message`` on stderr and exit with ``code``."""
+    err_console.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn library errors into one clear line on stderr and exit code 2."""
+    try:
+        yield
+    except MaintdError as exc:
+        fail(str(exc))
+
+
+def guarded(fn: Callable[[], T]) -> T:
+    with user_errors():
+        return fn()
+
+
+def print_json(obj: Any) -> None:
+    """Write ``obj`` as indented JSON on stdout (datetimes as ISO-8601)."""
+    sys.stdout.write(json.dumps(obj, indent=2, default=_default, sort_keys=False) + "\n")
+
+
+def _default(o: Any) -> Any:
+    if isinstance(o, datetime):
+        return o.isoformat()
+    if hasattr(o, "model_dump"):
+        return o.model_dump(mode="json")
+    if isinstance(o, set | frozenset | tuple):
+        return list(o)
+    return str(o)
+
+
+def iso_ms(ms: int) -> str:
+    """An epoch-milliseconds time as ISO-8601 UTC."""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+_EXAMPLES = {"--property": "acid.data.retain.hours=24", "--partition": "ds=2026-01-01"}
+
+
+def parse_kv(items: list[str] | None, what: str) -> dict[str, str]:
+    """``["k=v", ...]`` to a dict; a malformed item is a clear error naming it."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            fail(f"{what} {item!r} is not KEY=VALUE; write it as e.g. {what} {_EXAMPLES.get(what, 'key=value')}")
+        out[key.strip()] = value.strip()
+    return out

@@ -1,0 +1,124 @@
+"""``maintd run``: one-shot maintenance of tables (plan, execute on Spark, commit, summary)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table as RichTable
+
+STAGES = ("planning", "executing", "committing", "done")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``maintd run`` to the root app."""
+    app.command("run")(run_command)
+
+
+def run_command(
+    uris: list[str] = typer.Argument(None, help="Table URIs; default: the tables of the config's warehouse."),
+    policy: Path | None = typer.Option(None, "--policy", help="Policy YAML file (default: config, then packaged)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Plan and print, change nothing."),
+    no_reclaim: bool = typer.Option(False, "--no-reclaim", help="Skip the reclamation that follows maintenance."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    config: Path | None = typer.Option(None, "--config", help="Settings YAML (default: $MAINTD_CONFIG, "
+                                                               "config/maintd.yaml)."),
+) -> None:
+    """Run maintenance once on tables, then reclaim them, and print what it did; exits non-zero naming the
+    failing tables."""
+    from maintd.errors import MaintdError
+    from maintd.execution.runner import Runner, tables_from_settings
+    from maintd.settings import load_settings
+
+    console = Console(stderr=json_out)
+    try:
+        settings = load_settings(config)
+        targets = list(uris or tables_from_settings(settings))
+        if not targets:
+            console.print("no tables: give table URIs or set warehouse.roots / warehouse.tables in the config")
+            raise typer.Exit(2)
+        with _progress(console, targets) as report:
+            runner = Runner(settings, policy_path=policy, progress=report, reclaim=not no_reclaim)
+            summaries = runner.run(targets, dry_run=dry_run)
+    except MaintdError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    if json_out:
+        sys.stdout.write(json.dumps([s.to_dict() for s in summaries], indent=2, default=str) + "\n")
+    else:
+        print_summaries(console, summaries, dry_run=dry_run)
+    failing = [s.uri for s in summaries if not s.ok]
+    if failing:
+        console.print(f"[red]maintenance failed for {len(failing)} table(s):[/red] {', '.join(failing)}")
+        raise typer.Exit(1)
+
+
+def _progress(console: Console, targets: Sequence[str]) -> AbstractContextManager[Callable[[str, str], None]]:
+    """A rich progress bar per table on a terminal; plain lines otherwise."""
+    if not console.is_terminal:
+        def plain(uri: str, stage: str) -> None:
+            console.print(f"{uri}: {stage}", highlight=False)
+
+        return nullcontext(plain)
+    return _RichProgress(console, targets)
+
+
+class _RichProgress:
+    def __init__(self, console: Console, targets: Sequence[str]) -> None:
+        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                            TextColumn("{task.fields[stage]}"), TimeElapsedColumn(), console=console, transient=True)
+        self.ids = {u: self.bar.add_task(u, total=len(STAGES), stage="waiting") for u in targets}
+
+    def __enter__(self) -> Callable[[str, str], None]:
+        self.bar.__enter__()
+        return self.report
+
+    def __exit__(self, *exc: Any) -> None:
+        self.bar.__exit__(*exc)
+
+    def report(self, uri: str, stage: str) -> None:
+        done = STAGES.index(stage) + 1 if stage in STAGES else len(STAGES)
+        self.bar.update(self.ids[uri], completed=done, stage=stage)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def print_summaries(console: Console, summaries: Sequence[Any], *, dry_run: bool = False) -> None:
+    """One row per table: tasks, files and bytes before/after, bytes read/written, time, conflicts."""
+    t = RichTable(title="maintd run (dry run: nothing changed)" if dry_run else "maintd run")
+    for col in ("table", "status", "tasks", "files", "bytes", "read", "written", "time", "conflicts"):
+        t.add_column(col, justify="left" if col in ("table", "status") else "right")
+    for s in summaries:
+        colour = "green" if s.ok else "red"
+        tasks = f"{s.tasks_planned}" if dry_run or not s.tasks_planned else f"{s.tasks_committed}/{s.tasks_planned}"
+        t.add_row(s.uri, f"[{colour}]{s.status}[/{colour}]", tasks, f"{s.before.files} -> {s.after.files}",
+                  f"{human_bytes(s.before.bytes)} -> {human_bytes(s.after.bytes)}", human_bytes(s.bytes_read),
+                  human_bytes(s.bytes_written), f"{s.seconds:.1f} s", str(s.conflicts))
+    console.print(t)
+    for s in summaries:
+        if s.reclaim:
+            r = s.reclaim
+            verb = "would reclaim" if dry_run else "reclaimed"
+            console.print(f"{s.uri}: {verb} {r['versions_expired']} expired version(s) (oldest retained "
+                          f"{r['oldest_retained_version']}): {r['log_files_deleted']} log, {r['data_files_deleted']} "
+                          f"data ({human_bytes(r['data_bytes_deleted'])}) and {r['orphan_files_deleted']} orphan "
+                          f"file(s)", highlight=False)
+        if s.error:
+            console.print(f"[red]{s.uri}:[/red] {s.error}", highlight=False)
+        if dry_run:
+            for p in s.planned:
+                console.print(f"  {p['task_id']}: {p['kind']} bucket {p['bucket']} {p['partition'] or ''} "
+                              f"{p['files']} files {human_bytes(p['bytes'])}: {p['reason']}", highlight=False)

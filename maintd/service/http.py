@@ -1,0 +1,154 @@
+"""The daemon's read-only HTTP endpoint: ``/healthz``, ``/readyz`` and ``/metrics``.
+
+The standard library's threaded server is enough: the endpoint serves probes and a scraper, a few
+requests a minute, and nothing on it changes state. Only ``GET`` (and ``HEAD``, which HTTP requires of
+any server that serves ``GET``) are allowed; every other method gets ``405``.
+
+- ``/healthz``: 200 while the process serves requests (the liveness probe).
+- ``/readyz``: runs every readiness check (state store reachable, Spark session alive...); 200 if all
+  pass, else 503 with the failing checks in a JSON body (the readiness probe).
+- ``/metrics``: the Prometheus text exposition of :class:`~maintd.service.metrics.Metrics`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from loguru import logger
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from maintd.service.metrics import Metrics
+from maintd.settings import redact_secrets
+
+#: A readiness check: returns normally (or True) when ready; returns False or raises when not.
+ReadinessCheck = Callable[[], object]
+
+
+class HealthServer:
+    """A threaded HTTP server in a daemon thread.
+
+    Args:
+        metrics: the metrics served on ``/metrics``.
+        checks: readiness checks by name, run on every ``/readyz``.
+        host: address to bind.
+        port: port to bind; 0 picks a free one (see :attr:`port`).
+    """
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        checks: Mapping[str, ReadinessCheck] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.metrics = metrics
+        self.checks = dict(checks or {})
+        self._server = ThreadingHTTPServer((host, port), _handler_class(self))
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port."""
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        """``http://host:port``."""
+        host = self._server.server_address[0]
+        shown = host.decode() if isinstance(host, bytes) else host
+        return f"http://{shown}:{self.port}"
+
+    def start(self) -> HealthServer:
+        """Serve in a background thread; returns self."""
+        self._thread = threading.Thread(target=self._server.serve_forever, name="maintd-http", daemon=True)
+        self._thread.start()
+        logger.info("HTTP endpoint on {} (/healthz, /readyz, /metrics)", self.url)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> HealthServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def readiness(self) -> dict[str, str]:
+        """Run every check; returns the failing ones, name to reason (empty when ready)."""
+        failing = {}
+        for name, check in self.checks.items():
+            try:
+                ok = check()
+            except Exception as exc:  # a failing check must not break the probe itself
+                failing[name] = redact_secrets(f"{type(exc).__name__}: {exc}")
+                continue
+            if ok is False:
+                failing[name] = "not ready"
+        return failing
+
+
+def _handler_class(server: HealthServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(_Handler):
+        owner = server
+
+    return Handler
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: HealthServer
+    server_version = "maintd"
+    sys_version = ""
+
+    def do_GET(self) -> None:
+        self._respond(head=False)
+
+    def do_HEAD(self) -> None:
+        self._respond(head=True)
+
+    def _respond(self, *, head: bool) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/healthz":
+            self._send(200, b"ok\n", "text/plain; charset=utf-8", head)
+        elif path == "/readyz":
+            failing = self.owner.readiness()
+            body: dict[str, Any] = {"ready": not failing, "failing": failing}
+            self._send(503 if failing else 200, json.dumps(body).encode() + b"\n", "application/json", head)
+        elif path == "/metrics":
+            self._send(200, self.owner.metrics.expose(), CONTENT_TYPE_LATEST, head)
+        else:
+            self._send(404, b"not found; try /healthz, /readyz or /metrics\n", "text/plain; charset=utf-8", head)
+
+    def _method_not_allowed(self) -> None:
+        self.send_response(405)
+        self.send_header("Allow", "GET, HEAD")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _method_not_allowed
+
+    def _send(self, status: int, body: bytes, content_type: str, head: bool) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        # Probes hit these endpoints every few seconds; keep them out of the logs unless debugging.
+        logger.trace("http {} {}", self.address_string(), format % args)
+
+
+__all__ = ["HealthServer", "ReadinessCheck"]

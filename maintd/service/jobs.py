@@ -1,0 +1,302 @@
+"""The daemon's per-table work: maintenance through the :class:`~maintd.execution.runner.Runner`,
+reclamation through :func:`maintd.reclaim.reclaim_table`, discovery of tables, and the metrics of each.
+
+The :class:`~maintd.service.daemon.Daemon` schedules, leases and records; this module does the work it
+schedules and turns what happened into a :class:`~maintd.service.records.RunResult` and Prometheus
+series. It shares one Runner (so one policy file and one SparkSession) between every table thread.
+
+A run only commits while this daemon still holds the table's lease: the lease is renewed at the moment
+the rewrite is about to commit, and a lost lease (expired during a long rewrite, or released because
+the daemon stopped after its grace period) abandons the run before its commit. Its written files are
+then unreferenced and go with orphan cleanup, so two daemons never both commit maintenance of one
+table for the same lease period.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from loguru import logger
+
+from maintd.errors import LeaseLostError, MaintdError
+from maintd.execution.commit import OPERATION as MAINTENANCE_OPERATION
+from maintd.execution.runner import Runner, TableHealth, TableRunSummary, discover_tables
+from maintd.service.metrics import Metrics
+from maintd.service.records import Decision, RunKind, RunResult, RunStatus
+from maintd.service.store import StateStore
+from maintd.settings import Settings
+from maintd.table import Table
+
+Clock = Callable[[], datetime]
+
+#: Runner summary status to run status. ``partial`` (some tasks failed) counts as a failure: it is
+#: reported and retried after a backoff, although what did commit stays committed.
+_STATUS = {
+    "ok": RunStatus.SUCCEEDED,
+    "nothing": RunStatus.SKIPPED,
+    "dry-run": RunStatus.SKIPPED,
+    "partial": RunStatus.FAILED,
+    "failed": RunStatus.FAILED,
+}
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class TableJobs:
+    """Maintenance, reclamation and discovery for one daemon.
+
+    Args:
+        settings: the daemon's settings (policy, reclaim, warehouse, store groups are used).
+        store: the state store, for the lease check before a commit.
+        metrics: where the outcome of every run is published.
+        holder: the daemon's lease holder id; None skips the lease check (one-shot use).
+        spark: the long-lived SparkSession; None rewrites in local threads (small tables, tests).
+        clock: the wall clock, as an aware UTC datetime (planning ages and reclamation retention use it).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: StateStore,
+        metrics: Metrics,
+        *,
+        holder: str | None = None,
+        spark: Any = None,
+        clock: Clock = _utcnow,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.metrics = metrics
+        self.holder = holder
+        self.spark = spark
+        self.clock = clock
+        self.runner = Runner(settings, spark=spark, use_spark=spark is not None, progress=self._on_stage)
+        self._commit_started: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._discovered: list[str] = []
+        self._discovered_at: float | None = None
+
+    # -- discovery --------------------------------------------------------------------------------------
+
+    def discover(self) -> list[str]:
+        """The tables under the warehouse roots, searched again at most every ``discovery_interval_seconds``."""
+        wh = self.settings.warehouse
+        now = time.monotonic()
+        if self._discovered_at is None or now - self._discovered_at >= wh.discovery_interval_seconds:
+            self._discovered = discover_tables(wh.roots, wh.discovery_max_depth)
+            self._discovered_at = now
+            logger.debug("found {} table(s) under {}", len(self._discovered), ", ".join(wh.roots) or "no root")
+        return list(self._discovered)
+
+    # -- maintenance ------------------------------------------------------------------------------------
+
+    def maintain(self, uri: str) -> RunResult:
+        """Plan, execute and commit one table; publish its layout, backlog and commit metrics."""
+        now = self.clock()
+        summary = self.runner.run_table(uri, now=now)
+        with self._lock:
+            self._commit_started.pop(uri, None)
+        status = _STATUS.get(summary.status, RunStatus.FAILED)
+        if summary.error_type == LeaseLostError.__name__:
+            status = RunStatus.ABANDONED
+        backlog = self._publish_layout(uri, summary, now)
+        self._publish_commits(uri, summary)
+        if status is RunStatus.SUCCEEDED or status is RunStatus.SKIPPED:
+            self.metrics.last_success.labels(table=uri, kind=RunKind.MAINTENANCE.value).set(time.time())
+        return RunResult(
+            status=status,
+            plan=_plan_of(summary),
+            metrics=_maintenance_metrics(summary, backlog),
+            decisions=_decisions_of(summary),
+            error=summary.error,
+            error_type=summary.error_type,
+        )
+
+    def _on_stage(self, uri: str, stage: str) -> None:
+        """Runner progress: check the lease right before committing; time the commit."""
+        if stage == "committing":
+            self._check_lease(uri)
+            with self._lock:
+                self._commit_started[uri] = time.monotonic()
+        elif stage in ("done", "failed"):
+            with self._lock:
+                started = self._commit_started.pop(uri, None)
+            if started is not None:
+                self.metrics.commit_duration.labels(operation=MAINTENANCE_OPERATION).observe(time.monotonic() - started)
+
+    def _check_lease(self, uri: str) -> None:
+        if self.holder is None:
+            return
+        if not self.store.renew_lease(self.holder, uri, self.settings.store.lease_duration_seconds):
+            raise LeaseLostError(
+                f"table {uri}: daemon {self.holder} no longer holds the table's lease (it expired, or was released "
+                "when the daemon stopped); the rewrite is not committed and its files are left for orphan cleanup"
+            )
+
+    def _publish_layout(self, uri: str, summary: TableRunSummary, now: datetime) -> tuple[int, int] | None:
+        """Publish files and bytes per level and the backlog (what the planner would rewrite now)."""
+        try:
+            table = Table.open(uri)
+            snapshot = table.snapshot()
+            health = TableHealth.of(snapshot)
+        except MaintdError as exc:
+            logger.debug("table {}: layout not published: {}", uri, exc)
+            return None
+        backlog: tuple[int, int] | None = None
+        try:
+            backlog = self._backlog(table, snapshot, now)
+        except MaintdError as exc:  # a broken policy: the layout is still worth showing
+            logger.debug("table {}: backlog not published: {}", uri, exc)
+        self.metrics.set_table_layout(
+            uri,
+            {level: files for level, (files, _) in health.by_level.items()},
+            {level: size for level, (_, size) in health.by_level.items()},
+            backlog_files=backlog[0] if backlog else 0,
+            backlog_bytes=backlog[1] if backlog else 0,
+        )
+        summary.after = health
+        return backlog
+
+    def _backlog(self, table: Table, snapshot: Any, now: datetime) -> tuple[int, int]:
+        from maintd.planner import plan as make_plan
+
+        resolved = self.runner.policy_file.resolve(
+            name=snapshot.metadata.name or "", uri=table.uri, properties=snapshot.metadata.properties
+        )
+        pending = make_plan(snapshot, resolved.policy, now, table.uri, policy_name=resolved.name)
+        return sum(t.input_files for t in pending.tasks), pending.input_bytes
+
+    def _publish_commits(self, uri: str, summary: TableRunSummary) -> None:
+        if summary.bytes_written:
+            self.metrics.bytes_rewritten.labels(table=uri).inc(summary.bytes_written)
+        if summary.version is not None:
+            self.metrics.commits.labels(operation=MAINTENANCE_OPERATION).inc()
+        if summary.commit_retries:
+            self.metrics.commit_retries.labels(operation=MAINTENANCE_OPERATION).inc(summary.commit_retries)
+        for conflict in summary.conflict_types:
+            self.metrics.commit_conflicts.labels(type=conflict).inc()
+
+    # -- reclamation ------------------------------------------------------------------------------------
+
+    def reclaim(self, uri: str) -> RunResult:
+        """Reclaim one table (expired versions, unreferenced and orphan files); publish what was deleted."""
+        from maintd.reclaim import reclaim_table
+
+        settings = self.settings.reclaim
+        report = reclaim_table(
+            Table.open(uri, retry=self.runner.retry),
+            now=self.clock(),
+            orphan_grace=timedelta(hours=settings.orphan_grace_hours),
+            dry_run=settings.dry_run,
+            force_short_grace=settings.force_short_grace,
+        )
+        metrics = _as_dict(report)
+        if not settings.dry_run:
+            self._publish_reclaimed(uri, metrics)
+        self.metrics.last_success.labels(table=uri, kind=RunKind.RECLAIM.value).set(time.time())
+        return RunResult(status=RunStatus.SUCCEEDED, metrics={"dry_run": settings.dry_run, **metrics})
+
+    def _publish_reclaimed(self, uri: str, report: dict[str, Any]) -> None:
+        for reason, (files, size) in reclaimed_by_reason(report).items():
+            if files:
+                self.metrics.files_reclaimed.labels(table=uri, reason=reason).inc(files)
+            if size:
+                self.metrics.bytes_reclaimed.labels(table=uri).inc(size)
+
+
+_DELETED = re.compile(r"(?:(?P<reason>[a-z]+)_)?(?P<what>files|bytes)_deleted")
+
+
+def reclaimed_by_reason(report: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """Files and bytes a reclamation report says were deleted, by reason.
+
+    Reads the report's numeric ``<reason>_files_deleted`` and ``<reason>_bytes_deleted`` fields
+    (``data_files_deleted``, ``orphan_bytes_deleted``...); plain ``files_deleted`` counts under ``all``.
+    """
+    found: dict[str, list[int]] = {}
+    for key, value in report.items():
+        match = _DELETED.fullmatch(key)
+        if match is None or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        counts = found.setdefault(match["reason"] or "all", [0, 0])
+        counts[0 if match["what"] == "files" else 1] += int(value)
+    return {reason: (files, size) for reason, (files, size) in found.items()}
+
+
+def _as_dict(report: Any) -> dict[str, Any]:
+    if hasattr(report, "model_dump"):
+        return dict(report.model_dump(mode="json"))
+    if hasattr(report, "to_dict"):
+        return dict(report.to_dict())
+    return dict(vars(report))
+
+
+def _plan_of(summary: TableRunSummary) -> dict[str, Any] | None:
+    if not summary.planned:
+        return None
+    return {"policy": summary.policy, "read_version": summary.read_version, "tasks": summary.planned}
+
+
+def _maintenance_metrics(summary: TableRunSummary, backlog: tuple[int, int] | None) -> dict[str, Any]:
+    """What ``maintd status`` and ``maintd history`` show of a maintenance run."""
+    return {
+        "outcome": summary.status,
+        "policy": summary.policy,
+        "read_version": summary.read_version,
+        "version": summary.version,
+        "tasks_planned": summary.tasks_planned,
+        "tasks_committed": summary.tasks_committed,
+        "tasks_dropped": summary.tasks_dropped,
+        "tasks_failed": summary.tasks_failed,
+        "conflicts": summary.conflicts,
+        "conflict_types": list(summary.conflict_types),
+        "commit_retries": summary.commit_retries,
+        "bytes_read": summary.bytes_read,
+        "bytes_written": summary.bytes_written,
+        "files_before": summary.before.files,
+        "bytes_before": summary.before.bytes,
+        "files": summary.after.files,
+        "bytes": summary.after.bytes,
+        "levels": {level: {"files": f, "bytes": b} for level, (f, b) in summary.after.by_level.items()},
+        "backlog_files": backlog[0] if backlog else None,
+        "backlog_bytes": backlog[1] if backlog else None,
+        "seconds": summary.seconds,
+    }
+
+
+def _decisions_of(summary: TableRunSummary) -> tuple[Decision, ...]:
+    """The per-bucket decisions of a run that planned work; a run with nothing to do stores none,
+    which keeps the store from growing by one row per bucket every few minutes."""
+    if not summary.tasks_planned:
+        return ()
+    return tuple(
+        Decision(
+            partition=_partition_text(d.get("partition") or {}),
+            bucket=d.get("bucket"),
+            action=str(d.get("action")),
+            rule=str(d.get("rule")),
+            message=str(d.get("message")),
+        )
+        for d in summary.decisions
+    )
+
+
+def _partition_text(partition: dict[str, Any]) -> str:
+    return "/".join(f"{key}={value}" for key, value in partition.items())
+
+
+def spark_ready(spark: Any) -> bool:
+    """Whether the SparkSession still answers: its JVM context is running (or Spark Connect replies)."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return bool(spark.range(1).count() == 1)
+    return not spark.sparkContext._jsc.sc().isStopped()
+
+
+__all__ = ["TableJobs", "reclaimed_by_reason", "spark_ready"]

@@ -1,0 +1,129 @@
+"""The typed rows the state store returns and takes: frozen, so callers cannot mistake them for live rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class RunKind(StrEnum):
+    """What a run did."""
+
+    MAINTENANCE = "maintenance"
+    RECLAIM = "reclaim"
+
+
+class RunStatus(StrEnum):
+    """Where a run is. Only ``RUNNING`` is not final."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # nothing to do, or the table was busy
+    ABANDONED = "abandoned"  # the daemon stopped (SIGTERM, lost lease, crash) before the run ended
+
+
+@dataclass(frozen=True, slots=True)
+class TableRecord:
+    """A registered table and the outcome of its last run."""
+
+    uri: str
+    name: str
+    source: str
+    registered_at: datetime
+    enabled: bool
+    last_status: str | None
+    last_run_at: datetime | None
+    last_error: str | None
+    maintenance_failures: int
+    maintenance_retry_after: datetime | None
+    reclaim_failures: int
+    reclaim_retry_after: datetime | None
+
+    def failures(self, kind: RunKind | str) -> int:
+        """Consecutive failed runs of ``kind`` (reset by a run of that kind that succeeds)."""
+        return int(self.maintenance_failures if RunKind(kind) is RunKind.MAINTENANCE else self.reclaim_failures)
+
+    def retry_after_of(self, kind: RunKind | str) -> datetime | None:
+        """When runs of ``kind`` may be retried after failures (None: not backing off)."""
+        return self.maintenance_retry_after if RunKind(kind) is RunKind.MAINTENANCE else self.reclaim_retry_after
+
+    @property
+    def consecutive_failures(self) -> int:
+        """Consecutive failures, over both kinds (0: healthy)."""
+        return self.maintenance_failures + self.reclaim_failures
+
+    @property
+    def retry_after(self) -> datetime | None:
+        """The latest retry time over both kinds (None: not backing off)."""
+        times = [t for t in (self.maintenance_retry_after, self.reclaim_retry_after) if t is not None]
+        return max(times) if times else None
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """One maintenance or reclamation run of one table."""
+
+    id: int
+    table_uri: str
+    kind: str
+    status: str
+    holder: str | None
+    started_at: datetime
+    ended_at: datetime | None
+    plan: Any
+    metrics: dict[str, Any] | None
+    error: str | None
+
+    @property
+    def duration_seconds(self) -> float | None:
+        """Seconds from start to end, None while running."""
+        return None if self.ended_at is None else (self.ended_at - self.started_at).total_seconds()
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Why the planner did (or did not) act on one bucket: the ``--explain`` reasons."""
+
+    partition: str
+    bucket: int | None
+    action: str
+    rule: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    """A stored :class:`Decision` of a run."""
+
+    id: int
+    run_id: int
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """Who holds the lease of a table, and until when (database clock)."""
+
+    table_uri: str
+    holder: str | None
+    acquired_at: datetime | None
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What a maintenance or reclamation callable returns to the daemon.
+
+    A ``FAILED`` result is handled like a raised exception (recorded with ``error``, counted under
+    ``error_type``, retried after a backoff); an ``ABANDONED`` one is recorded without a backoff.
+    """
+
+    status: RunStatus = RunStatus.SUCCEEDED
+    plan: Any = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    decisions: tuple[Decision, ...] = ()
+    error: str | None = None
+    error_type: str | None = None

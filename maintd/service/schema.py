@@ -1,0 +1,112 @@
+"""The tables of the state store, shared by SQLite and PostgreSQL.
+
+Times are stored in UTC. SQLite has no time zones, so :class:`UTCDateTime` stores naive UTC there and
+turns every value read back into an aware UTC ``datetime``; comparisons in SQL then work alike on both
+backends (SQLite compares the fixed-width ISO strings SQLAlchemy writes).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+)
+
+metadata = MetaData()
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """An aware UTC ``datetime`` on every backend."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r} given to the state store; pass an aware UTC datetime")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):  # a value computed by SQLite itself, e.g. strftime('now')
+            value = datetime.fromisoformat(value)
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+URI = String(2048)
+
+tables = Table(
+    "maintd_tables",
+    metadata,
+    Column("uri", URI, primary_key=True),
+    Column("name", String(512), nullable=False),
+    Column("source", String(16), nullable=False, default="explicit"),  # explicit | discovered
+    Column("registered_at", UTCDateTime(), nullable=False),
+    Column("enabled", Boolean, nullable=False, default=True),
+    Column("last_status", String(16), nullable=True),
+    Column("last_run_at", UTCDateTime(), nullable=True),
+    Column("last_error", Text, nullable=True),
+    # Failures and backoff per run kind: a broken policy must not hold reclamation back, and a reclamation
+    # that succeeds must not clear the backoff of a failing maintenance.
+    Column("maintenance_failures", Integer, nullable=False, default=0),
+    Column("maintenance_retry_after", UTCDateTime(), nullable=True),
+    Column("reclaim_failures", Integer, nullable=False, default=0),
+    Column("reclaim_retry_after", UTCDateTime(), nullable=True),
+)
+
+runs = Table(
+    "maintd_runs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("table_uri", URI, nullable=False),
+    Column("kind", String(16), nullable=False),  # maintenance | reclaim
+    Column("status", String(16), nullable=False),
+    Column("holder", String(256), nullable=True),
+    Column("started_at", UTCDateTime(), nullable=False),
+    Column("ended_at", UTCDateTime(), nullable=True),
+    Column("plan", JSON, nullable=True),
+    Column("metrics", JSON, nullable=True),
+    Column("error", Text, nullable=True),
+    Index("ix_maintd_runs_table_started", "table_uri", "started_at"),
+    Index("ix_maintd_runs_status", "status"),
+)
+
+decisions = Table(
+    "maintd_decisions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", Integer, ForeignKey("maintd_runs.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("partition", String(1024), nullable=False),
+    Column("bucket", Integer, nullable=True),
+    Column("action", String(64), nullable=False),
+    Column("rule", String(128), nullable=False),
+    Column("message", Text, nullable=False),
+)
+
+leases = Table(
+    "maintd_leases",
+    metadata,
+    Column("table_uri", URI, primary_key=True),
+    Column("holder", String(256), nullable=True),
+    Column("acquired_at", UTCDateTime(), nullable=True),
+    Column("expires_at", UTCDateTime(), nullable=False),
+)

@@ -1,0 +1,466 @@
+"""The daemon's state store: registered tables, runs, per-bucket decisions and leases.
+
+One SQLAlchemy 2 Core implementation serves SQLite (a local file, the default) and PostgreSQL (production,
+shared by every replica). Every method is one short transaction, so the daemon, ``maintd status`` and
+``maintd history`` can use the store at the same time.
+
+Time: methods that record or compare times take ``now`` (an aware datetime); when it is omitted the
+*database* clock is read in the same transaction. Leases always compare against the database clock by
+default, so replicas whose clocks disagree still agree on when a lease has expired (see
+:mod:`maintd.service.leases`).
+
+Concurrency: PostgreSQL locks lease rows with ``FOR UPDATE SKIP LOCKED``. SQLite has no row locks, so
+every transaction starts with ``BEGIN IMMEDIATE`` (one writer at a time, others wait up to the busy
+timeout), which makes each read-check-write atomic across processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+from maintd.errors import StateStoreError
+from maintd.service import leases as _leases
+from maintd.service.records import (
+    Decision,
+    DecisionRecord,
+    LeaseRecord,
+    RunKind,
+    RunRecord,
+    RunStatus,
+    TableRecord,
+)
+from maintd.service.schema import decisions, metadata, runs, tables
+from maintd.settings import redact_secrets, redact_url
+
+
+class StateStore:
+    """Registered tables, runs, decisions and leases in SQLite or PostgreSQL.
+
+    Args:
+        url: SQLAlchemy URL (``sqlite:///path/maintd.db``, ``postgresql+psycopg://user:pass@host/db``).
+        db_schema: PostgreSQL schema holding the tables (created if missing); ignored on SQLite.
+        connect_timeout: seconds to wait for a connection (PostgreSQL) or the write lock (SQLite).
+        create: create the schema (idempotent) on open.
+
+    Raises:
+        StateStoreError: the URL is invalid or the database cannot be reached.
+    """
+
+    def __init__(
+        self, url: str, *, db_schema: str | None = None, connect_timeout: float = 10.0, create: bool = True
+    ) -> None:
+        self._display_url = redact_url(url)
+        self.engine = _make_engine(url, db_schema, connect_timeout)
+        self.db_schema = db_schema if self.dialect == "postgresql" else None
+        if create:
+            self.create_schema()
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self.engine.dialect.name
+
+    def __repr__(self) -> str:
+        return f"StateStore({self._display_url!r})"
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
+
+    def create_schema(self) -> None:
+        """Create the schema and tables that do not exist yet (safe to call from several replicas)."""
+        with self._transaction("create the schema") as conn:
+            if self.db_schema is not None:
+                # Serialise concurrent first starts: CREATE ... IF NOT EXISTS is not race-free in PostgreSQL.
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(7041963)"))
+                conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{self.db_schema}"'))
+            elif self.dialect == "postgresql":
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(7041963)"))
+            metadata.create_all(conn, checkfirst=True)
+
+    def drop_schema(self) -> None:
+        """Drop every table of the store (and its PostgreSQL schema, if one was given). For tests and purges."""
+        with self._transaction("drop the schema") as conn:
+            if self.db_schema is not None:
+                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{self.db_schema}" CASCADE'))
+            else:
+                metadata.drop_all(conn, checkfirst=True)
+
+    def ping(self) -> None:
+        """Raise :class:`StateStoreError` unless the store answers (the ``/readyz`` check)."""
+        with self._transaction("ping") as conn:
+            conn.execute(sa.text("SELECT 1"))
+
+    def db_now(self) -> datetime:
+        """The database clock, as an aware UTC datetime."""
+        with self._transaction("read the clock") as conn:
+            return _leases.db_now(conn)
+
+    # -- tables -----------------------------------------------------------------------------------------
+
+    def register_table(
+        self, uri: str, *, name: str | None = None, source: str = "explicit", now: datetime | None = None
+    ) -> TableRecord:
+        """Register ``uri`` (idempotent: an existing registration is kept as it is) and return it."""
+        self.register_tables([uri], source=source, now=now, names={uri: name} if name else None)
+        record = self.get_table(uri)
+        assert record is not None
+        return record
+
+    def register_tables(
+        self,
+        uris: Iterable[str],
+        *,
+        source: str = "explicit",
+        now: datetime | None = None,
+        names: Mapping[str, str] | None = None,
+    ) -> int:
+        """Register every URI not registered yet; returns how many were new."""
+        wanted = sorted(set(uris))
+        with self._transaction("register tables") as conn:
+            now = now or _leases.db_now(conn)
+            rows = [
+                {
+                    "uri": uri,
+                    "name": (names or {}).get(uri) or _table_name(uri),
+                    "source": source,
+                    "registered_at": now,
+                    "enabled": True,
+                    "maintenance_failures": 0,
+                    "reclaim_failures": 0,
+                }
+                for uri in wanted
+            ]
+            return _leases.insert_missing(conn, tables, rows, "uri")
+
+    def set_enabled(self, uri: str, enabled: bool) -> None:
+        """Enable or disable maintenance of a registered table."""
+        with self._transaction("enable or disable a table") as conn:
+            result = conn.execute(sa.update(tables).where(tables.c.uri == uri).values(enabled=enabled))
+            if result.rowcount == 0:
+                raise StateStoreError(f"table {uri} is not registered; register it first")
+
+    def unregister_table(self, uri: str) -> None:
+        """Forget a table (its runs stay in the history)."""
+        with self._transaction("unregister a table") as conn:
+            conn.execute(sa.delete(tables).where(tables.c.uri == uri))
+
+    def get_table(self, uri: str) -> TableRecord | None:
+        """The registration of ``uri``, or None."""
+        with self._transaction("read a table") as conn:
+            row = conn.execute(sa.select(tables).where(tables.c.uri == uri)).mappings().first()
+        return None if row is None else TableRecord(**row)
+
+    def list_tables(self, *, enabled_only: bool = False) -> list[TableRecord]:
+        """Every registered table, by URI."""
+        stmt = sa.select(tables).order_by(tables.c.uri)
+        if enabled_only:
+            stmt = stmt.where(tables.c.enabled.is_(True))
+        with self._transaction("list tables") as conn:
+            return [TableRecord(**row) for row in conn.execute(stmt).mappings()]
+
+    def due_tables(
+        self, candidates: Iterable[str], kind: RunKind | str | None = None, *, now: datetime | None = None
+    ) -> list[str]:
+        """The candidates not disabled and not waiting for a retry of ``kind`` after failures of that kind
+        (of either kind when ``kind`` is None). Unregistered candidates are due."""
+        wanted = set(candidates)
+        kinds = list(RunKind) if kind is None else [RunKind(kind)]
+        with self._transaction("find due tables") as conn:
+            now = now or _leases.db_now(conn)
+            backing_off = [tables.c[f"{k.value}_retry_after"] > now for k in kinds]
+            blocked = conn.execute(
+                sa.select(tables.c.uri).where(sa.or_(tables.c.enabled.is_(False), *backing_off))
+            ).scalars()
+            return sorted(wanted - set(blocked))
+
+    # -- runs -------------------------------------------------------------------------------------------
+
+    def start_run(
+        self,
+        table_uri: str,
+        kind: RunKind | str,
+        *,
+        holder: str | None = None,
+        plan: Any = None,
+        now: datetime | None = None,
+    ) -> int:
+        """Record the start of a run (registering the table if needed) and return its id."""
+        kind = RunKind(kind)
+        self.register_tables([table_uri], source="run", now=now)
+        with self._transaction("start a run") as conn:
+            now = now or _leases.db_now(conn)
+            result = conn.execute(
+                sa.insert(runs)
+                .values(
+                    table_uri=table_uri,
+                    kind=kind.value,
+                    status=RunStatus.RUNNING.value,
+                    holder=holder,
+                    started_at=now,
+                    plan=plan,
+                )
+                .returning(runs.c.id)
+            )
+            return int(result.scalar_one())
+
+    def finish_run(
+        self,
+        run_id: int,
+        status: RunStatus | str,
+        *,
+        metrics: Mapping[str, Any] | None = None,
+        error: str | None = None,
+        plan: Any = None,
+        retry_after: datetime | None = None,
+        now: datetime | None = None,
+    ) -> RunRecord:
+        """Record the end of a run and update its table's last status.
+
+        A failed run increments the table's consecutive failures of the run's kind and sets that kind's
+        retry time (computed by the caller's backoff); a succeeded or skipped run of the kind resets both.
+        The other kind's failures are left alone.
+        """
+        status = RunStatus(status)
+        if status is RunStatus.RUNNING:
+            raise ValueError("finish_run needs a final status, not 'running'")
+        error = None if error is None else redact_secrets(error)
+        with self._transaction("finish a run") as conn:
+            now = now or _leases.db_now(conn)
+            values: dict[str, Any] = {"status": status.value, "ended_at": now, "error": error}
+            if metrics is not None:
+                values["metrics"] = dict(metrics)
+            if plan is not None:
+                values["plan"] = plan
+            row = conn.execute(
+                sa.update(runs).where(runs.c.id == run_id).values(**values).returning(runs.c.table_uri, runs.c.kind)
+            ).first()
+            if row is None:
+                raise StateStoreError(f"run {run_id} does not exist in {self._display_url}")
+            conn.execute(
+                sa.update(tables)
+                .where(tables.c.uri == row.table_uri)
+                .values(**_table_outcome(RunKind(row.kind), status, now, error, retry_after))
+            )
+        record = self.get_run(run_id)
+        assert record is not None
+        return record
+
+    def record_decisions(self, run_id: int, items: Iterable[Decision]) -> int:
+        """Store the per-bucket decisions (the ``--explain`` reasons) of a run; returns how many."""
+        rows = [
+            {
+                "run_id": run_id,
+                "partition": d.partition,
+                "bucket": d.bucket,
+                "action": d.action,
+                "rule": d.rule,
+                "message": d.message,
+            }
+            for d in items
+        ]
+        if not rows:
+            return 0
+        with self._transaction("record decisions") as conn:
+            conn.execute(sa.insert(decisions), rows)
+        return len(rows)
+
+    def get_run(self, run_id: int) -> RunRecord | None:
+        """One run, or None."""
+        with self._transaction("read a run") as conn:
+            row = conn.execute(sa.select(runs).where(runs.c.id == run_id)).mappings().first()
+        return None if row is None else RunRecord(**row)
+
+    def history(
+        self,
+        table_uri: str | None = None,
+        *,
+        kind: RunKind | str | None = None,
+        status: RunStatus | str | None = None,
+        limit: int = 50,
+        before_id: int | None = None,
+    ) -> list[RunRecord]:
+        """Runs, newest first; filter by table, kind and status; page with ``before_id``."""
+        stmt = sa.select(runs).order_by(runs.c.id.desc()).limit(limit)
+        if table_uri is not None:
+            stmt = stmt.where(runs.c.table_uri == table_uri)
+        if kind is not None:
+            stmt = stmt.where(runs.c.kind == RunKind(kind).value)
+        if status is not None:
+            stmt = stmt.where(runs.c.status == RunStatus(status).value)
+        if before_id is not None:
+            stmt = stmt.where(runs.c.id < before_id)
+        with self._transaction("read the history") as conn:
+            return [RunRecord(**row) for row in conn.execute(stmt).mappings()]
+
+    def last_runs(self, kind: RunKind | str | None = None) -> dict[str, RunRecord]:
+        """The latest run of every table (of one kind, if given), by table URI: what ``maintd status`` shows."""
+        latest = sa.select(sa.func.max(runs.c.id)).group_by(runs.c.table_uri)
+        if kind is not None:
+            latest = latest.where(runs.c.kind == RunKind(kind).value)
+        stmt = sa.select(runs).where(runs.c.id.in_(latest.scalar_subquery()))
+        with self._transaction("read the last runs") as conn:
+            return {row["table_uri"]: RunRecord(**row) for row in conn.execute(stmt).mappings()}
+
+    def decisions_of(self, run_id: int) -> list[DecisionRecord]:
+        """The decisions recorded for a run, in the order they were recorded."""
+        stmt = sa.select(decisions).where(decisions.c.run_id == run_id).order_by(decisions.c.id)
+        with self._transaction("read decisions") as conn:
+            return [
+                DecisionRecord(
+                    id=row["id"],
+                    run_id=row["run_id"],
+                    decision=Decision(row["partition"], row["bucket"], row["action"], row["rule"], row["message"]),
+                )
+                for row in conn.execute(stmt).mappings()
+            ]
+
+    def abandon_runs(self, holder: str, *, reason: str, now: datetime | None = None) -> int:
+        """Mark every running run of ``holder`` abandoned (on shutdown, or at start after a crash)."""
+        with self._transaction("abandon runs") as conn:
+            now = now or _leases.db_now(conn)
+            return _leases.abandon_runs_of(conn, holder=holder, reason=reason, now=now)
+
+    def prune_history(self, older_than: datetime) -> int:
+        """Delete finished runs (and their decisions) that ended before ``older_than``; returns how many."""
+        with self._transaction("prune the history") as conn:
+            old = sa.select(runs.c.id).where(runs.c.ended_at < older_than)
+            conn.execute(sa.delete(decisions).where(decisions.c.run_id.in_(old.scalar_subquery())))
+            return int(conn.execute(sa.delete(runs).where(runs.c.ended_at < older_than)).rowcount)
+
+    # -- leases -----------------------------------------------------------------------------------------
+
+    def acquire_leases(
+        self, holder: str, candidates: Iterable[str], duration: float, limit: int, *, now: datetime | None = None
+    ) -> list[str]:
+        """Take (or extend) the leases of up to ``limit`` of ``candidates`` for ``holder``; see
+        :func:`maintd.service.leases.acquire`."""
+        wanted = sorted(set(candidates))
+        if not wanted or limit <= 0:
+            return []
+        with self._transaction("create lease rows") as conn:
+            _leases.ensure_rows(conn, wanted)
+        with self._transaction("acquire leases") as conn:
+            return _leases.acquire(conn, holder, wanted, timedelta(seconds=duration), limit, now)
+
+    def renew_leases(
+        self, holder: str, duration: float, table_uris: Iterable[str] | None = None, *, now: datetime | None = None
+    ) -> list[str]:
+        """Extend the unexpired leases of ``holder`` (all, or those in ``table_uris``); returns those still held."""
+        with self._transaction("renew leases") as conn:
+            return _leases.renew(conn, holder, timedelta(seconds=duration), table_uris, now)
+
+    def renew_lease(self, holder: str, table_uri: str, duration: float, *, now: datetime | None = None) -> bool:
+        """Extend one lease; False if ``holder`` no longer holds it (expired and maybe taken over)."""
+        return table_uri in self.renew_leases(holder, duration, [table_uri], now=now)
+
+    def release_lease(self, holder: str, table_uri: str) -> bool:
+        """Give one lease up at once; False if ``holder`` did not hold it."""
+        with self._transaction("release a lease") as conn:
+            return _leases.release(conn, holder, [table_uri]) > 0
+
+    def release_all(self, holder: str) -> int:
+        """Give every lease of ``holder`` up (on shutdown); returns how many."""
+        with self._transaction("release leases") as conn:
+            return _leases.release(conn, holder, None)
+
+    def leases(self, *, live_only: bool = True, now: datetime | None = None) -> list[LeaseRecord]:
+        """The leases (only unexpired ones by default), by table URI."""
+        with self._transaction("list leases") as conn:
+            return _leases.list_leases(conn, live_only, now)
+
+    def lease_holders(self, *, now: datetime | None = None) -> dict[str, str]:
+        """Table URI to holder, for every unexpired lease."""
+        return {lease.table_uri: lease.holder for lease in self.leases(now=now) if lease.holder is not None}
+
+    # -- plumbing ---------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self, what: str) -> Iterator[Connection]:
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except StateStoreError:
+            raise
+        except SQLAlchemyError as exc:
+            detail = redact_secrets(str(exc).split("\n[SQL:")[0])
+            raise StateStoreError(f"state store {self._display_url}: cannot {what}: {detail}") from exc
+
+
+def _table_outcome(
+    kind: RunKind, status: RunStatus, now: datetime, error: str | None, retry_after: datetime | None
+) -> dict[str, Any]:
+    values: dict[str, Any] = {"last_status": status.value, "last_run_at": now, "last_error": error}
+    failures, retry = f"{kind.value}_failures", f"{kind.value}_retry_after"
+    if status is RunStatus.FAILED:
+        values[failures] = tables.c[failures] + 1
+        values[retry] = retry_after
+    elif status in (RunStatus.SUCCEEDED, RunStatus.SKIPPED):
+        values[failures] = 0
+        values[retry] = None
+    return values
+
+
+def _table_name(uri: str) -> str:
+    return uri.rstrip("/").rsplit("/", 1)[-1] or uri
+
+
+def _make_engine(url: str, db_schema: str | None, connect_timeout: float) -> Engine:
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise StateStoreError(f"invalid state store URL {redact_url(url)!r}: {exc}; see store.url") from None
+    backend = parsed.get_backend_name()
+    try:
+        if backend == "sqlite":
+            return _sqlite_engine(parsed, connect_timeout)
+        if backend == "postgresql":
+            engine = sa.create_engine(
+                parsed, pool_pre_ping=True, connect_args={"connect_timeout": max(1, int(connect_timeout))}
+            )
+            if db_schema is not None:
+                engine = engine.execution_options(schema_translate_map={None: db_schema})
+            return engine
+    except (ImportError, SQLAlchemyError) as exc:
+        raise StateStoreError(f"cannot open state store {redact_url(url)}: {exc}") from None
+    raise StateStoreError(
+        f"state store URL {redact_url(url)} uses {backend!r}; use sqlite:///path or postgresql+psycopg://..."
+    )
+
+
+def _sqlite_engine(parsed: sa.URL, connect_timeout: float) -> Engine:
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(parsed, connect_args={"timeout": connect_timeout})
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy emit BEGIN itself (below), and let readers proceed while one process writes.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # Take the write lock up front so that read-check-write sequences (leases) are atomic across processes.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def utcnow() -> datetime:
+    """The local clock as an aware UTC datetime (for callers that pass ``now`` explicitly)."""
+    return datetime.now(UTC)
+
+
+__all__ = ["StateStore", "utcnow"]

@@ -1,0 +1,473 @@
+"""The settings of the daemon and the CLI.
+
+Settings are grouped like kopf's ``OperatorSettings``: one small model per concern, each field with a
+default and a description that gives its unit. They come from three layers, lowest first:
+
+1. the defaults below;
+2. one YAML file: ``--config FILE`` (``load_settings(path)``), else ``$MAINTD_CONFIG``, else
+   ``config/maintd.yaml`` in the working directory when it exists;
+3. ``MAINTD_*`` environment variables, nested with ``__`` (``MAINTD_STORE__URL``,
+   ``MAINTD_SCHEDULER__MAX_CONCURRENT_TABLES``). Lists and mappings are given as JSON
+   (``MAINTD_WAREHOUSE__ROOTS='["/data/a", "/data/b"]'``).
+
+Invalid settings raise :class:`~maintd.errors.ConfigError` naming the key, the value and what to do,
+so that a typo in a ConfigMap fails the pod at start instead of at the first maintenance run.
+
+Database URLs carry passwords; :func:`redact_url` and :func:`redact_secrets` keep them out of logs
+and error messages.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from maintd.errors import ConfigError
+
+ENV_PREFIX = "MAINTD_"
+ENV_NESTED_DELIMITER = "__"
+CONFIG_ENV_VAR = "MAINTD_CONFIG"
+DEFAULT_CONFIG_FILE = Path("config/maintd.yaml")
+
+#: The YAML file of the settings being loaded; set by :func:`load_settings` for the duration of one load,
+#: so that ``Settings()`` itself stays a plain pydantic-settings model.
+_yaml_file: ContextVar[Path | None] = ContextVar("maintd_settings_yaml_file", default=None)
+
+# scheme://user:password@host -> scheme://user:***@host; the password may hold any character but '@'
+# and whitespace, so that passwords with ':' or '/' are redacted in full.
+_URL_PASSWORD = re.compile(r"(?P<prefix>[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:)(?P<password>[^\s@]+)(?P<at>@)")
+# password=... in libpq keyword strings and query strings.
+_KEYWORD_PASSWORD = re.compile(r"(?P<prefix>\bpassword=)(?P<password>[^\s&;'\"]+)", re.IGNORECASE)
+REDACTED = "***"
+
+
+def redact_url(url: str) -> str:
+    """Return ``url`` with its password (if any) replaced by ``***``.
+
+    Example: ``postgresql+psycopg://maintd:s3cret@db:5432/maintd`` becomes
+    ``postgresql+psycopg://maintd:***@db:5432/maintd``.
+    """
+    return redact_secrets(url)
+
+
+def redact_secrets(text: str) -> str:
+    """Replace every password found in URLs or ``password=`` pairs of ``text`` by ``***``."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m['prefix']}{REDACTED}{m['at']}", text)
+    return _KEYWORD_PASSWORD.sub(lambda m: f"{m['prefix']}{REDACTED}", text)
+
+
+def _default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "maintd"
+
+
+class _Group(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class WarehouseSettings(_Group):
+    """Which tables the daemon maintains."""
+
+    roots: list[str] = Field(
+        default_factory=list,
+        description="Directories or URIs searched for tables (a directory holding `_log/` is a table). List of paths.",
+    )
+    tables: list[str] = Field(
+        default_factory=list,
+        description="Table URIs maintained in addition to the discovered ones. List of URIs.",
+    )
+    discovery: bool = Field(
+        default=True,
+        description="Search `roots` for tables; when false only `tables` (and tables registered in the store) "
+        "are maintained. Boolean.",
+    )
+    discovery_max_depth: int = Field(
+        default=4, ge=1, le=32, description="How many directory levels below a root are searched. Levels."
+    )
+    discovery_interval_seconds: float = Field(
+        default=300.0, gt=0, description="How often the roots are searched again for new tables. Seconds."
+    )
+
+
+class SparkSettings(_Group):
+    """The one long-lived SparkSession of the daemon."""
+
+    master: str = Field(default="local[*]", description="Spark master URL (`local[*]`, `k8s://https://...`). URL.")
+    remote: str | None = Field(
+        default=None,
+        description="Spark Connect URL (`sc://host:15002`); when set it is used instead of `master`. URL or null.",
+    )
+    app_name: str = Field(default="maintd", description="Spark application name. Text.")
+    driver_memory: str = Field(
+        default="2g",
+        pattern=r"^\d+[kmgtKMGT]?$",
+        description="Memory of the Spark driver (`spark.driver.memory`). JVM size such as `2g`.",
+    )
+    conf: dict[str, str] = Field(
+        default_factory=dict, description="Extra Spark configuration, key to value. Mapping of strings."
+    )
+    bucket_parallelism: int = Field(default=4, ge=1, description="Buckets of one table rewritten in parallel. Count.")
+
+
+class SchedulerSettings(_Group):
+    """When and how much maintenance runs."""
+
+    maintenance_interval_seconds: float = Field(
+        default=300.0, gt=0, description="Time between two evaluations of every table. Seconds."
+    )
+    reclamation_interval_seconds: float = Field(
+        default=21600.0, gt=0, description="Time between two reclamation passes (retention, orphans). Seconds."
+    )
+    jitter_seconds: float = Field(
+        default=30.0, ge=0, description="Random delay added to every scheduled run, so replicas spread out. Seconds."
+    )
+    max_concurrent_tables: int = Field(
+        default=2, ge=1, le=256, description="Tables in maintenance at once in one daemon. Count."
+    )
+    retry_backoff_base_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="Delay before retrying a table after its first failure; doubles after "
+        "each further failure. Seconds.",
+    )
+    retry_backoff_max_seconds: float = Field(
+        default=3600.0, gt=0, description="Upper bound of the retry delay of a failing table. Seconds."
+    )
+    shutdown_grace_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="On SIGTERM, how long in-flight runs may finish before they are abandoned. Seconds.",
+    )
+
+    @model_validator(mode="after")
+    def _backoff_max_at_least_base(self) -> SchedulerSettings:
+        if self.retry_backoff_max_seconds < self.retry_backoff_base_seconds:
+            raise ValueError(
+                f"retry_backoff_max_seconds ({self.retry_backoff_max_seconds}) is below retry_backoff_base_seconds "
+                f"({self.retry_backoff_base_seconds}); raise the maximum or lower the base"
+            )
+        return self
+
+
+class StoreSettings(_Group):
+    """The state store: registered tables, runs, decisions and leases."""
+
+    url: str = Field(
+        default="",
+        description="SQLAlchemy URL of the state store, e.g. `postgresql+psycopg://user:pass@host/db`; empty means "
+        "the SQLite file `maintd.db` in `state_dir`. URL (secret: give it through `MAINTD_STORE__URL`).",
+    )
+    db_schema: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$",
+        description="PostgreSQL schema holding the tables (created if missing); null means the default schema. "
+        "Identifier or null.",
+    )
+    lease_duration_seconds: float = Field(
+        default=60.0,
+        ge=1,
+        description="How long a table lease lasts unless renewed; a killed daemon's tables are "
+        "taken over after this. Seconds.",
+    )
+    lease_renew_interval_seconds: float = Field(
+        default=20.0,
+        gt=0,
+        description="How often held leases are renewed; must be well below `lease_duration_seconds`. Seconds.",
+    )
+    connect_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="Timeout of connecting to (or locking) the store. Seconds."
+    )
+    history_retention_days: float = Field(
+        default=30.0,
+        gt=0,
+        description="Finished runs (and their decisions) older than this are deleted from the store at every "
+        "reclamation pass, so the history does not grow without bound. Days.",
+    )
+
+    @model_validator(mode="after")
+    def _renew_before_expiry(self) -> StoreSettings:
+        if self.lease_renew_interval_seconds * 2 > self.lease_duration_seconds:
+            raise ValueError(
+                f"lease_renew_interval_seconds ({self.lease_renew_interval_seconds}) must be at most half of "
+                f"lease_duration_seconds ({self.lease_duration_seconds}), or leases expire between renewals; "
+                "lower the interval or raise the duration"
+            )
+        return self
+
+
+class HttpSettings(_Group):
+    """The read-only HTTP endpoint: /healthz, /readyz, /metrics."""
+
+    enabled: bool = Field(default=True, description="Serve the HTTP endpoint. Boolean.")
+    host: str = Field(default="0.0.0.0", description="Address to listen on. IP address.")
+    port: int = Field(default=9464, ge=0, le=65535, description="TCP port to listen on; 0 picks a free port. Port.")
+
+
+class LoggingSettings(_Group):
+    """Log output (loguru)."""
+
+    level: Literal["TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL"] = Field(
+        default="INFO", description="Lowest level written. Level name."
+    )
+    json_lines: bool = Field(
+        default=False,
+        alias="json",
+        description="Write one JSON object per line (for Kubernetes) instead of text. Boolean.",
+    )
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True)
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+
+class CommitSettings(_Group):
+    """Retries of commits that lose the race for a table version."""
+
+    max_attempts: int = Field(default=10, ge=1, description="Attempts of one commit, the first included. Count.")
+    base_delay_ms: int = Field(
+        default=100, ge=0, description="Delay before the first retry; doubles per retry, with jitter. Milliseconds."
+    )
+    max_delay_ms: int = Field(
+        default=10_000, ge=0, description="Upper bound of the delay between retries. Milliseconds."
+    )
+    total_timeout_seconds: float = Field(
+        default=300.0, gt=0, description="Time after which a commit stops retrying. Seconds."
+    )
+
+    @model_validator(mode="after")
+    def _max_at_least_base(self) -> CommitSettings:
+        if self.max_delay_ms < self.base_delay_ms:
+            raise ValueError(
+                f"max_delay_ms ({self.max_delay_ms}) is below base_delay_ms ({self.base_delay_ms}); "
+                "raise the maximum or lower the base"
+            )
+        return self
+
+
+class ReclaimSettings(_Group):
+    """Reclamation of unreferenced files."""
+
+    orphan_grace_hours: float = Field(
+        default=72.0,
+        ge=0,
+        description="Files younger than this are never deleted as orphans, because a writer "
+        "may be about to commit them. Hours (at least 1 unless `force_short_grace`).",
+    )
+    force_short_grace: bool = Field(
+        default=False, description="Allow `orphan_grace_hours` below 1; only safe when no writer runs. Boolean."
+    )
+    dry_run: bool = Field(default=False, description="Report what reclamation would delete without deleting. Boolean.")
+
+    @model_validator(mode="after")
+    def _grace_at_least_one_hour(self) -> ReclaimSettings:
+        if self.orphan_grace_hours < 1 and not self.force_short_grace:
+            raise ValueError(
+                f"orphan_grace_hours ({self.orphan_grace_hours}) is below 1 hour, which can delete files a writer is "
+                "about to commit; raise it, or set reclaim.force_short_grace to true if no writer runs"
+            )
+        return self
+
+
+class PolicySettings(_Group):
+    """The maintenance policy (clustering, compaction, reclamation rules)."""
+
+    path: Path | None = Field(
+        default=None, description="Policy YAML file; null means the policy packaged with maintd. Path or null."
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _exists(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"policy file {value} does not exist; fix the path or remove the key to use the default")
+        return value
+
+
+class Settings(BaseSettings):
+    """All maintd settings. Build them with :func:`load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_NESTED_DELIMITER,
+        extra="forbid",
+        validate_default=True,
+        nested_model_default_partial_update=True,
+    )
+
+    state_dir: Path = Field(
+        default_factory=_default_state_dir,
+        description="Directory of local state (the default SQLite store). Path; default "
+        "`$XDG_STATE_HOME/maintd` or `~/.local/state/maintd`.",
+    )
+    warehouse: WarehouseSettings = Field(default_factory=WarehouseSettings, description="Tables to maintain.")
+    spark: SparkSettings = Field(default_factory=SparkSettings, description="The SparkSession.")
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings, description="Scheduling.")
+    store: StoreSettings = Field(default_factory=StoreSettings, description="The state store.")
+    http: HttpSettings = Field(default_factory=HttpSettings, description="Health and metrics endpoint.")
+    logging: LoggingSettings = Field(default_factory=LoggingSettings, description="Logging.")
+    commit: CommitSettings = Field(default_factory=CommitSettings, description="Commit retries.")
+    reclaim: ReclaimSettings = Field(default_factory=ReclaimSettings, description="Reclamation.")
+    policy: PolicySettings = Field(default_factory=PolicySettings, description="Maintenance policy.")
+
+    @model_validator(mode="after")
+    def _default_store_url(self) -> Settings:
+        if not self.store.url:
+            self.store.url = f"sqlite:///{self.state_dir.expanduser() / 'maintd.db'}"
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments < environment < YAML file < defaults, highest priority first."""
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        yaml_file = _yaml_file.get()
+        if yaml_file is not None:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file, deep_merge=True))
+        return tuple(sources)
+
+
+def config_file(path: str | os.PathLike[str] | None = None) -> Path | None:
+    """The YAML file to read: ``path``, else ``$MAINTD_CONFIG``, else ``config/maintd.yaml`` if it exists.
+
+    Raises:
+        ConfigError: ``path`` or ``$MAINTD_CONFIG`` names a file that does not exist.
+    """
+    if path is not None:
+        explicit, origin = Path(path), "--config"
+    elif os.environ.get(CONFIG_ENV_VAR):
+        explicit, origin = Path(os.environ[CONFIG_ENV_VAR]), f"${CONFIG_ENV_VAR}"
+    else:
+        return DEFAULT_CONFIG_FILE if DEFAULT_CONFIG_FILE.is_file() else None
+    if not explicit.is_file():
+        raise ConfigError(f"settings file {explicit} (from {origin}) does not exist; fix the path or unset it")
+    return explicit
+
+
+def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
+    """Load the settings: defaults < YAML file < ``MAINTD_*`` environment variables.
+
+    Args:
+        path: the YAML file (``--config``); None means ``$MAINTD_CONFIG`` or ``config/maintd.yaml``.
+
+    Raises:
+        ConfigError: the file is missing or not YAML, or a value is invalid; the message names the key,
+            the value and what to do.
+    """
+    source = config_file(path)
+    if source is not None:
+        _check_yaml(source)
+    token = _yaml_file.set(source)
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source)) from None
+    finally:
+        _yaml_file.reset(token)
+
+
+def _check_yaml(path: Path) -> None:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read settings file {path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"settings file {path} is not valid YAML: {redact_secrets(str(exc))}") from None
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(
+            f"settings file {path} must hold a mapping of sections (warehouse, spark, ...), not {type(data).__name__}"
+        )
+
+
+def _describe(exc: ValidationError, source: Path | None) -> str:
+    where = f"{source} or " if source is not None else ""
+    lines = [f"invalid settings ({exc.error_count()} error(s)):"]
+    for error in exc.errors(include_url=False):
+        key = ".".join(str(part) for part in error["loc"]) or "(settings)"
+        env = ENV_PREFIX + ENV_NESTED_DELIMITER.join(str(p).upper() for p in error["loc"])
+        value = redact_secrets(repr(error.get("input")))
+        if error["type"] == "extra_forbidden":
+            hint = "remove it or fix its spelling (see docs/configuration.md)"
+        else:
+            hint = f"fix it in {where}{env} (see docs/configuration.md)"
+        lines.append(f"  {key} = {value}: {redact_secrets(error['msg'])}; {hint}")
+    return "\n".join(lines)
+
+
+# -- reference documentation ------------------------------------------------------------------------------
+
+
+def iter_fields() -> Iterator[tuple[str, str, Any, str]]:
+    """Every leaf setting as ``(dotted key, environment variable, default, description)``."""
+    for name, info in Settings.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            for sub, sub_info in annotation.model_fields.items():
+                key = sub_info.alias or sub
+                yield (
+                    f"{name}.{key}",
+                    f"{ENV_PREFIX}{name.upper()}{ENV_NESTED_DELIMITER}{key.upper()}",
+                    sub_info.get_default(call_default_factory=True),
+                    sub_info.description or "",
+                )
+        else:
+            yield name, f"{ENV_PREFIX}{name.upper()}", "(see description)", info.description or ""
+
+
+def reference_table() -> str:
+    """The Markdown table of every setting, as kept in ``docs/configuration.md``."""
+    rows = ["| Key | Environment variable | Default | Description |", "|---|---|---|---|"]
+    for key, env, default, description in iter_fields():
+        shown = "" if default == "" else default
+        escaped = description.replace("|", r"\|")
+        rows.append(f"| `{key}` | `{env}` | `{_yaml_scalar(shown)}` | {escaped} |")
+    return "\n".join(rows) + "\n"
+
+
+def _yaml_scalar(value: Any) -> str:
+    if isinstance(value, Path):
+        value = str(value)
+    if isinstance(value, str) and value.startswith("("):
+        return value
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+__all__ = [
+    "CommitSettings",
+    "HttpSettings",
+    "LoggingSettings",
+    "PolicySettings",
+    "ReclaimSettings",
+    "SchedulerSettings",
+    "Settings",
+    "SparkSettings",
+    "StoreSettings",
+    "WarehouseSettings",
+    "config_file",
+    "iter_fields",
+    "load_settings",
+    "redact_secrets",
+    "redact_url",
+    "reference_table",
+]

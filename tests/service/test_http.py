@@ -1,0 +1,135 @@
+"""The read-only HTTP endpoint and the metrics it serves."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from maintd.errors import StateStoreError
+from maintd.service.http import HealthServer
+from maintd.service.metrics import Metrics
+
+
+class Flag:
+    def __init__(self) -> None:
+        self.ready = True
+
+    def __call__(self) -> bool:
+        return self.ready
+
+
+@pytest.fixture(scope="module")
+def shared_flag() -> Flag:
+    return Flag()
+
+
+@pytest.fixture
+def flag(shared_flag: Flag) -> Iterator[Flag]:
+    shared_flag.ready = True
+    yield shared_flag
+    shared_flag.ready = True
+
+
+@pytest.fixture(scope="module")
+def server(shared_flag: Flag) -> Iterator[HealthServer]:
+    """One server for the module: stopping a server waits for its poll interval."""
+    flag = shared_flag
+
+    def store_check() -> None:
+        if not flag.ready:
+            raise StateStoreError("state store postgresql://maintd:hunter2@db/x: cannot ping")
+
+    with HealthServer(Metrics(), {"store": store_check, "spark": flag}, host="127.0.0.1", port=0) as running:
+        yield running
+
+
+def request(server: HealthServer, path: str, method: str = "GET") -> tuple[int, bytes, dict[str, str]]:
+    req = urllib.request.Request(server.url + path, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as response:
+            return response.status, response.read(), dict(response.headers)
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, error.read(), dict(error.headers)
+
+
+def test_healthz_answers_ok(server: HealthServer) -> None:
+    assert request(server, "/healthz")[:2] == (200, b"ok\n")
+
+
+def test_readyz_is_ok_when_every_check_passes(server: HealthServer) -> None:
+    status, body, _ = request(server, "/readyz")
+    assert status == 200
+    assert json.loads(body) == {"ready": True, "failing": {}}
+
+
+def test_readyz_names_the_failing_checks_without_secrets(server: HealthServer, flag: Flag) -> None:
+    flag.ready = False
+    status, body, _ = request(server, "/readyz")
+    assert status == 503
+    failing = json.loads(body)["failing"]
+    assert failing["spark"] == "not ready"
+    assert failing["store"].startswith("StateStoreError: state store postgresql://maintd:***@db/x")
+    assert b"hunter2" not in body
+
+
+def test_metrics_are_served_in_prometheus_text_format(server: HealthServer) -> None:
+    server.metrics.observe_run("maintenance", "failed", 1.5, error="TaskExecutionError")
+    server.metrics.commit_conflicts.labels(type="ConcurrentDeleteReadError").inc()
+    status, body, headers = request(server, "/metrics")
+    assert status == 200
+    assert headers["Content-Type"].startswith("text/plain; version=")
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    runs = {tuple(s.labels.values()): s.value for s in families["maintd_runs"].samples if s.name.endswith("_total")}
+    assert runs == {("maintenance", "failed"): 1.0}
+    assert "maintd_commit_conflicts" in families
+    assert "maintd_run_duration_seconds" in families
+
+
+def test_an_unknown_path_is_not_found(server: HealthServer) -> None:
+    assert request(server, "/admin")[0] == 404
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
+def test_methods_that_could_change_state_are_not_allowed(server: HealthServer, method: str) -> None:
+    status, _, headers = request(server, "/metrics", method)
+    assert status == 405
+    assert headers["Allow"] == "GET, HEAD"
+
+
+def test_head_answers_without_a_body(server: HealthServer) -> None:
+    status, body, headers = request(server, "/healthz", "HEAD")
+    assert (status, body, headers["Content-Length"]) == (200, b"", "3")
+
+
+def test_each_metrics_object_has_its_own_registry() -> None:
+    first, second = Metrics(), Metrics()
+    first.runs.labels(kind="reclaim", status="succeeded").inc()
+    assert b'maintd_runs_total{kind="reclaim",status="succeeded"} 1.0' in first.expose()
+    assert b"maintd_runs_total{" not in second.expose()
+
+
+def test_forgetting_a_table_drops_its_series_only() -> None:
+    metrics = Metrics()
+    for table in ("/wh/a", "/wh/b"):
+        metrics.set_table_layout(table, {"0": 10, "1": 2}, {"0": 100, "1": 2000}, backlog_files=3, backlog_bytes=30)
+        metrics.bytes_rewritten.labels(table=table).inc(5)
+    metrics.forget_table("/wh/a")
+    text = metrics.expose().decode()
+    assert 'table="/wh/a"' not in text
+    assert 'maintd_table_files{level="1",table="/wh/b"} 2.0' in text
+    assert 'maintd_bytes_rewritten_total{table="/wh/b"} 5.0' in text
+
+
+def test_lease_holders_are_counted_per_holder() -> None:
+    metrics = Metrics()
+    metrics.set_lease_holders({"/wh/a": "d1", "/wh/b": "d1", "/wh/c": "d2"})
+    metrics.set_lease_holders({"/wh/a": "d1"})
+    text = metrics.expose().decode()
+    assert 'maintd_leases_held{holder="d1"} 1.0' in text
+    assert 'holder="d2"' not in text
