@@ -1,0 +1,288 @@
+"""The simulation: a table's write pattern replayed in simulated time, maintained by the real planner.
+
+Starting from a real snapshot, events run in time order: writer commits (the learned trace, shifted by whole
+periods), maintenance passes (``maintd.planner.plan(snapshot, policy, now)`` on the simulated state, then every
+task's output estimated by :class:`~maintd.simulate.sizes.SizeModel` and committed, as
+:func:`maintd.execution.commit_rewrites` commits a run: one commit, inputs removed, outputs added), reclamation
+passes (files no retained version reads are dropped, by the rule of :mod:`maintd.reclaim`) and samples of the
+state. Nothing touches storage; the simulated files are ``AddFile`` values with made-up paths, versions and
+commit times exactly as the real log would give them, so the planner cannot tell them from real ones.
+
+At equal times writers go first, then maintenance, then reclamation, then the sample.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import MappingProxyType
+
+from maintd.planner import Policy, plan
+from maintd.planner.models import PlanTask
+from maintd.simulate.pattern import HOUR_MS, BucketKey, WritePattern, WriterCommit
+from maintd.simulate.schedule import Schedule
+from maintd.simulate.sizes import OutputEstimate, SizeModel
+from maintd.table.actions import AddFile
+from maintd.table.snapshot import PartitionKey, Snapshot, format_partition, partition_key
+
+LEVELS = ("L0", "L1", "L2", "base")
+_WRITE, _MAINTAIN, _RECLAIM, _SAMPLE = range(4)
+
+
+def level_of(f: AddFile) -> str:
+    return "base" if f.kind == "base" else f"L{f.level}"
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """The simulated table at one moment; counters (``*_bytes`` of work, ``tasks``) are cumulative from the start."""
+
+    time_ms: int
+    files: dict[str, int]
+    bytes: dict[str, int]
+    read_amp_mean: float
+    read_amp_max: int
+    writer_bytes: int
+    maintenance_read: int
+    maintenance_written: int
+    tasks: dict[str, int]
+    reclaimed_bytes: int
+    reclaimable_bytes: int
+    history_bytes: int
+    history_hours: float
+    oldest_delta_hours: float
+
+
+@dataclass
+class _Tombstones:
+    """Removed files in removal order, with running byte totals; a prefix of them is reclaimed."""
+
+    times: list[int] = field(default_factory=list)
+    totals: list[int] = field(default_factory=lambda: [0])
+    reclaimed: int = 0
+
+    def add(self, time_ms: int, size: int) -> None:
+        self.times.append(time_ms)
+        self.totals.append(self.totals[-1] + size)
+
+    def reclaimable(self, cutoff_ms: int) -> tuple[int, int]:
+        """(index after the last tombstone removed at or before ``cutoff_ms``, bytes not yet reclaimed up to it)."""
+        end = max(self.reclaimed, bisect.bisect_right(self.times, cutoff_ms))
+        return end, self.totals[end] - self.totals[self.reclaimed]
+
+
+class SimTable:
+    """The simulated state of one table: live files, tombstones, commit times and the work counters."""
+
+    def __init__(self, start: Snapshot, commit_times: dict[int, int]) -> None:
+        self.start = start
+        self.files: dict[str, AddFile] = dict(start.files)
+        self.version = start.version
+        self.timestamp = start.timestamp
+        self.retain_ms = start.retain_hours * HOUR_MS
+        known = sorted({t for v, t in commit_times.items() if v <= start.version} | {start.timestamp})
+        self.commit_ms: list[int] = known
+        self.oldest_readable_ms = known[0]
+        self.tombs = _Tombstones()
+        for r in sorted(start.tombstones.values(), key=lambda r: r.deletion_time):
+            self.tombs.add(r.deletion_time, r.bytes or 0)
+        self.per_bucket: Counter[BucketKey] = Counter()
+        self.levels: Counter[str] = Counter()
+        self.level_bytes: Counter[str] = Counter()
+        for f in self.files.values():
+            self._count(f, 1)
+        self.writer_bytes = self.maintenance_read = self.maintenance_written = self.reclaimed_bytes = 0
+        self.tasks: Counter[str] = Counter()
+        self._seq = 0
+
+    # -- state ---------------------------------------------------------------------------------------------------
+    def _count(self, f: AddFile, sign: int) -> None:
+        key = (partition_key(f.partition, self.start.metadata.partition_by), f.bucket)
+        self.per_bucket[key] += sign
+        if self.per_bucket[key] <= 0:
+            del self.per_bucket[key]
+        self.levels[level_of(f)] += sign
+        self.level_bytes[level_of(f)] += sign * f.bytes
+
+    def snapshot(self) -> Snapshot:
+        """The simulated state as a :class:`Snapshot` for the planner (a read-only view, not a copy)."""
+        return Snapshot(version=self.version, timestamp=self.timestamp, protocol=self.start.protocol,
+                        metadata=self.start.metadata, files=MappingProxyType(self.files))
+
+    def _commit(self, now_ms: int, removes: Sequence[str], adds: Sequence[AddFile]) -> int:
+        ts = max(now_ms, self.timestamp + 1)
+        self.version += 1
+        self.timestamp = ts
+        self.commit_ms.append(ts)
+        for path in removes:
+            f = self.files.pop(path)
+            self._count(f, -1)
+            self.tombs.add(ts, f.bytes)
+        for a in adds:
+            self.files[a.path] = a
+            self._count(a, 1)
+        return ts
+
+    def _path(self, partition: PartitionKey, bucket: int, tag: str) -> str:
+        self._seq += 1
+        return f"_simulated/{format_partition(partition)}/bucket-{bucket:05d}/{tag}-{self._seq:09d}"
+
+    # -- events --------------------------------------------------------------------------------------------------
+    def write(self, now_ms: int, commit: WriterCommit) -> None:
+        """One writer commit: level-0 files per bucket (versions and times as a transaction sets them)."""
+        version, ts = self.version + 1, max(now_ms, self.timestamp + 1)
+        removes: list[str] = []
+        if commit.replaces:  # an overwrite: the buckets it replaced lose every file
+            pb, replaced = self.start.metadata.partition_by, set(commit.replaces)
+            removes = [p for p, f in self.files.items() if (partition_key(f.partition, pb), f.bucket) in replaced]
+        adds = []
+        for w in commit.writes:
+            for i in range(w.files):
+                adds.append(AddFile.model_construct(
+                    path=self._path(w.partition, w.bucket, f"delta-L0-v{version}"), partition=dict(w.partition),
+                    bucket=w.bucket, kind="delta", level=0, rows=_share(w.rows, w.files, i),
+                    bytes=_share(w.bytes, w.files, i), min_version=version, max_version=version,
+                    min_commit_time=ts, max_commit_time=ts, delete_rows=_share(w.delete_rows, w.files, i),
+                    key_min=None, key_max=None, data_change=True, modification_time=ts))
+        self.writer_bytes += sum(a.bytes for a in adds)
+        self._commit(now_ms, removes, adds)
+
+    def maintain(self, now_ms: int, policy: Policy, sizes: SizeModel, table_uri: str, policy_name: str) -> int:
+        """One maintenance pass: plan with the real planner, estimate every task's output, commit. Returns tasks."""
+        now = datetime.fromtimestamp(now_ms / 1000, UTC)
+        p = plan(self.snapshot(), policy, now, table_uri, policy_name=policy_name)
+        if not p.tasks:
+            return 0
+        ts = max(now_ms, self.timestamp + 1)
+        removes: list[str] = []
+        adds: list[AddFile] = []
+        for task in p.tasks:
+            inputs = [self.files[path] for path in task.inputs]
+            for est in estimate_outputs(task, inputs, sizes):
+                adds.append(self._output(task, inputs, est, ts))
+            removes += task.inputs
+            self.tasks[task.kind] += 1
+            self.maintenance_read += task.input_bytes
+        self.maintenance_written += sum(a.bytes for a in adds)
+        self._commit(now_ms, removes, adds)
+        return len(p.tasks)
+
+    def _output(self, task: PlanTask, inputs: Sequence[AddFile], est: OutputEstimate, ts: int) -> AddFile:
+        pk = partition_key(task.partition, self.start.metadata.partition_by)
+        tag = "base" if est.kind == "base" else f"delta-L{est.level}"
+        return AddFile.model_construct(
+            path=self._path(pk, task.bucket, tag), partition=dict(task.partition), bucket=task.bucket,
+            kind=est.kind, level=est.level, rows=est.rows, bytes=est.bytes,
+            min_version=min(f.min_version for f in inputs), max_version=max(f.max_version for f in inputs),
+            min_commit_time=min(f.min_commit_time for f in inputs),
+            max_commit_time=max(f.max_commit_time for f in inputs), delete_rows=est.delete_rows, key_min=None,
+            key_max=None, data_change=False, modification_time=ts)
+
+    def retained_from_ms(self, now_ms: int) -> int:
+        """Commit time of the oldest retained version at ``now_ms`` (the reclamation rule of maintd.reclaim)."""
+        if self.retain_ms == 0:
+            return self.commit_ms[-1]
+        i = bisect.bisect_left(self.commit_ms, now_ms - self.retain_ms)
+        return self.commit_ms[min(i, len(self.commit_ms) - 1)]
+
+    def reclaim(self, now_ms: int) -> None:
+        """One reclamation pass: files removed at or before the oldest retained version go, and that history."""
+        floor = self.retained_from_ms(now_ms)
+        end, size = self.tombs.reclaimable(floor)
+        self.tombs.reclaimed = end
+        self.reclaimed_bytes += size
+        self.oldest_readable_ms = max(self.oldest_readable_ms, floor)
+
+    def sample(self, now_ms: int) -> Sample:
+        counts = list(self.per_bucket.values())
+        _, reclaimable = self.tombs.reclaimable(self.retained_from_ms(now_ms))
+        held = self.tombs.totals[-1] - self.tombs.totals[self.tombs.reclaimed] - reclaimable
+        oldest = min((f.min_commit_time for f in self.files.values() if f.kind == "delta"), default=None)
+        return Sample(
+            time_ms=now_ms, files={k: self.levels.get(k, 0) for k in LEVELS},
+            bytes={k: self.level_bytes.get(k, 0) for k in LEVELS},
+            read_amp_mean=sum(counts) / len(counts) if counts else 0.0, read_amp_max=max(counts, default=0),
+            writer_bytes=self.writer_bytes, maintenance_read=self.maintenance_read,
+            maintenance_written=self.maintenance_written,
+            tasks={k: self.tasks.get(k, 0) for k in ("cluster", "compact")},
+            reclaimed_bytes=self.reclaimed_bytes, reclaimable_bytes=reclaimable, history_bytes=held,
+            history_hours=max(0.0, (now_ms - self.oldest_readable_ms) / HOUR_MS),
+            oldest_delta_hours=0.0 if oldest is None else max(0.0, (now_ms - oldest) / HOUR_MS))
+
+
+def _share(total: int, parts: int, i: int) -> int:
+    """Part ``i`` of ``total`` split as evenly as integers allow over ``parts``."""
+    return total // parts + (1 if i < total % parts else 0)
+
+
+def estimate_outputs(task: PlanTask, inputs: Sequence[AddFile], sizes: SizeModel) -> list[OutputEstimate]:
+    """The files one planned task writes, estimated from its inputs (none when nothing survives a compaction)."""
+    if task.kind == "compact":
+        out = sizes.compact(inputs)
+        return [] if out is None else [out]
+    return [sizes.cluster(inputs, task.target_level or 1)]
+
+
+def writer_times(pattern: WritePattern, start_ms: int, end_ms: int) -> Iterator[tuple[int, WriterCommit]]:
+    """The trace's commits shifted by whole periods into ``(start_ms, end_ms]``, in time order."""
+    p = pattern.period_ms
+    k = max(0, (start_ms - pattern.end_ms) // p)  # the cycles before it end at or before start_ms
+    while pattern.start_ms + k * p <= end_ms:
+        for c in pattern.commits:
+            t = c.time_ms + k * p
+            if start_ms < t <= end_ms:
+                yield t, c
+        k += 1
+
+
+def _events(pattern: WritePattern, schedule: Schedule, start_ms: int, end_ms: int, sample_ms: int
+            ) -> Iterator[tuple[int, int, WriterCommit | None]]:
+    writes = ((t, _WRITE, c) for t, c in writer_times(pattern, start_ms, end_ms))
+    maint = ((t, _MAINTAIN, None) for t in schedule.maintenance_at(start_ms, end_ms))
+    recl = ((t, _RECLAIM, None) for t in schedule.reclamation_at(start_ms, end_ms))
+    ends = [*range(start_ms, end_ms + 1, sample_ms)]
+    if ends[-1] != end_ms:  # the end is always sampled
+        ends.append(end_ms)
+    samples = ((t, _SAMPLE, None) for t in ends)
+    return heapq.merge(writes, maint, recl, samples, key=lambda e: (e[0], e[1]))
+
+
+@dataclass(frozen=True)
+class Run:
+    """The samples of one simulated policy, and how many maintenance passes planned work."""
+
+    samples: tuple[Sample, ...]
+    passes: int
+    busy_passes: int
+
+
+def simulate(start: Snapshot, pattern: WritePattern, sizes: SizeModel, policy: Policy, schedule: Schedule, *,
+             start_ms: int, end_ms: int, policy_name: str = "default", sample_ms: int = HOUR_MS,
+             table_uri: str = "", progress: Callable[[float], None] | None = None) -> Run:
+    """Replay ``pattern`` from ``start`` over ``[start_ms, end_ms]`` under ``policy``; samples every ``sample_ms``.
+
+    ``progress`` is called with the share of simulated time done at every sample.
+    """
+    sim = SimTable(start, pattern.commit_times)
+    samples: list[Sample] = []
+    passes = busy = 0
+    for t, kind, commit in _events(pattern, schedule, start_ms, end_ms, sample_ms):
+        if kind == _WRITE and commit is not None:
+            sim.write(t, commit)
+        elif kind == _MAINTAIN:
+            passes += 1
+            busy += sim.maintain(t, policy, sizes, table_uri or pattern.table_uri, policy_name) > 0
+        elif kind == _RECLAIM:
+            sim.reclaim(t)
+        else:
+            samples.append(sim.sample(t))
+            if progress is not None:
+                progress((t - start_ms) / max(1, end_ms - start_ms))
+    return Run(tuple(samples), passes, busy)
+
+
+__all__ = ["LEVELS", "Run", "Sample", "SimTable", "estimate_outputs", "level_of", "simulate", "writer_times"]

@@ -1,0 +1,246 @@
+"""The size estimator: what a simulated merge writes, from its inputs.
+
+A data file's size is a fixed part plus a part that grows with what it holds. An input's *payload* is its bytes
+less the fixed *overhead* of its layout (the Parquet footer with its statistics and the magic bytes, measured on
+real files of the table). Outputs are straight lines learned from the merges the log shows (least squares, when
+the observed merges vary enough in size to pin a line down), else anchored at the measured overhead:
+
+* clustering keeps every row version, so its output holds exactly the input rows and its bytes are
+  ``fixed + ratio x input payload`` per target level (merged files carry a version column and compress over
+  longer runs); without observed clustering, ``overhead + input payload``;
+* compaction keeps the latest row of each live key: from a bucket's base rows ``b``, its DeltaFiles' upsert rows
+  ``U`` and delete rows ``D``, the output holds ``b + U x (1 - overlap) - D`` rows, where the *key overlap* is the
+  share of upsert rows that replace a key already live. The overlap is learned from the table's past compactions
+  (the same formula solved for it; per bucket, shrunk towards the table's), or measured on a sample of its files
+  when it was never compacted (:mod:`maintd.simulate.keys`). Its bytes are ``fixed + bytes per row x rows``,
+  learned from the table's BaseFiles (or, without any, the level-0 bytes per upsert row).
+
+Everything here is pure: the overheads and the sampled overlap are measured by the caller and passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from maintd.simulate.pattern import MergeObservation, WritePattern
+from maintd.table.actions import AddFile, FileKind
+
+BKey = tuple[tuple[tuple[str, str | None], ...], int]
+LAYOUTS = ("L0", "merged", "base")
+"""File layouts with their own overhead: level-0 DeltaFiles, merged (level-1/2) DeltaFiles, BaseFiles."""
+
+
+def layout(f: AddFile) -> str:
+    if f.kind == "base":
+        return "base"
+    return "L0" if f.level == 0 else "merged"
+
+
+@dataclass(frozen=True)
+class OutputEstimate:
+    """One estimated output file of a merge."""
+
+    kind: FileKind
+    level: int | None
+    rows: int
+    delete_rows: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Line:
+    """``fixed + slope x x``: the bytes of an output file from its size driver (input payload, or rows)."""
+
+    fixed: float
+    slope: float
+
+    def __call__(self, x: float) -> int:
+        return max(0, round(self.fixed + self.slope * x))
+
+
+def fit_line(xs: Sequence[float], ys: Sequence[float]) -> Line | None:
+    """Least squares through ``(x, y)``; None unless there are 3+ points, x varies by 20%+ and the line is sane."""
+    if len(xs) < 3 or min(xs) <= 0 or max(xs) < 1.2 * min(xs):
+        return None
+    a = np.column_stack([np.ones(len(xs)), np.asarray(xs, dtype=float)])
+    (fixed, slope), *_ = np.linalg.lstsq(a, np.asarray(ys, dtype=float), rcond=None)
+    return Line(float(fixed), float(slope)) if fixed >= 0 and slope > 0 else None
+
+
+def _anchored(fixed: float, xs: Sequence[float], ys: Sequence[float]) -> Line | None:
+    """The line through ``(0, fixed)`` that fits the points' totals; None without points."""
+    total = sum(xs)
+    return Line(fixed, max(0.0, sum(ys) - fixed * len(ys)) / total) if total > 0 else None
+
+
+@dataclass(frozen=True)
+class SizeModel:
+    """How big simulated merge outputs are (see the module docstring).
+
+    ``sources`` says where each learned figure came from (``log``, ``files``, ``sample``, ``default``), so
+    the report can tell a measured figure from an assumed one.
+    """
+
+    overhead: Mapping[str, int]
+    upsert_row_bytes: float
+    delete_row_bytes: float
+    merge: Mapping[int, Line]
+    base: Line
+    key_overlap: float
+    bucket_overlap: Mapping[BKey, float] = field(default_factory=dict)
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def payload(self, f: AddFile) -> float:
+        return max(0.0, f.bytes - self.overhead.get(layout(f), 0))
+
+    def cluster(self, inputs: Sequence[AddFile], level: int) -> OutputEstimate:
+        """A clustering merge into ``level``: every row version kept."""
+        line = self.merge.get(level) or Line(self.overhead.get("merged", 0), 1.0)
+        return OutputEstimate("delta", level, sum(f.rows for f in inputs), sum(f.delete_rows for f in inputs),
+                              line(sum(self.payload(f) for f in inputs)))
+
+    def compact_rows(self, inputs: Sequence[AddFile]) -> int:
+        """Live keys after compaction: base rows, plus new keys among upserts, minus deletes."""
+        base = sum(f.rows for f in inputs if f.kind == "base")
+        deltas = [f for f in inputs if f.kind == "delta"]
+        deletes = sum(f.delete_rows for f in deltas)
+        upserts = sum(f.rows for f in deltas) - deletes
+        overlap = self.overlap_of(inputs[0].partition, inputs[0].bucket) if inputs else self.key_overlap
+        return max(0, round(base + upserts * (1.0 - overlap) - deletes))
+
+    def overlap_of(self, partition: Mapping[str, str | None], bucket: int) -> float:
+        """The key overlap of one bucket: its own where its compactions were seen, else the table's."""
+        return self.bucket_overlap.get(bucket_key(partition, bucket), self.key_overlap)
+
+    def compact(self, inputs: Sequence[AddFile]) -> OutputEstimate | None:
+        """A compaction into one BaseFile, or None when no live row survives (the real merge writes nothing)."""
+        rows = self.compact_rows(inputs)
+        if rows == 0:
+            return None
+        return OutputEstimate("base", None, rows, 0, self.base(rows))
+
+
+def _row_bytes(pattern: WritePattern, overhead: int) -> tuple[float, float, str]:
+    """Payload bytes per upsert row and per delete row of level-0 files, by least squares over the trace.
+
+    Deletes carry only the key, so their rows are smaller; when the trace cannot tell the two apart (deletes
+    always in the same proportion), both get the mean payload per row.
+    """
+    writes = [w for c in pattern.commits for w in c.writes if w.rows]
+    ups = np.array([w.rows - w.delete_rows for w in writes], dtype=float)
+    dels = np.array([w.delete_rows for w in writes], dtype=float)
+    pay = np.array([max(0.0, w.bytes - w.files * overhead) for w in writes], dtype=float)
+    rows = float(ups.sum() + dels.sum())
+    mean = float(pay.sum() / rows) if rows else 0.0
+    a = np.column_stack([ups, dels])
+    if len(writes) >= 2 and dels.any() and ups.any() and np.linalg.cond(a) < 1e6:
+        (b, c), *_ = np.linalg.lstsq(a, pay, rcond=None)
+        if b > 0 and c >= 0:
+            return float(b), float(c), "log"
+    return mean, mean, "log"
+
+
+def _merge_lines(overhead: Mapping[str, int], merges: Iterable[MergeObservation]) -> dict[int, Line]:
+    """Output bytes from input payload of the observed clustering merges, per target level."""
+    points: dict[int, tuple[list[float], list[float]]] = {}
+    for m in merges:
+        if m.kind != "cluster" or len(m.outputs) != 1 or not m.outputs[0].level:
+            continue
+        pin = sum(max(0.0, f.bytes - overhead.get(layout(f), 0)) for f in m.inputs)
+        if pin > 0:
+            xs, ys = points.setdefault(m.outputs[0].level or 0, ([], []))
+            xs.append(pin)
+            ys.append(float(m.outputs[0].bytes))
+    lines = {lvl: fit_line(xs, ys) or _anchored(overhead.get("merged", 0), xs, ys) for lvl, (xs, ys) in points.items()}
+    return {lvl: line for lvl, line in lines.items() if line is not None}
+
+
+def bucket_key(partition: Mapping[str, str | None], bucket: int) -> tuple[tuple[tuple[str, str | None], ...], int]:
+    """A (partition, bucket) key that does not depend on the order of the partition mapping."""
+    return tuple(sorted(partition.items(), key=lambda kv: kv[0])), bucket
+
+
+def _overlap_terms(m: MergeObservation) -> tuple[float, float]:
+    """(upsert rows that replaced a live key, upsert rows) implied by one compaction: ``b + U - D - out`` and U."""
+    base = sum(f.rows for f in m.inputs if f.kind == "base")
+    deletes = sum(f.delete_rows for f in m.inputs if f.kind == "delta")
+    upserts = sum(f.rows for f in m.inputs if f.kind == "delta") - deletes
+    out = sum(f.rows for f in m.outputs)
+    return base + upserts - deletes - out, upserts
+
+
+def overlap_from_merges(merges: Iterable[MergeObservation]) -> tuple[float | None, dict[BKey, float]]:
+    """The key overlap the observed compactions imply: table-wide, and per (partition, bucket).
+
+    A bucket's own figure is shrunk towards the table's by the evidence of one typical compaction (its mean
+    upsert rows), so a bucket seen compacting once or twice is not taken at its word.
+    """
+    num: dict[BKey, float] = {}
+    den: dict[BKey, float] = {}
+    count = 0
+    for m in merges:
+        if m.kind != "compact":
+            continue
+        n, d = _overlap_terms(m)
+        key = bucket_key(dict(m.partition), m.bucket)
+        num[key], den[key] = num.get(key, 0.0) + n, den.get(key, 0.0) + d
+        count += 1
+    total = sum(den.values())
+    if total <= 0:
+        return None, {}
+    table = _clamp(sum(num.values()) / total)
+    prior = total / count
+    return table, {k: _clamp((num[k] + prior * table) / (den[k] + prior)) for k in den}
+
+
+def _clamp(x: float) -> float:
+    return min(1.0, max(0.0, x))
+
+
+def _base_line(overhead: int, merges: Iterable[MergeObservation], files: Iterable[AddFile]) -> Line | None:
+    """BaseFile bytes from rows: the compactions' outputs and the live BaseFiles."""
+    bases = {f.path: f for m in merges if m.kind == "compact" for f in m.outputs if f.kind == "base"}
+    bases |= {f.path: f for f in files if f.kind == "base"}
+    xs = [float(f.rows) for f in bases.values() if f.rows]
+    ys = [float(f.bytes) for f in bases.values() if f.rows]
+    return fit_line(xs, ys) or _anchored(overhead, xs, ys)
+
+
+def learn_sizes(pattern: WritePattern, files: Iterable[AddFile], *, overheads: Mapping[str, int] | None = None,
+                sampled_overlap: float | None = None) -> SizeModel:
+    """Learn the size model from the pattern's trace and merges and the table's live ``files``.
+
+    Args:
+        pattern: the learned write pattern (its writes and the merges observed in its window).
+        files: the live files of the state the simulation starts from (their BaseFiles give bytes per row).
+        overheads: measured per-file overhead per layout (:func:`maintd.simulate.keys.measure_overheads`).
+        sampled_overlap: the key overlap measured on the table's files, used when no compaction was observed.
+    """
+    files = list(files)
+    sources: dict[str, str] = {}
+    known = {k: v for k, v in (overheads or {}).items() if v > 0}
+    fallback = known.get("L0", next(iter(known.values()), 0))
+    overhead = {k: known.get(k, fallback) for k in LAYOUTS}
+    sources["overhead"] = "files" if known else "default"
+    ups, dels, sources["row_bytes"] = _row_bytes(pattern, overhead["L0"])
+    merge = _merge_lines(overhead, pattern.merges)
+    sources["merge"] = "log" if merge else "default"
+    base = _base_line(overhead["base"], pattern.merges, files)
+    sources["base"] = "log" if base is not None else "default"
+    overlap, per_bucket = overlap_from_merges(pattern.merges)
+    if overlap is not None:
+        sources["key_overlap"] = "log"
+    elif sampled_overlap is not None:
+        overlap, sources["key_overlap"] = sampled_overlap, "sample"
+    else:
+        overlap, sources["key_overlap"] = 0.0, "default"
+    return SizeModel(overhead=overhead, upsert_row_bytes=ups, delete_row_bytes=dels, merge=merge,
+                     base=base or Line(overhead["base"], ups), key_overlap=overlap,
+                     bucket_overlap=per_bucket, sources=sources)
+
+
+__all__ = ["LAYOUTS", "BKey", "Line", "OutputEstimate", "SizeModel", "bucket_key", "fit_line", "layout",
+           "learn_sizes", "overlap_from_merges"]
