@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
@@ -83,11 +84,29 @@ def _compare(label: str, hours: float, predicted: Mapping[str, float], actual: M
     return LevelComparison(label=label, hours=round(hours, 3), predicted=p, actual=a, error=files_error(p, a))
 
 
-def actual_levels(table: Table, learned: Learned, times: Sequence[int]) -> list[dict[str, int]]:
-    """Files per level of the real table at each of ``times`` (ascending), by replaying its log."""
+@dataclass(frozen=True)
+class Actual:
+    """The real table at one sample time: files per level, and file-hours per level since the first sample."""
+
+    files: dict[str, int]
+    file_hours: dict[str, float]
+
+
+def actual_levels(table: Table, learned: Learned, times: Sequence[int]) -> list[Actual]:
+    """The real table at each of ``times`` (ascending), by replaying its log from the simulation's start."""
     files: dict[str, AddFile] = dict(learned.start.files)
     levels = Counter(level_of(f) for f in files.values())
-    out: list[dict[str, int]] = []
+    area: Counter[str] = Counter()
+    out: list[Actual] = []
+    last = times[0] if times else 0
+
+    def advance(to: int) -> None:
+        nonlocal last
+        if to > last:
+            for k, n in levels.items():
+                area[k] += n * (to - last)
+            last = to
+
     v = learned.start.version + 1
     pending = table.log.read_commit(v)
     for t in times:
@@ -95,6 +114,7 @@ def actual_levels(table: Table, learned: Learned, times: Sequence[int]) -> list[
             info = next((a for a in pending if isinstance(a, CommitInfo)), None)
             if info is not None and info.timestamp > t + SLACK_MS:
                 break
+            advance(min(info.timestamp if info else t, t))
             for a in pending:
                 if isinstance(a, RemoveFile) and a.path in files:
                     levels[level_of(files.pop(a.path))] -= 1
@@ -103,22 +123,25 @@ def actual_levels(table: Table, learned: Learned, times: Sequence[int]) -> list[
                     levels[level_of(a)] += 1
             v += 1
             pending = table.log.read_commit(v)
-        out.append({k: levels.get(k, 0) for k in LEVELS})
+        advance(t)
+        out.append(Actual({k: levels.get(k, 0) for k in LEVELS}, {k: area.get(k, 0) / HOUR_MS for k in LEVELS}))
     return out
 
 
-def _day_means(samples: Sequence[Sample], actual: Sequence[Mapping[str, int]], start_ms: int
-               ) -> list[LevelComparison]:
+def _day_means(samples: Sequence[Sample], actual: Sequence[Actual], start_ms: int) -> list[LevelComparison]:
+    """Per day, the time-weighted mean files per level, predicted and real."""
     out = []
     day = 1
     while samples and start_ms + (day - 1) * DAY_MS < samples[-1].time_ms:
         lo, hi = start_ms + (day - 1) * DAY_MS, start_ms + day * DAY_MS
-        idx = [i for i, s in enumerate(samples) if lo < s.time_ms <= hi]
-        if idx:
-            p = {k: sum(samples[i].files[k] for i in idx) / len(idx) for k in LEVELS}
-            a = {k: sum(actual[i][k] for i in idx) / len(idx) for k in LEVELS}
-            hours = (samples[idx[-1]].time_ms - start_ms) / HOUR_MS
-            out.append(_compare(f"day {day} (mean of {len(idx)} samples)", hours, p, a))
+        i = max(k for k, s in enumerate(samples) if s.time_ms <= lo)
+        j = max(k for k, s in enumerate(samples) if s.time_ms <= hi)
+        hours = (samples[j].time_ms - samples[i].time_ms) / HOUR_MS
+        if hours > 0:
+            p = {k: (samples[j].file_hours[k] - samples[i].file_hours[k]) / hours for k in LEVELS}
+            a = {k: (actual[j].file_hours[k] - actual[i].file_hours[k]) / hours for k in LEVELS}
+            out.append(_compare(f"day {day} (mean over {hours:g} h)", (samples[j].time_ms - start_ms) / HOUR_MS,
+                                p, a))
         day += 1
     return out
 
@@ -134,12 +157,23 @@ def backtest(table: Table, policy: CandidatePolicy, schedule: Schedule, *, hours
     learned = learned or learn(table, hours=hours, until_version=until_version, from_version=from_version,
                                from_window_start=True)
     end = table.snapshot(until_version)
-    start_ms, end_ms = learned.start.timestamp, end.timestamp
+    return compare_with_log(table, learned, policy, schedule, start_ms=learned.start.timestamp,
+                            end_ms=end.timestamp)
+
+
+def compare_with_log(table: Table, learned: Learned, policy: CandidatePolicy, schedule: Schedule, *,
+                     start_ms: int, end_ms: int) -> BacktestReport:
+    """Simulate from ``learned`` over ``[start_ms, end_ms]`` and compare, hour by hour, with the table's log.
+
+    With ``learned`` from the whole stretch (:func:`backtest`) the recorded writes are replayed as they were;
+    with ``learned`` from an earlier stretch the comparison checks a forecast: the pattern learned before
+    ``start_ms`` replayed forward against what writers and maintenance really did after it.
+    """
     run = simulate(learned.start, learned.pattern, learned.sizes, policy.policy, schedule, start_ms=start_ms,
                    end_ms=end_ms, policy_name=policy.name, table_uri=table.uri)
     samples = list(run.samples)
     actual = actual_levels(table, learned, [s.time_ms for s in samples])
-    points = tuple(_compare(to_datetime(s.time_ms).isoformat(), (s.time_ms - start_ms) / HOUR_MS, s.files, a)
+    points = tuple(_compare(to_datetime(s.time_ms).isoformat(), (s.time_ms - start_ms) / HOUR_MS, s.files, a.files)
                    for s, a in zip(samples, actual, strict=True))
     return BacktestReport(
         table_uri=table.uri, policy=policy.name, start=to_datetime(start_ms).isoformat(),
@@ -151,4 +185,5 @@ def backtest(table: Table, policy: CandidatePolicy, schedule: Schedule, *, hours
         final=_compare("end", points[-1].hours, points[-1].predicted, points[-1].actual))
 
 
-__all__ = ["SLACK_MS", "BacktestReport", "LevelComparison", "actual_levels", "backtest", "files_error"]
+__all__ = ["SLACK_MS", "Actual", "BacktestReport", "LevelComparison", "actual_levels", "backtest", "compare_with_log",
+           "files_error"]

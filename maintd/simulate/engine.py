@@ -39,13 +39,20 @@ def level_of(f: AddFile) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """The simulated table at one moment; counters (``*_bytes`` of work, ``tasks``) are cumulative from the start."""
+    """The simulated table at one moment; counters (``*_bytes`` of work, ``tasks``) are cumulative from the start.
+
+    ``file_hours`` and ``read_amp_hours`` integrate files per level and read amplification over time since the
+    start (exactly, between events), so a mean over any stretch is a difference divided by its hours, whatever
+    the phase of the samples and the maintenance passes.
+    """
 
     time_ms: int
     files: dict[str, int]
     bytes: dict[str, int]
     read_amp_mean: float
     read_amp_max: int
+    file_hours: dict[str, float]
+    read_amp_hours: float
     writer_bytes: int
     maintenance_read: int
     maintenance_written: int
@@ -98,6 +105,9 @@ class SimTable:
         self.writer_bytes = self.maintenance_read = self.maintenance_written = self.reclaimed_bytes = 0
         self.tasks: Counter[str] = Counter()
         self._seq = 0
+        self._since = start.timestamp
+        self.file_ms: Counter[str] = Counter()
+        self.read_amp_ms = 0.0
 
     # -- state ---------------------------------------------------------------------------------------------------
     def _count(self, f: AddFile, sign: int) -> None:
@@ -108,12 +118,28 @@ class SimTable:
         self.levels[level_of(f)] += sign
         self.level_bytes[level_of(f)] += sign * f.bytes
 
+    @property
+    def read_amp(self) -> float:
+        """Files a read merges per bucket, on average over the buckets that hold files."""
+        return sum(self.levels.values()) / len(self.per_bucket) if self.per_bucket else 0.0
+
+    def advance(self, now_ms: int) -> None:
+        """Integrate the current state up to ``now_ms`` (called before every change and every sample)."""
+        dt = now_ms - self._since
+        if dt <= 0:
+            return
+        for k, n in self.levels.items():
+            self.file_ms[k] += n * dt
+        self.read_amp_ms += self.read_amp * dt
+        self._since = now_ms
+
     def snapshot(self) -> Snapshot:
         """The simulated state as a :class:`Snapshot` for the planner (a read-only view, not a copy)."""
         return Snapshot(version=self.version, timestamp=self.timestamp, protocol=self.start.protocol,
                         metadata=self.start.metadata, files=MappingProxyType(self.files))
 
     def _commit(self, now_ms: int, removes: Sequence[str], adds: Sequence[AddFile]) -> int:
+        self.advance(now_ms)
         ts = max(now_ms, self.timestamp + 1)
         self.version += 1
         self.timestamp = ts
@@ -198,6 +224,7 @@ class SimTable:
         self.oldest_readable_ms = max(self.oldest_readable_ms, floor)
 
     def sample(self, now_ms: int) -> Sample:
+        self.advance(now_ms)
         counts = list(self.per_bucket.values())
         _, reclaimable = self.tombs.reclaimable(self.retained_from_ms(now_ms))
         held = self.tombs.totals[-1] - self.tombs.totals[self.tombs.reclaimed] - reclaimable
@@ -205,7 +232,8 @@ class SimTable:
         return Sample(
             time_ms=now_ms, files={k: self.levels.get(k, 0) for k in LEVELS},
             bytes={k: self.level_bytes.get(k, 0) for k in LEVELS},
-            read_amp_mean=sum(counts) / len(counts) if counts else 0.0, read_amp_max=max(counts, default=0),
+            read_amp_mean=self.read_amp, read_amp_max=max(counts, default=0),
+            file_hours={k: self.file_ms.get(k, 0) / HOUR_MS for k in LEVELS}, read_amp_hours=self.read_amp_ms / HOUR_MS,
             writer_bytes=self.writer_bytes, maintenance_read=self.maintenance_read,
             maintenance_written=self.maintenance_written,
             tasks={k: self.tasks.get(k, 0) for k in ("cluster", "compact")},
@@ -268,6 +296,9 @@ def simulate(start: Snapshot, pattern: WritePattern, sizes: SizeModel, policy: P
     ``progress`` is called with the share of simulated time done at every sample.
     """
     sim = SimTable(start, pattern.commit_times)
+    sim.advance(start_ms)
+    sim.file_ms.clear()
+    sim.read_amp_ms = 0.0
     samples: list[Sample] = []
     passes = busy = 0
     for t, kind, commit in _events(pattern, schedule, start_ms, end_ms, sample_ms):

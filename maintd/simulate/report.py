@@ -29,7 +29,8 @@ def to_datetime(ms: int) -> datetime:
 
 
 class DayPrediction(_Model):
-    """One simulated day of one policy. Work counters cover the day; states are at its end unless ``_mean``."""
+    """One simulated day of one policy. Work counters cover the day; states are at its end, except the ``_mean``
+    ones, which are averaged over the day's time (time-weighted, exactly)."""
 
     day: int
     end: datetime
@@ -140,15 +141,15 @@ def day_prediction(samples: Sequence[Sample], start_ms: int, day: int) -> DayPre
     """The ``day``-th day (1-based) from ``start_ms``, from samples that include both of its ends."""
     lo, hi = start_ms + (day - 1) * DAY_MS, start_ms + day * DAY_MS
     first, last = _at_or_before(samples, lo), _at_or_before(samples, hi)
-    inside = [s for s in samples if lo < s.time_ms <= hi] or [last]
+    hours = max(1e-9, (last.time_ms - first.time_ms) / HOUR_MS)
     written = last.writer_bytes - first.writer_bytes
     m_written = last.maintenance_written - first.maintenance_written
     return DayPrediction(
         day=day, end=to_datetime(last.time_ms), files=dict(last.files),
-        files_mean={k: round(sum(s.files[k] for s in inside) / len(inside), 2) for k in LEVELS},
+        files_mean={k: round((last.file_hours[k] - first.file_hours[k]) / hours, 2) for k in LEVELS},
         bytes=dict(last.bytes), read_amplification=round(last.read_amp_mean, 3),
         read_amplification_max=last.read_amp_max,
-        read_amplification_mean=round(sum(s.read_amp_mean for s in inside) / len(inside), 3),
+        read_amplification_mean=round((last.read_amp_hours - first.read_amp_hours) / hours, 3),
         write_amplification=_ratio(m_written, written), writer_bytes=written,
         maintenance_tasks={k: last.tasks[k] - first.tasks[k] for k in last.tasks},
         maintenance_bytes_read=last.maintenance_read - first.maintenance_read, maintenance_bytes_written=m_written,

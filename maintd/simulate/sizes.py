@@ -200,13 +200,31 @@ def _clamp(x: float) -> float:
     return min(1.0, max(0.0, x))
 
 
-def _base_line(overhead: int, merges: Iterable[MergeObservation], files: Iterable[AddFile]) -> Line | None:
-    """BaseFile bytes from rows: the compactions' outputs and the live BaseFiles."""
+def _base_line(overhead: Mapping[str, int], merges: Iterable[MergeObservation], files: Iterable[AddFile]
+               ) -> tuple[Line | None, str]:
+    """BaseFile bytes from rows, and where the line came from.
+
+    From the compactions' outputs and the live BaseFiles when there are any. Otherwise from the merged
+    DeltaFiles of the highest level seen (sorted by key and large, they compress like BaseFiles, much better
+    than small level-0 files), anchored at the BaseFile overhead.
+    """
+    files = list(files)
     bases = {f.path: f for m in merges if m.kind == "compact" for f in m.outputs if f.kind == "base"}
     bases |= {f.path: f for f in files if f.kind == "base"}
     xs = [float(f.rows) for f in bases.values() if f.rows]
     ys = [float(f.bytes) for f in bases.values() if f.rows]
-    return fit_line(xs, ys) or _anchored(overhead, xs, ys)
+    line = fit_line(xs, ys) or _anchored(overhead.get("base", 0), xs, ys)
+    if line is not None:
+        return line, "log"
+    merged = {f.path: f for m in merges for f in m.outputs if layout(f) == "merged"}
+    merged |= {f.path: f for f in files if layout(f) == "merged"}
+    top = max((f.level or 0 for f in merged.values()), default=0)
+    chosen = [f for f in merged.values() if f.level == top and f.rows]
+    rows = sum(f.rows for f in chosen)
+    if not rows:
+        return None, "default"
+    payload = sum(max(0.0, f.bytes - overhead.get("merged", 0)) for f in chosen)
+    return Line(overhead.get("base", 0), payload / rows), f"level-{top} files"
 
 
 def learn_sizes(pattern: WritePattern, files: Iterable[AddFile], *, overheads: Mapping[str, int] | None = None,
@@ -228,8 +246,7 @@ def learn_sizes(pattern: WritePattern, files: Iterable[AddFile], *, overheads: M
     ups, dels, sources["row_bytes"] = _row_bytes(pattern, overhead["L0"])
     merge = _merge_lines(overhead, pattern.merges)
     sources["merge"] = "log" if merge else "default"
-    base = _base_line(overhead["base"], pattern.merges, files)
-    sources["base"] = "log" if base is not None else "default"
+    base, sources["base"] = _base_line(overhead, pattern.merges, files)
     overlap, per_bucket = overlap_from_merges(pattern.merges)
     if overlap is not None:
         sources["key_overlap"] = "log"
