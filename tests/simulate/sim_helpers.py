@@ -7,14 +7,13 @@ table was created): plan with the policy, execute with the local executor, commi
 
 from __future__ import annotations
 
-import pyarrow.acero  # noqa: F401  imported before freezegun swaps datetime.date, which pyarrow checks on import
-
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.acero  # imported before freezegun swaps datetime.date, which its C module checks on import
 from freezegun import freeze_time
 
 from maintd.execution import commit_rewrites, execute

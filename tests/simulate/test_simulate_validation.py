@@ -1,0 +1,142 @@
+"""The simulator against reality.
+
+A table is written by a streaming writer and maintained under policy A for 24 hours of simulated time
+(freezegun; maintenance with the local executor every 30 minutes, as the daemon's schedule would run it, and
+its runs recorded in a state store as the daemon records them). The simulation of that past under A must
+predict the files per level that really resulted within 20%, and so must a forecast of the second half of the
+day learned from the first half only.
+
+Errors are ``sum(|predicted - actual|) / sum(actual)`` over the L0, L1, L2 and base file counts; the measured
+figures are printed (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from maintd.cli import app
+from maintd.reclaim import plan_reclamation
+from maintd.simulate import (
+    CandidatePolicy,
+    RecordedRun,
+    Schedule,
+    backtest,
+    learn,
+    schedule_from_runs,
+    simulate,
+)
+from maintd.simulate.backtest import compare_with_log
+from maintd.table import Table
+
+from .sim_helpers import Maintained, record_runs, write_and_maintain
+
+pytestmark = pytest.mark.slow  # the table is written and maintained for a simulated day first (seconds)
+
+LIMIT = 0.20
+INTERVAL_S = 1800.0
+NO_RECLAMATION_S = 10 * 24 * 3600.0
+
+
+@pytest.fixture(scope="module")
+def maintained(tmp_path_factory: pytest.TempPathFactory) -> Maintained:
+    return write_and_maintain(tmp_path_factory.mktemp("validation"), hours=24, write_every=timedelta(minutes=15),
+                              maintain_every=timedelta(seconds=INTERVAL_S), first_pass=timedelta(minutes=7))
+
+
+@pytest.fixture(scope="module")
+def store_url(maintained: Maintained, tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('store') / 'maintd.db'}"
+    record_runs(url, maintained.uri, maintained.passes)
+    return url
+
+
+def _recorded(m: Maintained) -> Schedule:
+    runs = [RecordedRun("maintenance", int(t.timestamp() * 1000)) for t in m.passes]
+    return schedule_from_runs(runs, Schedule(INTERVAL_S, NO_RECLAMATION_S, "test settings"))
+
+
+def _policy(m: Maintained) -> CandidatePolicy:
+    return CandidatePolicy("A", str(m.policy_path), m.policy)
+
+
+def test_the_simulated_past_under_policy_a_has_the_files_per_level_that_really_resulted(
+        maintained: Maintained) -> None:
+    report = backtest(Table.open(maintained.uri), _policy(maintained), _recorded(maintained))
+    print(f"\nbacktest with recorded runs: end {report.final.predicted} vs {report.final.actual} error "
+          f"{report.final.error}; day means error {[d.error for d in report.days]}; hourly mean error "
+          f"{report.mean_error}, largest {report.max_error}")
+    assert report.schedule.source.startswith("recorded maintenance runs")
+    assert report.hours == pytest.approx(24, abs=0.01)
+    day = report.days[0]
+    assert all(day.actual[level] > 0 for level in ("L0", "L1", "L2", "base")), day.actual  # every level was seen
+    assert report.final.error is not None and report.final.error <= LIMIT
+    assert all(d.error is not None and d.error <= LIMIT for d in report.days)
+
+
+def test_without_recorded_runs_the_daemon_interval_alone_predicts_the_day_within_20_percent(
+        maintained: Maintained) -> None:
+    # the passes' phase is unknown (they really ran 7 minutes past the half hours): only the cadence is right
+    report = backtest(Table.open(maintained.uri), _policy(maintained),
+                      Schedule(INTERVAL_S, NO_RECLAMATION_S, "the settings' interval"))
+    print(f"\nbacktest from the interval alone: day means error {[d.error for d in report.days]}, end error "
+          f"{report.final.error}, hourly mean error {report.mean_error}")
+    assert all(d.error is not None and d.error <= LIMIT for d in report.days)
+
+
+def test_a_forecast_learned_from_the_first_12_hours_predicts_the_next_12_within_20_percent(
+        maintained: Maintained) -> None:
+    table = Table.open(maintained.uri)
+    cut = maintained.start + timedelta(hours=12)
+    cut_ms = int(cut.timestamp() * 1000)
+    version = max(r.version for r in table.history() if r.timestamp <= cut_ms)
+    learned = learn(table, hours=None, until_version=version)  # nothing after the cut is seen
+    report = compare_with_log(table, learned, _policy(maintained), _recorded(maintained), start_ms=cut_ms,
+                              end_ms=int(maintained.end.timestamp() * 1000))
+    print(f"\nforecast of hours 12-24: mean error {[d.error for d in report.days]}, end {report.final.predicted} vs "
+          f"{report.final.actual} error {report.final.error}, hourly mean error {report.mean_error}")
+    assert report.hours == pytest.approx(12, abs=0.01)
+    assert all(d.error is not None and d.error <= LIMIT for d in report.days)
+    assert report.final.error is not None and report.final.error <= LIMIT
+
+
+def test_predicted_reclaimable_bytes_match_what_reclamation_would_delete(maintained: Maintained) -> None:
+    table = Table.open(maintained.uri)
+    learned = learn(table, hours=None, from_window_start=True)
+    end_ms = table.snapshot().timestamp
+    run = simulate(learned.start, learned.pattern, learned.sizes, maintained.policy, _recorded(maintained),
+                   start_ms=learned.start.timestamp, end_ms=end_ms)
+    real = plan_reclamation(table, now=datetime.fromtimestamp(end_ms / 1000, UTC), orphan_grace=timedelta(hours=72))
+    real_bytes = sum(f.bytes for f in real.data_files)
+    predicted = run.samples[-1].reclaimable_bytes
+    print(f"\nreclaimable after 24 h (retain 12 h): predicted {predicted} B, reclamation plans {real_bytes} B")
+    assert real_bytes > 0
+    assert predicted == pytest.approx(real_bytes, rel=0.05)
+    assert run.samples[-1].history_hours == pytest.approx(24, abs=0.1)  # nothing reclaimed yet: all history kept
+
+
+def test_the_backtest_command_uses_the_runs_the_daemon_recorded(maintained: Maintained, store_url: str) -> None:
+    r = CliRunner().invoke(app, ["simulate", maintained.uri, "--policy", str(maintained.policy_path), "--backtest",
+                                 "--learn-hours", "48", "--store", store_url, "--json"])
+    assert r.exit_code == 0, r.output
+    (report,) = json.loads(r.stdout)
+    assert report["schedule"]["source"].startswith("recorded maintenance runs")
+    assert report["final"]["error"] <= LIMIT
+    text = CliRunner().invoke(app, ["simulate", maintained.uri, "--policy", str(maintained.policy_path), "--backtest",
+                                    "--learn-hours", "48", "--store", store_url])
+    assert text.exit_code == 0, text.output
+    assert "predicted" in text.stdout and "recorded maintenance runs" in text.stdout and "error" in text.stdout
+
+
+def test_the_forward_simulation_uses_the_recorded_cadence(maintained: Maintained, store_url: str,
+                                                          tmp_path: Path) -> None:
+    r = CliRunner().invoke(app, ["simulate", maintained.uri, "--policy", str(maintained.policy_path), "--days", "1",
+                                 "--store", store_url, "--json"])
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    assert report["schedule"]["maintenance_interval_seconds"] == INTERVAL_S
+    assert report["schedule"]["source"].startswith("recorded maintenance runs")
