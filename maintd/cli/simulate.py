@@ -230,9 +230,10 @@ def _summary(r: SimulationReport) -> RichTable:
                                   for p in r.policies]),
         ("reclaimable now / reclaimed", [f"{fmt_bytes(p.days[-1].reclaimable_bytes)} / "
                                          f"{fmt_bytes(sum(d.reclaimed_bytes for d in p.days))}" for p in r.policies]),
-        ("history kept (h), bytes", [f"{p.days[-1].history_hours:.1f}, {fmt_bytes(p.days[-1].history_bytes)}"
-                                     for p in r.policies]),
-        ("oldest DeltaFile version (h)", [f"{p.days[-1].oldest_delta_hours:.1f}" for p in r.policies]),
+        ("history kept (h)", [f"{p.days[-1].history_hours:.1f} to {p.days[-1].history_hours_max:.1f}"
+                              for p in r.policies]),
+        ("history bytes", [fmt_bytes(p.days[-1].history_bytes) for p in r.policies]),
+        ("oldest DeltaFile row (h)", [f"{p.days[-1].oldest_delta_hours:.1f}" for p in r.policies]),
     ]
     for label, cells in rows:
         t.add_row(label, *cells)

@@ -2,8 +2,8 @@
 
 Both are small reads. The overhead is the Parquet footer (and the two magic numbers) of the newest file of each
 layout. The key overlap is measured only when the log shows no compaction to learn it from (a table maintd has
-not maintained yet): the primary-key columns of a sample of buckets are read, bounded by a byte budget, and
-every level-0 file's upsert rows are checked, in version order, against the keys live before it.
+not maintained yet, or not compacted lately): the primary-key columns of a sample of buckets are read, bounded
+by a byte budget, and every upsert row version of their DeltaFiles is checked against the keys live before it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from maintd.table import Snapshot, Table
 from maintd.table.actions import AddFile
 from maintd.table.bucketing import key_hash
 from maintd.table.files import read_data_file
-from maintd.table.schema import OP_COLUMN, OP_DELETE
+from maintd.table.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
 
 SAMPLE_BYTES = 64 * 1024 * 1024
 """Most data-file bytes whose key columns the key-overlap sample reads."""
@@ -47,39 +47,53 @@ def measure_overheads(table: Table, files: Iterable[AddFile], *, tries: int = 3)
     return out
 
 
-def _keys(table: Table, snapshot: Snapshot, f: AddFile) -> tuple[np.ndarray, np.ndarray]:
-    """(upsert key hashes, delete key hashes) of one file."""
+def _keys(table: Table, snapshot: Snapshot, f: AddFile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(key hashes, row versions, delete flags) of one file."""
     pk = list(snapshot.metadata.primary_key)
     t = read_data_file(table.storage, snapshot.metadata, f, columns=pk)
     h = key_hash([t.column(c) for c in pk])
+    versions = np.asarray(t.column(VERSION_COLUMN).to_numpy(zero_copy_only=False), dtype=np.int64)
     deletes = np.asarray(t.column(OP_COLUMN).to_numpy(zero_copy_only=False)) == OP_DELETE
-    return h[~deletes], h[deletes]
+    return h, versions, deletes
 
 
 def _bucket_overlap(table: Table, snapshot: Snapshot, files: list[AddFile]) -> tuple[int, int]:
-    """(upsert rows of level-0 files whose key was live before them, all their upsert rows)."""
-    older = [f for f in files if layout(f) != "L0"]
-    live = np.unique(np.concatenate([_keys(table, snapshot, f)[0] for f in older])) if older else np.zeros(0, np.uint64)
-    hits = total = 0
-    for f in sorted((f for f in files if layout(f) == "L0"), key=lambda f: (f.min_version, f.path)):
-        ups, dels = _keys(table, snapshot, f)
-        hits += int(np.isin(ups, live).sum())
-        total += len(ups)
-        live = np.union1d(np.setdiff1d(live, dels), ups)
-    return hits, total
+    """(upsert rows of the DeltaFiles whose key was live before them, all their upsert rows).
+
+    Every row version of the bucket's DeltaFiles is ordered by (key, version): a row replaced a live key if
+    the row before it holds the same key as an upsert, or, for a key's first row, if the BaseFile holds it.
+    """
+    bases = [f for f in files if f.kind == "base"]
+    deltas = [f for f in files if f.kind == "delta"]
+    if not deltas:
+        return 0, 0
+    live = np.unique(np.concatenate([_keys(table, snapshot, f)[0] for f in bases])) if bases else np.zeros(0, np.uint64)
+    parts = [_keys(table, snapshot, f) for f in deltas]
+    h = np.concatenate([p[0] for p in parts])
+    v = np.concatenate([p[1] for p in parts])
+    dead = np.concatenate([p[2] for p in parts])
+    order = np.lexsort((v, h))
+    h, dead = h[order], dead[order]
+    same = np.zeros(len(h), dtype=bool)
+    same[1:] = h[1:] == h[:-1]
+    after_upsert = np.zeros(len(h), dtype=bool)
+    after_upsert[1:] = ~dead[:-1]
+    hit = np.where(same, after_upsert, np.isin(h, live))
+    upserts = ~dead
+    return int((hit & upserts).sum()), int(upserts.sum())
 
 
 def sample_key_overlap(table: Table, snapshot: Snapshot, *, budget_bytes: int = SAMPLE_BYTES) -> float | None:
     """The share of upsert rows that replaced a live key, over a sample of buckets; None if nothing to sample.
 
-    Buckets with the most level-0 files are read first, until ``budget_bytes`` of files were read.
+    Buckets with the most DeltaFiles are read first, until ``budget_bytes`` of files were read.
     """
     groups = snapshot.by_bucket()
-    order = sorted(groups, key=lambda k: -sum(1 for f in groups[k] if layout(f) == "L0"))
+    order = sorted(groups, key=lambda k: -sum(1 for f in groups[k] if f.kind == "delta"))
     hits = total = used = 0
     for key in order:
         files = groups[key]
-        if not any(layout(f) == "L0" for f in files):
+        if not any(f.kind == "delta" for f in files):
             break
         cost = sum(f.bytes for f in files)
         if total and used + cost > budget_bytes:

@@ -49,6 +49,7 @@ class DayPrediction(_Model):
     reclaimable_bytes: int
     history_bytes: int
     history_hours: float
+    history_hours_max: float
     oldest_delta_hours: float
 
     @property
@@ -155,6 +156,7 @@ def day_prediction(samples: Sequence[Sample], start_ms: int, day: int) -> DayPre
         maintenance_bytes_read=last.maintenance_read - first.maintenance_read, maintenance_bytes_written=m_written,
         reclaimed_bytes=last.reclaimed_bytes - first.reclaimed_bytes, reclaimable_bytes=last.reclaimable_bytes,
         history_bytes=last.history_bytes, history_hours=round(last.history_hours, 2),
+        history_hours_max=round(max(x.history_hours for x in samples if lo <= x.time_ms <= hi), 2),
         oldest_delta_hours=round(last.oldest_delta_hours, 2))
 
 
