@@ -168,9 +168,20 @@ def _schedule(table: Table, config: Path | None, store: str | None, maintenance:
 
 def _recorded_runs(table: Table, url: str, settings: Any) -> list[RecordedRun]:
     """The daemon's runs of the table (under any of the names it may be registered by), as plain values."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     from maintd.service.records import RunKind
     from maintd.service.store import StateStore
 
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        fail(f"state store URL {url!r} is not a database URL; give e.g. sqlite:///var/lib/maintd/maintd.db")
+    database = parsed.database if parsed.get_backend_name() == "sqlite" else None
+    if database and database != ":memory:" and not Path(database).expanduser().is_file():
+        fail(f"no state store at {database}: point --store or --config at the daemon's store, or leave both out "
+             "to use the scheduler settings")
     db = StateStore(url, db_schema=settings.store.db_schema, connect_timeout=settings.store.connect_timeout_seconds,
                     create=False)
     try:
@@ -197,6 +208,11 @@ def _levels(files: dict[str, Any]) -> str:
     return " / ".join(f"{files[k]:g}" for k in LEVELS)
 
 
+def _span(values: list[float], fmt: str) -> str:
+    lo, hi = min(values), max(values)
+    return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else f"{lo:{fmt}} to {hi:{fmt}}"
+
+
 def print_report(console: Console, r: SimulationReport) -> None:
     """The header (what was learned, the cadence), the policies side by side, then one line per day."""
     p = r.pattern
@@ -207,6 +223,12 @@ def print_report(console: Console, r: SimulationReport) -> None:
                   f"{p.buckets_written} bucket(s), {fmt_bytes(p.bytes_per_hour)}/h, {p.rows_per_hour:,.0f} rows/h, "
                   f"delete share {p.delete_share:.2f}, key overlap {p.key_overlap:.2f} "
                   f"({p.sources.get('key_overlap', '?')}), {p.merges_observed} merge(s) observed", highlight=False)
+    if p.buckets:
+        b = p.buckets
+        console.print(f"per bucket: {_span([x.commits_per_hour for x in b], '.1f')} commits/h, "
+                      f"{_span([x.rows_per_commit for x in b], ',.0f')} rows per commit, delete share "
+                      f"{_span([x.delete_share for x in b], '.2f')}, key overlap "
+                      f"{_span([x.key_overlap for x in b], '.2f')} (--json lists every bucket)", highlight=False)
     console.print(f"maintenance every {r.schedule.maintenance_interval_seconds:g} s, reclamation every "
                   f"{r.schedule.reclamation_interval_seconds:g} s ({escape(r.schedule.source)})", highlight=False)
     console.print(_summary(r))
@@ -228,8 +250,8 @@ def _summary(r: SimulationReport) -> RichTable:
         ("tasks cluster / compact", [_tasks(p.maintenance_tasks) for p in r.policies]),
         ("bytes read / written", [f"{fmt_bytes(p.maintenance_bytes_read)} / {fmt_bytes(p.maintenance_bytes_written)}"
                                   for p in r.policies]),
-        ("reclaimable now / reclaimed", [f"{fmt_bytes(p.days[-1].reclaimable_bytes)} / "
-                                         f"{fmt_bytes(sum(d.reclaimed_bytes for d in p.days))}" for p in r.policies]),
+        ("reclaimable (day's peak)", [fmt_bytes(p.days[-1].reclaimable_bytes_max) for p in r.policies]),
+        ("reclaimed", [fmt_bytes(sum(d.reclaimed_bytes for d in p.days)) for p in r.policies]),
         ("history kept (h)", [f"{p.days[-1].history_hours:.1f} to {p.days[-1].history_hours_max:.1f}"
                               for p in r.policies]),
         ("history bytes", [fmt_bytes(p.days[-1].history_bytes) for p in r.policies]),

@@ -47,6 +47,7 @@ class DayPrediction(_Model):
     maintenance_bytes_written: int
     reclaimed_bytes: int
     reclaimable_bytes: int
+    reclaimable_bytes_max: int
     history_bytes: int
     history_hours: float
     history_hours_max: float
@@ -143,6 +144,7 @@ def day_prediction(samples: Sequence[Sample], start_ms: int, day: int) -> DayPre
     lo, hi = start_ms + (day - 1) * DAY_MS, start_ms + day * DAY_MS
     first, last = _at_or_before(samples, lo), _at_or_before(samples, hi)
     hours = max(1e-9, (last.time_ms - first.time_ms) / HOUR_MS)
+    inside = [x for x in samples if lo <= x.time_ms <= hi]
     written = last.writer_bytes - first.writer_bytes
     m_written = last.maintenance_written - first.maintenance_written
     return DayPrediction(
@@ -156,7 +158,8 @@ def day_prediction(samples: Sequence[Sample], start_ms: int, day: int) -> DayPre
         maintenance_bytes_read=last.maintenance_read - first.maintenance_read, maintenance_bytes_written=m_written,
         reclaimed_bytes=last.reclaimed_bytes - first.reclaimed_bytes, reclaimable_bytes=last.reclaimable_bytes,
         history_bytes=last.history_bytes, history_hours=round(last.history_hours, 2),
-        history_hours_max=round(max(x.history_hours for x in samples if lo <= x.time_ms <= hi), 2),
+        history_hours_max=round(max(x.history_hours for x in inside), 2),
+        reclaimable_bytes_max=max(x.reclaimable_bytes for x in inside),
         oldest_delta_hours=round(last.oldest_delta_hours, 2))
 
 

@@ -33,6 +33,8 @@ from maintd.table import Snapshot, Table
 from maintd.table.actions import AddFile
 
 MAX_DAYS = 366
+MAX_REPLAYED_WRITES = 2_000_000
+"""Most level-0 files one simulation may replay: beyond, the answer would take too long to be of use."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,18 @@ def check_days(days: int) -> None:
         raise InvalidInputError(f"--days {days} is out of range: simulate from 1 to {MAX_DAYS} days")
 
 
+def check_size(pattern: WritePattern, days: int, uri: str) -> None:
+    """Refuse a simulation that would replay more than :data:`MAX_REPLAYED_WRITES` level-0 files."""
+    per_cycle = sum(w.files for c in pattern.commits for w in c.writes)
+    replayed = per_cycle * days * DAY_MS / pattern.period_ms
+    if replayed > MAX_REPLAYED_WRITES:
+        raise InvalidInputError(
+            f"table {uri}: its writes of the learning window ({len(pattern.commits)} commits in "
+            f"{pattern.period_ms / 1000:g} s) replayed for {days} day(s) make {replayed:,.0f} files, more than "
+            f"{MAX_REPLAYED_WRITES:,} a simulation handles; simulate fewer --days, or learn from a longer and "
+            "more typical stretch of writes (--learn-hours)")
+
+
 def simulate_table(table: Table, policies: Sequence[CandidatePolicy], *, days: int, schedule: Schedule,
                    now: datetime, hours: float | None = 24.0, learned: Learned | None = None,
                    progress: Callable[[str, float], None] | None = None) -> SimulationReport:
@@ -125,6 +139,7 @@ def simulate_table(table: Table, policies: Sequence[CandidatePolicy], *, days: i
     learned = learned or learn(table, hours=hours)
     start_ms = int(now.timestamp() * 1000)
     end_ms = start_ms + days * DAY_MS
+    check_size(learned.pattern, days, table.uri)
     runs = []
     for c in policies:
         step = None if progress is None else functools.partial(progress, c.name)
@@ -152,5 +167,5 @@ def unique_names(names: Iterable[str]) -> list[str]:
     return out
 
 
-__all__ = ["MAX_DAYS", "CandidatePolicy", "Learned", "check_days", "learn", "pattern_summary", "simulate_table",
-           "unique_names"]
+__all__ = ["MAX_DAYS", "MAX_REPLAYED_WRITES", "CandidatePolicy", "Learned", "check_days", "check_size", "learn",
+           "pattern_summary", "simulate_table", "unique_names"]

@@ -134,6 +134,8 @@ def test_a_png_plot_without_matplotlib_names_the_extra(table_uri: str, tmp_path:
     (["{uri}", "--learn-hours", "0"], "--learn-hours 0 must be positive"),
     (["{uri}", "--maintenance-interval", "-5"], "--maintenance-interval -5 must be a positive"),
     (["{empty}"], "has no writes in its retained history"),
+    (["{uri}", "--store", "sqlite:///{tmp}/no-such.db"], "no state store at"),
+    (["{uri}", "--store", "not a url"], "is not a database URL"),
 ])
 def test_bad_input_gets_one_clear_line_and_exit_code_2(table_uri: str, tmp_path: Path, args: list[str],
                                                        expected: str) -> None:
@@ -148,3 +150,15 @@ def test_bad_input_gets_one_clear_line_and_exit_code_2(table_uri: str, tmp_path:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], err
     assert not out
+    assert not (tmp_path / "no-such.db").exists()  # a missing store is reported, never created
+
+
+def test_a_burst_of_writes_is_not_replayed_for_days(tmp_path: Path) -> None:
+    uri = str(tmp_path / "burst")
+    with freeze_time(T0):  # commits one millisecond apart: a week of such bursts would be over a billion files
+        t = Table.create(uri, "id:int64!,v:string", primary_key="id", buckets=2)
+        for i in range(3):
+            t.upsert(pa.table({"id": [i, i + 10], "v": ["a", "b"]}))
+    code, out, err = _run(uri, "--days", "7")
+    assert code == 2 and not out
+    assert len(err.strip().splitlines()) == 1 and "more than 2,000,000 a simulation handles" in err
