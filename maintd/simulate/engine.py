@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
 
-from maintd.planner import Policy, plan
-from maintd.planner.models import PlanTask
+from maintd.planner import PlanTask, Policy, plan
 from maintd.simulate.pattern import HOUR_MS, BucketKey, WritePattern, WriterCommit
 from maintd.simulate.schedule import Schedule
 from maintd.simulate.sizes import OutputEstimate, SizeModel

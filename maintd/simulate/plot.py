@@ -70,12 +70,12 @@ def _panels(report: SimulationReport) -> list[tuple[str, str, list[_Series]]]:
         colour = POLICY_COLOURS[i % len(POLICY_COLOURS)]
         files = [_Series(lvl, LEVEL_COLOURS[lvl], "", tuple((s.hours, float(s.files[lvl])) for s in p.series))
                  for lvl in LEVELS]
-        panels.append((f"Files per level: {p.name}", "files", files))
+        panels.append((f"Files per level: {p.name} (hourly means)", "files", files))
         ra.append(_Series(p.name, colour, DASHES[i % len(DASHES)],
                           tuple((s.hours, s.read_amplification) for s in p.series)))
         wa.append(_Series(p.name, colour, DASHES[i % len(DASHES)], tuple(
             (s.hours, s.write_amplification) for s in p.series if s.write_amplification is not None)))
-    return [*panels, ("Read amplification (files a read merges per bucket)", "files per bucket", ra),
+    return [*panels, ("Read amplification (files a read merges per bucket, hourly means)", "files per bucket", ra),
             ("Write amplification (bytes maintenance wrote per byte written, cumulative)", "ratio", wa)]
 
 
@@ -86,7 +86,7 @@ def _png(report: SimulationReport, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     panels = _panels(report)
-    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 3.0 * len(panels)), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(12, 3.0 * len(panels)), sharex=True, squeeze=False)
     axes = axes[:, 0]
     for ax, (title, ylabel, series) in zip(axes, panels, strict=True):
         for s in series:
@@ -97,7 +97,7 @@ def _png(report: SimulationReport, path: Path) -> None:
         ax.set_title(title, fontsize=10)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, ncol=4, loc="upper left")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     axes[-1].set_xlabel("hours from the start of the simulation")
     fig.suptitle(f"maintd simulate {report.table_uri}: {report.days} day(s) from {report.start:%Y-%m-%d %H:%M} UTC",
                  fontsize=11)

@@ -59,10 +59,12 @@ class DayPrediction(_Model):
 
 
 class SeriesPoint(_Model):
-    """One sample of the hourly series: files per level, read and (cumulative) write amplification."""
+    """One point of the hourly series: files per level and read amplification averaged over the hour before
+    it (time-weighted, so passes that fall on the hour do not hide what piles up between them), and the write
+    amplification from the start up to it."""
 
     hours: float
-    files: dict[str, int]
+    files: dict[str, float]
     read_amplification: float
     write_amplification: float | None
 
@@ -163,15 +165,24 @@ def day_prediction(samples: Sequence[Sample], start_ms: int, day: int) -> DayPre
         oldest_delta_hours=round(last.oldest_delta_hours, 2))
 
 
+def _point(prev: Sample, x: Sample, start_ms: int, first: Sample) -> SeriesPoint:
+    hours = (x.time_ms - prev.time_ms) / HOUR_MS
+    if hours > 0:
+        files = {k: round((x.file_hours[k] - prev.file_hours[k]) / hours, 2) for k in LEVELS}
+        read = (x.read_amp_hours - prev.read_amp_hours) / hours
+    else:  # the first point: the state at the start
+        files, read = {k: float(x.files[k]) for k in LEVELS}, x.read_amp_mean
+    return SeriesPoint(hours=round((x.time_ms - start_ms) / HOUR_MS, 3), files=files,
+                       read_amplification=round(read, 3),
+                       write_amplification=_ratio(x.maintenance_written - first.maintenance_written,
+                                                  x.writer_bytes - first.writer_bytes))
+
+
 def policy_prediction(name: str, source: str, run: Run, start_ms: int, days: int) -> PolicyPrediction:
     """Per-day predictions and the hourly series of one simulated policy."""
     s = run.samples
     first, last = s[0], s[-1]
-    series = tuple(SeriesPoint(hours=round((x.time_ms - start_ms) / HOUR_MS, 3), files=dict(x.files),
-                               read_amplification=round(x.read_amp_mean, 3),
-                               write_amplification=_ratio(x.maintenance_written - first.maintenance_written,
-                                                          x.writer_bytes - first.writer_bytes))
-                   for x in s)
+    series = tuple(_point(prev, x, start_ms, first) for prev, x in zip((s[0], *s), s, strict=False))
     return PolicyPrediction(
         name=name, source=source, passes=run.passes, busy_passes=run.busy_passes,
         days=tuple(day_prediction(s, start_ms, d) for d in range(1, days + 1)), series=series,
