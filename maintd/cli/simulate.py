@@ -60,8 +60,8 @@ def simulate_command(
                                                              "(default: the packaged default policy)."),
     days: int = typer.Option(7, "--days", help="Days to simulate, from now (1 to 366)."),
     json_out: bool = typer.Option(False, "--json", help="Print the predictions as JSON."),
-    plot: Path | None = typer.Option(None, "--plot", help="Draw files per level and amplification over time: "
-                                                         "FILE.png (needs maintd[plot]) or FILE.html."),
+    plot: Path | None = typer.Option(None, "--plot", help="Draw files per level and amplification over time: FILE.png "
+                                                         "(needs the plot extra, maintd\\[plot]) or FILE.html."),
     learn_hours: float = typer.Option(24.0, "--learn-hours", help="Hours of writes, back from the newest, to learn "
                                                                   "the pattern from (and to backtest)."),
     config: Path | None = typer.Option(None, "--config", help="Settings YAML: its scheduler intervals, and its state "
