@@ -14,7 +14,7 @@ import typer
 
 from maintd import __version__
 
-COMMAND_MODULES: tuple[str, ...] = ("table", "read", "plan", "run", "reclaim", "demo", "daemon", "status")
+COMMAND_MODULES: tuple[str, ...] = ("table", "read", "plan", "run", "reclaim", "demo", "daemon", "status", "store")
 
 app = typer.Typer(
     name="maintd",

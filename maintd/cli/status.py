@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from maintd.cli._output import fail, print_json, user_errors
+from maintd.errors import MaintdError
 from maintd.planner.candidates import fmt_bytes
 from maintd.service.records import RunKind, RunRecord, RunStatus, TableRecord
 
@@ -47,9 +48,15 @@ def open_store(config: Path | None) -> StateStore:
             f"no state store at {database}: the daemon creates it when it starts; start `maintd daemon`, "
             "or point --config / MAINTD_STORE__URL at the daemon's store"
         )
-    return StateStore(
+    store = StateStore(
         url, db_schema=settings.store.db_schema, connect_timeout=settings.store.connect_timeout_seconds, create=False
     )
+    try:
+        store.check_schema()
+    except MaintdError:
+        store.close()
+        raise
+    return store
 
 
 # -- status -------------------------------------------------------------------------------------------------

@@ -11,6 +11,13 @@ stops the others: a table whose maintenance fails is still reclaimed, and the ot
 SIGTERM the daemon takes no new work, lets in-flight runs finish for the grace period, then records
 the rest as abandoned and releases its leases. A run that did not finish did not commit: commits are
 atomic in the table's log, so abandoning is always safe.
+
+While ``blocked`` names a reason (the Spark driver is gone, see :mod:`maintd.service.spark_driver`) no
+run starts, and a run that fails meanwhile is recorded abandoned rather than failed: the table is not
+at fault and must not wait out a backoff once the daemon is restarted.
+
+Every run ends with one summary line (:mod:`maintd.service.run_log`), and every record logged while it
+runs carries its table and run id.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from loguru import logger
 from maintd.errors import MaintdError
 from maintd.service.metrics import Metrics
 from maintd.service.records import RunKind, RunResult, RunStatus, TableRecord
+from maintd.service.run_log import log_run, run_context
 from maintd.service.store import StateStore
 from maintd.settings import Settings
 
@@ -53,6 +61,7 @@ class Daemon:
         discover: returns the table URIs found under the warehouse roots (None: only explicit tables).
         metrics: where to publish metrics.
         holder: this daemon's lease holder id.
+        blocked: returns why no run can start now (None: runs may start).
     """
 
     def __init__(
@@ -65,6 +74,7 @@ class Daemon:
         discover: Callable[[], Iterable[str]] | None = None,
         metrics: Metrics | None = None,
         holder: str | None = None,
+        blocked: Callable[[], str | None] | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -72,6 +82,7 @@ class Daemon:
         self.discover = discover
         self.metrics = metrics or Metrics()
         self.holder = holder or default_holder()
+        self.blocked = blocked or (lambda: None)
         self.stopping = threading.Event()
         self._grace_over = threading.Event()
         self._published: set[str] = set()
@@ -171,7 +182,7 @@ class Daemon:
         up (see :meth:`fill`), so a pass that fires while every slot is busy (reclamation behind a long
         maintenance, say) is delayed, not skipped until its next interval.
         """
-        if self.stopping.is_set():
+        if self.stopping.is_set() or self.blocked() is not None:
             return []
         try:
             if kind is RunKind.RECLAIM:
@@ -192,7 +203,7 @@ class Daemon:
         """Start queued runs, oldest first, in the free slots; one run per table at a time, each under a lease."""
         # Passes and finishing runs call this from several threads; one at a time, so no table starts twice.
         with self._pass_lock:
-            if self.stopping.is_set():
+            if self.stopping.is_set() or self.blocked() is not None:
                 return []
             try:
                 return self._start_queued()
@@ -275,29 +286,18 @@ class Daemon:
         self.metrics.in_flight.labels(kind=kind.value).inc()
         try:
             run_id = self.store.start_run(uri, kind, holder=self.holder)
-            result = self.jobs[kind](uri)
-            if self._grace_over.is_set():
-                logger.warning("{} of {} ended after the grace period; it stays recorded as abandoned", kind.value, uri)
-                return
-            self.store.record_decisions(run_id, result.decisions)
-            if result.status is RunStatus.FAILED:
-                error_type = result.error_type or "MaintenanceFailed"
-                self._record_failure(
-                    uri, kind, run_id, error_type, result.error or error_type, time.monotonic() - started, result=result
-                )
-            else:
-                self.store.finish_run(
-                    run_id, result.status, metrics=result.metrics, plan=result.plan, error=result.error
-                )
-                self.metrics.observe_run(kind.value, result.status.value, time.monotonic() - started)
+            with run_context(uri, run_id, kind.value):
+                self._run_and_record(uri, kind, run_id, started)
         except Exception as exc:  # one table's failure must never stop the others
+            seconds = time.monotonic() - started
             if self._grace_over.is_set():
                 logger.warning("{} of {} failed after the grace period ({}); it stays abandoned", kind.value, uri, exc)
-                return
-            seconds = time.monotonic() - started
-            self._record_failure(
-                uri, kind, run_id, type(exc).__name__, f"{type(exc).__name__}: {exc}", seconds, exc=exc
-            )
+            elif self.blocked() is not None and run_id is not None:
+                self._record_abandoned(uri, kind, run_id, seconds, f"{type(exc).__name__}: {exc}")
+            else:
+                self._record_failure(
+                    uri, kind, run_id, type(exc).__name__, f"{type(exc).__name__}: {exc}", seconds, exc=exc
+                )
         finally:
             self.metrics.in_flight.labels(kind=kind.value).dec()
             # Release *before* the table leaves the in-flight set: once it has left, a fill in another
@@ -311,6 +311,37 @@ class Daemon:
                 self._in_flight.pop(uri, None)
             self._publish_states()
             self.fill()  # a slot is free: start what waits in the queue
+
+    def _run_and_record(self, uri: str, kind: RunKind, run_id: int, started: float) -> None:
+        result = self.jobs[kind](uri)
+        seconds = time.monotonic() - started
+        if self._grace_over.is_set():
+            logger.warning("{} of {} ended after the grace period; it stays recorded as abandoned", kind.value, uri)
+            return
+        self.store.record_decisions(run_id, result.decisions)
+        blocked = self.blocked()
+        if result.status is RunStatus.FAILED and blocked is not None:
+            self._record_abandoned(uri, kind, run_id, seconds, result.error or blocked, result=result)
+        elif result.status is RunStatus.FAILED:
+            error_type = result.error_type or "MaintenanceFailed"
+            self._record_failure(uri, kind, run_id, error_type, result.error or error_type, seconds, result=result)
+        else:
+            self.store.finish_run(run_id, result.status, metrics=result.metrics, plan=result.plan, error=result.error)
+            self.metrics.observe_run(kind.value, result.status.value, seconds)
+            log_run(kind.value, uri, run_id, result.status.value, seconds, result.metrics, error=result.error)
+
+    def _record_abandoned(
+        self, uri: str, kind: RunKind, run_id: int, seconds: float, error: str, *, result: RunResult | None = None
+    ) -> None:
+        """A run that failed because the daemon cannot work (its Spark driver is gone): no backoff for the table."""
+        reason = f"{self.blocked()}; the run was abandoned ({error})"
+        self.store.finish_run(
+            run_id, RunStatus.ABANDONED, error=reason, metrics=result.metrics if result else None,
+            plan=result.plan if result else None,
+        )
+        self.metrics.observe_run(kind.value, RunStatus.ABANDONED.value, seconds)
+        log_run(kind.value, uri, run_id, RunStatus.ABANDONED.value, seconds, result.metrics if result else None,
+                error=reason)
 
     def _record_failure(
         self,
@@ -328,9 +359,8 @@ class Daemon:
         table = self.store.get_table(uri)
         failures = (table.failures(kind) if table else 0) + 1
         delay = self.backoff_seconds(failures)
-        logger.opt(exception=exc).error(
-            "{} of {} failed ({} in a row); retrying in {:.0f} s: {}", kind.value, uri, failures, delay, error
-        )
+        log_run(kind.value, uri, run_id, RunStatus.FAILED.value, seconds, result.metrics if result else None,
+                error=error, note=f" ({failures} in a row; retrying in {delay:.0f} s)", exc=exc)
         if run_id is not None:
             retry_after = self.store.db_now() + timedelta(seconds=delay)
             self.store.finish_run(
