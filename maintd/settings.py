@@ -21,7 +21,6 @@ and error messages.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
@@ -38,6 +37,7 @@ from pydantic_settings import (
 )
 
 from maintd.errors import ConfigError
+from maintd.redaction import redact_secrets, redact_url
 from maintd.settings_environment import check_environment
 
 ENV_PREFIX = "MAINTD_"
@@ -48,29 +48,6 @@ DEFAULT_CONFIG_FILE = Path("config/maintd.yaml")
 #: The YAML file of the settings being loaded; set by :func:`load_settings` for the duration of one load,
 #: so that ``Settings()`` itself stays a plain pydantic-settings model.
 _yaml_file: ContextVar[Path | None] = ContextVar("maintd_settings_yaml_file", default=None)
-
-# scheme://user:password@host -> scheme://user:***@host; the password may hold any character but '@'
-# and whitespace, so that passwords with ':' or '/' are redacted in full.
-_URL_PASSWORD = re.compile(r"(?P<prefix>[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:)(?P<password>[^\s@]+)(?P<at>@)")
-# password=... in libpq keyword strings and query strings.
-_KEYWORD_PASSWORD = re.compile(r"(?P<prefix>\bpassword=)(?P<password>[^\s&;'\"]+)", re.IGNORECASE)
-REDACTED = "***"
-
-
-def redact_url(url: str) -> str:
-    """Return ``url`` with its password (if any) replaced by ``***``.
-
-    Example: ``postgresql+psycopg://maintd:s3cret@db:5432/maintd`` becomes
-    ``postgresql+psycopg://maintd:***@db:5432/maintd``.
-    """
-    return redact_secrets(url)
-
-
-def redact_secrets(text: str) -> str:
-    """Replace every password found in URLs or ``password=`` pairs of ``text`` by ``***``."""
-    text = _URL_PASSWORD.sub(lambda m: f"{m['prefix']}{REDACTED}{m['at']}", text)
-    return _KEYWORD_PASSWORD.sub(lambda m: f"{m['prefix']}{REDACTED}", text)
-
 
 def _default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")

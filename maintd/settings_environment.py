@@ -139,7 +139,7 @@ def _suggestion(name: str, names: set[str]) -> str:
 def _json_problem(name: str, value: str, kind: str) -> str | None:
     try:
         parsed = json.loads(value)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return (f"environment variable {name} is not JSON ({exc.msg}): it holds {kind}; "
                 f"write e.g. {name}={_example(kind)}")
     expected = list if kind == "a list" else dict

@@ -37,7 +37,8 @@ from loguru import logger
 
 from maintd.errors import MaintdError
 from maintd.service.metrics import Metrics
-from maintd.service.records import RunKind, RunResult, RunStatus, TableRecord
+from maintd.service.recording import backoff_seconds, record_failure, record_finished
+from maintd.service.records import RunKind, RunResult, RunStatus
 from maintd.service.run_log import log_run, run_context
 from maintd.service.store import StateStore
 from maintd.settings import Settings
@@ -81,6 +82,7 @@ class Daemon:
         self.jobs = {RunKind.MAINTENANCE: maintain, RunKind.RECLAIM: reclaim}
         self.discover = discover
         self.metrics = metrics or Metrics()
+        self.metrics.attach_store(store)  # the table gauges every replica serves alike
         self.holder = holder or default_holder()
         self.blocked = blocked or (lambda: None)
         self.stopping = threading.Event()
@@ -256,10 +258,8 @@ class Daemon:
         return pruned
 
     def publish_tables(self) -> None:
-        """Publish how many tables are healthy, failing or disabled, and who holds leases; forget gone tables."""
+        """Forget the counters of tables no longer maintained (the table gauges come from the store)."""
         records = self.store.list_tables()
-        self.metrics.set_tables(_table_states(records))
-        self.metrics.set_lease_holders(self.store.lease_holders())
         current = {record.uri for record in records if record.enabled}
         for uri in self._published - current:
             self.metrics.forget_table(uri)
@@ -278,7 +278,6 @@ class Daemon:
             return
         for uri in sorted(busy - kept):
             logger.error("lost the lease of {} while maintaining it", uri)
-        self.metrics.set_lease_holders(self.store.lease_holders())
 
     def _run_table(self, uri: str, kind: RunKind) -> None:
         started = time.monotonic()
@@ -309,7 +308,6 @@ class Daemon:
                 logger.warning("cannot release the lease of {}: {} (it will expire)", uri, exc)
             with self._lock:
                 self._in_flight.pop(uri, None)
-            self._publish_states()
             self.fill()  # a slot is free: start what waits in the queue
 
     def _run_and_record(self, uri: str, kind: RunKind, run_id: int, started: float) -> None:
@@ -326,9 +324,8 @@ class Daemon:
             error_type = result.error_type or "MaintenanceFailed"
             self._record_failure(uri, kind, run_id, error_type, result.error or error_type, seconds, result=result)
         else:
-            self.store.finish_run(run_id, result.status, metrics=result.metrics, plan=result.plan, error=result.error)
+            record_finished(self.store, uri, kind, run_id, result, seconds)
             self.metrics.observe_run(kind.value, result.status.value, seconds)
-            log_run(kind.value, uri, run_id, result.status.value, seconds, result.metrics, error=result.error)
 
     def _record_abandoned(
         self, uri: str, kind: RunKind, run_id: int, seconds: float, error: str, *, result: RunResult | None = None
@@ -356,45 +353,17 @@ class Daemon:
         result: RunResult | None = None,
     ) -> None:
         self.metrics.observe_run(kind.value, RunStatus.FAILED.value, seconds, error=error_type)
-        table = self.store.get_table(uri)
-        failures = (table.failures(kind) if table else 0) + 1
-        delay = self.backoff_seconds(failures)
-        log_run(kind.value, uri, run_id, RunStatus.FAILED.value, seconds, result.metrics if result else None,
-                error=error, note=f" ({failures} in a row; retrying in {delay:.0f} s)", exc=exc)
-        if run_id is not None:
-            retry_after = self.store.db_now() + timedelta(seconds=delay)
-            self.store.finish_run(
-                run_id,
-                RunStatus.FAILED,
-                error=error,
-                retry_after=retry_after,
-                metrics=result.metrics if result else None,
-                plan=result.plan if result else None,
-            )
-
-    def _publish_states(self) -> None:
-        """Refresh the healthy / failing / disabled counts right after a run, not only at the next pass."""
-        try:
-            self.metrics.set_tables(_table_states(self.store.list_tables()))
-        except MaintdError as exc:
-            logger.warning("cannot refresh the table states: {}", exc)
+        record_failure(
+            self.store, self.settings.scheduler, uri, kind, run_id, error, seconds, result=result, exc=exc
+        )
 
     def backoff_seconds(self, failures: int) -> float:
         """Delay before retrying a table after ``failures`` consecutive failures (exponential, bounded)."""
-        s = self.settings.scheduler
-        return float(min(s.retry_backoff_max_seconds, s.retry_backoff_base_seconds * 2 ** max(0, failures - 1)))
+        return backoff_seconds(self.settings.scheduler, failures)
 
     def _snapshot(self) -> list[tuple[str, Future[None]]]:
         with self._lock:
             return list(self._in_flight.items())
-
-
-def _table_states(records: Iterable[TableRecord]) -> dict[str, int]:
-    counts = {"healthy": 0, "failing": 0, "disabled": 0}
-    for record in records:
-        state = "disabled" if not record.enabled else "failing" if record.consecutive_failures else "healthy"
-        counts[state] += 1
-    return counts
 
 
 def _utcnow() -> datetime:

@@ -159,6 +159,7 @@ def _failing(checks: Mapping[str, ReadinessCheck]) -> dict[str, str]:
 def _handler_class(server: HealthServer) -> type[BaseHTTPRequestHandler]:
     class Handler(_Handler):
         owner = server
+        timeout = server.request_timeout  # the socket timeout StreamRequestHandler.setup applies
 
     return Handler
 
@@ -167,10 +168,6 @@ class _Handler(BaseHTTPRequestHandler):
     owner: HealthServer
     server_version = "maintd"
     sys_version = ""
-
-    def setup(self) -> None:
-        self.timeout = self.owner.request_timeout  # applied to the socket by StreamRequestHandler.setup
-        super().setup()
 
     def do_GET(self) -> None:
         self._respond(head=False)
@@ -183,8 +180,8 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/healthz":
             dead = self.owner.liveness_failures()
             if dead:
-                body = json.dumps({"alive": False, "failing": dead}).encode() + b"\n"
-                self._send(503, body, "application/json", head)
+                report = json.dumps({"alive": False, "failing": dead}).encode() + b"\n"
+                self._send(503, report, "application/json", head)
             else:
                 self._send(200, b"ok\n", "text/plain; charset=utf-8", head)
         elif path == "/readyz":

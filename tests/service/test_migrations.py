@@ -71,7 +71,7 @@ def test_a_store_of_maintd_0_1_0_is_upgraded_on_open_and_keeps_its_data(
 ) -> None:
     create_legacy_store(engine)
     probe = StateStore(store_target.url, db_schema=store_target.db_schema, create=False)
-    with pytest.raises(StateStoreError, match="older than this maintd's .*maintd store upgrade"):
+    with pytest.raises(StateStoreError, match=r"older than this maintd's .*maintd store upgrade"):
         probe.check_schema()
     probe.close()
 
