@@ -151,16 +151,18 @@ class Daemon:
 
     def run_until_signalled(self) -> int:
         """Run until SIGTERM or SIGINT, then stop gracefully; returns the exit code (0)."""
-        received = threading.Event()
+        received: list[str] = []
+        stop = threading.Event()
 
         def _on_signal(signum: int, _frame: FrameType | None) -> None:
-            logger.info("received {}; stopping", signal.Signals(signum).name)
-            received.set()
+            received.append(signal.Signals(signum).name)  # no logging in a signal handler (loguru's lock)
+            stop.set()
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, _on_signal)
         self.start()
-        received.wait()
+        stop.wait()
+        logger.info("received {}; stopping", received[0])
         self.stop()
         return 0
 

@@ -124,10 +124,21 @@ def _signals_set(stop: threading.Event) -> Iterator[None]:
         yield
         return
 
+    received: list[str] = []
+    announced = threading.Event()
+
     def _on_signal(signum: int, _frame: FrameType | None) -> None:
-        logger.info("received {}; stopping", signal.Signals(signum).name)
+        # No logging here: the handler may interrupt the main thread inside loguru, whose lock is not
+        # re-entrant; a thread announces the signal instead.
+        received.append(signal.Signals(signum).name)
+        announced.set()
         stop.set()
 
+    def _announce() -> None:
+        announced.wait()
+        logger.info("received {}; stopping", received[0])
+
+    threading.Thread(target=_announce, name="maintd-signals", daemon=True).start()
     previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield

@@ -65,6 +65,7 @@ class SparkDriver:
         if "error" in outcome:
             raise outcome["error"]
         self.session = outcome["session"]
+        _quiet_accumulator_server(self.session)
         return not stop.is_set()
 
     # -- health -----------------------------------------------------------------------------------------
@@ -156,6 +157,18 @@ def _driver_gone(spark: Any) -> str | None:
     except Exception as exc:  # Py4JNetworkError, ConnectionRefusedError...
         return f"the Spark driver JVM does not answer ({type(exc).__name__}: {exc})"
     return None
+
+
+def _quiet_accumulator_server(spark: Any) -> None:
+    """PySpark's accumulator server (a socketserver the JVM connects to) prints a bare ``EOFError``
+    traceback on stderr when the JVM dies; :meth:`SparkDriver.lost` reports the loss instead, in one line."""
+    server = getattr(getattr(spark, "sparkContext", None), "_accumulatorServer", None)
+    if server is not None and not _is_connect(spark):
+
+        def handle_error(_request: Any, _address: Any) -> None:
+            logger.debug("the Spark driver JVM closed its accumulator connection")
+
+        server.handle_error = handle_error
 
 
 def _is_connect(spark: Any) -> bool:
