@@ -50,14 +50,14 @@ def run_command(
     console = Console(stderr=json_out)
     try:
         settings = load_settings(config)
-        configure_logging(settings.logging)
+        configure_logging(settings.logging, own_stderr=True)
         targets = list(uris or tables_from_settings(settings))
         if not targets:
             fail("no tables: give table URIs or set warehouse.roots / warehouse.tables in the config")
         check_tables(uris or [])
         store = None if dry_run else store_for_run(settings)
         try:
-            with _progress(console, targets) as report:
+            with _progress(console, targets, quiet=settings.logging.json_lines) as report:
                 runner = OneShot(settings, store, policy_path=str(policy) if policy else None,
                                  reclaim=not no_reclaim, progress=report)
                 outcomes = runner.run(targets, dry_run=dry_run)
@@ -92,8 +92,12 @@ def check_tables(uris: Sequence[str]) -> None:
         Table.open(uri)
 
 
-def _progress(console: Console, targets: Sequence[str]) -> AbstractContextManager[Callable[[str, str], None]]:
-    """A rich progress bar per table on a terminal; plain lines otherwise."""
+def _progress(console: Console, targets: Sequence[str], *, quiet: bool = False
+              ) -> AbstractContextManager[Callable[[str, str], None]]:
+    """A rich progress bar per table on a terminal; plain lines otherwise (none with JSON logs, whose
+    summary line per run says it all)."""
+    if quiet and not console.is_terminal:
+        return nullcontext(lambda uri, stage: None)
     if not console.is_terminal:
         def plain(uri: str, stage: str) -> None:
             console.print(f"{uri}: {stage}", highlight=False)

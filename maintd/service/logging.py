@@ -15,13 +15,22 @@ it is off everywhere (``LOGURU_DIAGNOSE=NO`` is also set for processes started f
 Spark's Python workers). A record of a :class:`~maintd.errors.MaintdError` (an expected error: a missing
 table, a bad policy) is written without its traceback; its message says what is wrong. Unexpected
 errors keep theirs.
+
+In JSON mode the daemon and ``maintd run`` also own the process's standard error (``own_stderr``):
+file descriptor 2 becomes a pipe read by a thread, which passes JSON lines through and turns every
+other line into a JSON record (level WARNING, ``extra.source = "stderr"``). Everything a child process
+writes there (the Spark driver's JVM and its Python workers, whose log4j2 lines are JSON already, see
+:mod:`maintd.service.jvm_logging`; the JVM's own start-up warnings; a worker's crash) therefore reaches
+the log collector as JSON. maintd's own records bypass the pipe, so none is lost when the process exits.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
+import threading
 from typing import TYPE_CHECKING, Any, TextIO
 
 from loguru import logger
@@ -86,13 +95,14 @@ def configure_logging(
     stream: TextIO | None = None,
     intercept_stdlib: bool = True,
     level: str | None = None,
+    own_stderr: bool = False,
 ) -> int:
     """Replace loguru's sinks with one sink on ``stream`` (default: ``sys.stderr`` as it is at each write);
     returns its handler id.
 
     Text with colours when ``stream`` is a terminal, JSON lines (one object per record, loguru's
     ``serialize`` format) when ``settings.json_lines``. ``level`` overrides ``settings.level``; without
-    settings it defaults to INFO, text.
+    settings it defaults to INFO, text. ``own_stderr`` (JSON mode, no ``stream``): see the module docstring.
     """
     json_lines = bool(settings and settings.json_lines)
     chosen = level or (settings.level if settings else "INFO")
@@ -101,6 +111,8 @@ def configure_logging(
     logger.configure(patcher=redact_record)
     options: dict[str, Any] = {"level": chosen, "backtrace": False, "diagnose": False, "enqueue": False}
     if json_lines:
+        if own_stderr and stream is None:
+            stream = _forward_stderr()
         handler = logger.add(_RedactingSink(stream).write, serialize=True, **options)
     else:
         colorize = bool(getattr(stream or sys.stderr, "isatty", lambda: False)())
@@ -111,6 +123,48 @@ def configure_logging(
         for name, quiet in _QUIET.items():
             logging.getLogger(name).setLevel(quiet)
     return handler
+
+
+_forwarded: TextIO | None = None
+
+
+def _forward_stderr() -> TextIO:
+    """Make fd 2 a pipe whose lines are written out as JSON (once per process); returns the real stderr."""
+    global _forwarded
+    if _forwarded is not None:
+        return _forwarded
+    sys.stderr.flush()
+    real = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    threading.Thread(target=_pass_lines, args=(read_end, real), name="maintd-stderr", daemon=True).start()
+    _forwarded = real
+    return real
+
+
+def _pass_lines(read_end: int, real: TextIO) -> None:
+    with os.fdopen(read_end, encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            try:
+                _pass_line(line, real)
+            except Exception:  # never stop reading: a full pipe would block every writer
+                real.write(line)
+
+
+def _pass_line(line: str, real: TextIO) -> None:
+    text = line.rstrip("\n")
+    if not text.strip():
+        return
+    if text.lstrip().startswith("{"):
+        try:
+            json.loads(text)
+        except ValueError:
+            pass
+        else:
+            real.write(redact_secrets(text) + "\n")
+            return
+    logger.bind(source="stderr").warning("{}", text)
 
 
 __all__ = ["TEXT_FORMAT", "InterceptHandler", "configure_logging", "redact_record"]
