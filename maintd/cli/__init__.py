@@ -3,7 +3,8 @@
 Every command lives in its own module with a ``register(app)`` function; the root app imports them in
 :data:`COMMAND_MODULES` order. Errors from the library (:class:`maintd.errors.MaintdError`, every subclass,
 present and future) are printed as one clear line naming what is wrong, passwords redacted, with exit code
-2; unexpected errors keep their traceback. Logging is configured before any command runs (WARNING, no
+2, and so are operating-system errors about a path (``OSError``: not a directory, no permission); other
+unexpected errors keep their traceback. Logging is configured before any command runs (WARNING, no
 variable values in tracebacks, secrets redacted; see :mod:`maintd.service.logging`); the daemon and
 ``maintd run`` then apply the ``logging`` settings.
 """
@@ -57,4 +58,8 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv, prog_name="maintd")
     except MaintdError as exc:  # commands map their own errors; this is the safety net for every other one
         sys.stderr.write(f"error: {redact_secrets(str(exc))}\n")
+        raise SystemExit(2) from None
+    except OSError as exc:  # a path that is wrong (not a directory, no permission...): name it
+        where = f": {exc.filename}" if exc.filename else ""
+        sys.stderr.write(f"error: {redact_secrets(exc.strerror or str(exc))}{where}\n")
         raise SystemExit(2) from None

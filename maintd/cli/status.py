@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from maintd.cli._output import fail, print_json, user_errors
+from maintd.cli._output import fail, print_json, print_table, user_errors
 from maintd.errors import MaintdError
 from maintd.planner.candidates import fmt_bytes
 from maintd.service.records import RunKind, RunRecord, RunStatus, TableRecord
@@ -185,7 +185,7 @@ def print_status(console: Console, rows: list[dict[str, Any]]) -> None:
             _brief_text(row["last_reclaim"]),
             row["leased_by"] or "",
         )
-    console.print(out)
+    print_table(console, out)
     summary = summarise(rows)
     counts = ", ".join(f"{n} {health}" for health, n in sorted(summary["by_health"].items()))
     console.print(
@@ -288,7 +288,7 @@ def print_history(console: Console, runs: list[RunRecord], decisions: dict[int, 
             describe_run(run),
             run.holder or "",
         )
-    console.print(out)
+    print_table(console, out)
     for run in runs:
         if run.error:
             console.print(f"[red]run {run.id}:[/red] {run.error}", highlight=False)

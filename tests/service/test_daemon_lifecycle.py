@@ -102,7 +102,7 @@ def test_a_killed_spark_driver_fails_liveness_stops_new_runs_and_sigterm_still_e
 
         os.kill(jvm, signal.SIGKILL)
         wait_for(lambda: daemon.get("/healthz")[0] == 503, "liveness to fail", timeout=30)
-        status, body = daemon.get("/healthz")
+        _, body = daemon.get("/healthz")
         assert "spark_driver" in body and f"pid {jvm}" in body and "exited with code -9" in body
         assert daemon.get("/readyz")[0] == 503
         settled = store.history(limit=1000)
