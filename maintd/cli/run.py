@@ -47,7 +47,7 @@ def run_command(
     from maintd.service.oneshot import OneShot, store_for_run
     from maintd.settings import load_settings
 
-    console = Console(stderr=json_out)
+    console = Console(stderr=json_out, soft_wrap=True)
     try:
         settings = load_settings(config)
         configure_logging(settings.logging, own_stderr=True)
@@ -69,7 +69,9 @@ def run_command(
     if json_out:
         sys.stdout.write(json.dumps([o.to_dict() for o in outcomes], indent=2, default=str) + "\n")
     else:
-        print_summaries(console, [o.summary for o in outcomes if o.summary is not None], dry_run=dry_run)
+        ran = [o.summary for o in outcomes if o.summary is not None]
+        if ran:
+            print_summaries(console, ran, dry_run=dry_run)
     for o in outcomes:
         if o.skipped:
             console.print(f"{o.uri}: skipped: its lease is held by {o.leased_by}, which maintains it now",

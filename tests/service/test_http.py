@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from maintd.errors import StateStoreError
+from maintd.errors import SparkDriverLostError, StateStoreError
 from maintd.service.http import HealthServer
 from maintd.service.metrics import Metrics
 from maintd.service.records import TableRecord
@@ -157,3 +158,47 @@ def record(uri: str, *, failures: int = 0, enabled: bool = True) -> TableRecord:
                        enabled=enabled, last_status=None, last_run_at=None, last_error=None,
                        maintenance_failures=failures, maintenance_retry_after=None, reclaim_failures=0,
                        reclaim_retry_after=None)
+
+
+def test_a_client_that_sends_no_request_is_disconnected_after_the_timeout() -> None:
+    import socket
+
+    with (
+        HealthServer(Metrics(), host="127.0.0.1", port=0, request_timeout=0.5) as server,
+        socket.create_connection(("127.0.0.1", server.port), timeout=10) as stuck,
+    ):
+        stuck.sendall(b"GET /metrics HTTP/1.1\r\n")  # and nothing more
+        started = time.monotonic()
+        assert stuck.recv(1024) == b"", "the server closed the connection"
+        assert time.monotonic() - started < 8
+        assert request(server, "/healthz")[:2] == (200, b"ok\n"), "others are served meanwhile"
+
+
+def test_connections_beyond_the_bound_get_503_at_once() -> None:
+    import socket
+
+    with HealthServer(Metrics(), host="127.0.0.1", port=0, request_timeout=5, max_connections=2) as server:
+        held = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(2)]
+        try:
+            for conn in held:
+                conn.sendall(b"GET ")  # a request that never completes holds its slot
+            time.sleep(0.3)
+            assert request(server, "/healthz")[0] == 503
+        finally:
+            for conn in held:
+                conn.close()
+        deadline = time.monotonic() + 10
+        while request(server, "/healthz")[0] != 200:
+            assert time.monotonic() < deadline, "slots are given back"
+            time.sleep(0.1)
+
+
+def test_liveness_checks_fail_healthz_naming_the_cause() -> None:
+    def driver() -> bool:
+        raise SparkDriverLostError("the Spark driver JVM (pid 42) exited with code -9")
+
+    with HealthServer(Metrics(), {}, host="127.0.0.1", port=0, liveness={"spark_driver": driver}) as server:
+        status, body, _ = request(server, "/healthz")
+    assert status == 503
+    assert json.loads(body) == {"alive": False, "failing": {
+        "spark_driver": "SparkDriverLostError: the Spark driver JVM (pid 42) exited with code -9"}}
