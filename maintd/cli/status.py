@@ -97,7 +97,7 @@ def collect_status(store: StateStore) -> list[dict[str, Any]]:
     holders = store.lease_holders()
     rows = []
     for table in tables:
-        layout = _last_layout(store, table.uri, last_maintenance.get(table.uri))
+        layout = table.layout or _last_layout(store, table.uri, last_maintenance.get(table.uri))
         rows.append(
             {
                 "uri": table.uri,
@@ -122,7 +122,8 @@ def collect_status(store: StateStore) -> list[dict[str, Any]]:
 
 
 def _last_layout(store: StateStore, uri: str, last: RunRecord | None) -> dict[str, Any]:
-    """The layout recorded by the newest maintenance run that recorded one (the last may still be running)."""
+    """The layout recorded by the newest maintenance run that recorded one (the last may still be running):
+    for tables whose row holds no layout yet (runs recorded before the store's upgrade to revision 0002)."""
     if last is not None and last.metrics and "files" in last.metrics:
         return last.metrics
     for run in store.history(uri, kind=RunKind.MAINTENANCE, limit=10):
