@@ -140,3 +140,35 @@ def test_maintd_store_upgrade_upgrades_the_configured_store(
     again = CliRunner().invoke(app, ["store", "upgrade"])
     assert again.exit_code == 0 and "already at revision" in again.stdout
     assert CliRunner().invoke(app, ["status"]).exit_code == 0
+
+
+def test_replicas_starting_together_on_an_old_store_migrate_it_once(
+    store_target: StoreTarget, engine: sa.Engine
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    create_legacy_store(engine)
+    with ThreadPoolExecutor(3) as pool:
+        stores = list(pool.map(lambda _: store_target.open(), range(3)))
+    try:
+        assert {s.schema_revision() for s in stores} == {migrations.head()}
+        assert [t.uri for t in stores[0].list_tables()] == ["/wh/a"]
+    finally:
+        for s in stores:
+            s.close()
+    assert schema_differences(store_target, engine) == []
+
+
+def test_with_migrate_on_start_false_an_old_store_is_refused_until_upgraded(
+    store_target: StoreTarget, engine: sa.Engine, tmp_path: Path
+) -> None:
+    from maintd.service.store import open_store
+    from maintd.settings import Settings
+
+    create_legacy_store(engine)
+    settings = Settings.model_validate({"state_dir": str(tmp_path), "store": {
+        "url": store_target.url, "db_schema": store_target.db_schema, "migrate_on_start": False}})
+    with pytest.raises(StateStoreError, match="maintd store upgrade"):
+        open_store(settings, upgrade=settings.store.migrate_on_start)
+    open_store(settings, upgrade=True).close()
+    open_store(settings, upgrade=False).close()
