@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     from maintd.table import Table
 
     settings = load_settings(args.config)
+    from maintd.service.logging import configure_logging
+
+    configure_logging(settings.logging)  # never loguru's defaults: they print the values of variables
     plan = PlanDoc.of(Path(args.plan).read_text())
     spark = spark_session(settings.spark)
     table = Table.open(plan.table_uri)

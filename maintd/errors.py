@@ -26,6 +26,7 @@ without parsing messages::
     ├── PolicyError                    a maintenance policy file is invalid
     ├── ConfigError                    the settings are invalid
     ├── TaskExecutionError             a maintenance task failed while rewriting files
+    ├── SparkDriverLostError           the Spark driver's JVM is gone (the daemon fails its liveness)
     ├── StateStoreError                the daemon's state store failed
     │   └── LeaseLostError             the daemon no longer holds a table's lease (another may take it)
     └── ConfirmationRequiredError      a destructive command ran without confirmation
@@ -149,6 +150,10 @@ class TaskExecutionError(MaintdError):
     retryable = True
 
 
+class SparkDriverLostError(MaintdError):
+    """The Spark driver's JVM exited or stopped answering; the SparkSession cannot be used any more."""
+
+
 class StateStoreError(MaintdError):
     """The state store (SQLite or PostgreSQL) failed."""
 
@@ -185,6 +190,7 @@ __all__ = [
     "PrimaryKeyError",
     "ProtocolChangedError",
     "SchemaMismatchError",
+    "SparkDriverLostError",
     "StateStoreError",
     "StorageError",
     "TableExistsError",

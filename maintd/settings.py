@@ -8,7 +8,8 @@ default and a description that gives its unit. They come from three layers, lowe
    ``config/maintd.yaml`` in the working directory when it exists;
 3. ``MAINTD_*`` environment variables, nested with ``__`` (``MAINTD_STORE__URL``,
    ``MAINTD_SCHEDULER__MAX_CONCURRENT_TABLES``). Lists and mappings are given as JSON
-   (``MAINTD_WAREHOUSE__ROOTS='["/data/a", "/data/b"]'``).
+   (``MAINTD_WAREHOUSE__ROOTS='["/data/a", "/data/b"]'``). A ``MAINTD_`` variable that names no setting is an
+   error (see :mod:`maintd.settings_environment`), so a typo never leaves a default silently in force.
 
 Invalid settings raise :class:`~maintd.errors.ConfigError` naming the key, the value and what to do,
 so that a typo in a ConfigMap fails the pod at start instead of at the first maintenance run.
@@ -20,7 +21,6 @@ and error messages.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
@@ -32,10 +32,13 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     YamlConfigSettingsSource,
 )
 
 from maintd.errors import ConfigError
+from maintd.redaction import redact_secrets, redact_url
+from maintd.settings_environment import check_environment
 
 ENV_PREFIX = "MAINTD_"
 ENV_NESTED_DELIMITER = "__"
@@ -45,29 +48,6 @@ DEFAULT_CONFIG_FILE = Path("config/maintd.yaml")
 #: The YAML file of the settings being loaded; set by :func:`load_settings` for the duration of one load,
 #: so that ``Settings()`` itself stays a plain pydantic-settings model.
 _yaml_file: ContextVar[Path | None] = ContextVar("maintd_settings_yaml_file", default=None)
-
-# scheme://user:password@host -> scheme://user:***@host; the password may hold any character but '@'
-# and whitespace, so that passwords with ':' or '/' are redacted in full.
-_URL_PASSWORD = re.compile(r"(?P<prefix>[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:)(?P<password>[^\s@]+)(?P<at>@)")
-# password=... in libpq keyword strings and query strings.
-_KEYWORD_PASSWORD = re.compile(r"(?P<prefix>\bpassword=)(?P<password>[^\s&;'\"]+)", re.IGNORECASE)
-REDACTED = "***"
-
-
-def redact_url(url: str) -> str:
-    """Return ``url`` with its password (if any) replaced by ``***``.
-
-    Example: ``postgresql+psycopg://maintd:s3cret@db:5432/maintd`` becomes
-    ``postgresql+psycopg://maintd:***@db:5432/maintd``.
-    """
-    return redact_secrets(url)
-
-
-def redact_secrets(text: str) -> str:
-    """Replace every password found in URLs or ``password=`` pairs of ``text`` by ``***``."""
-    text = _URL_PASSWORD.sub(lambda m: f"{m['prefix']}{REDACTED}{m['at']}", text)
-    return _KEYWORD_PASSWORD.sub(lambda m: f"{m['prefix']}{REDACTED}", text)
-
 
 def _default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
@@ -190,6 +170,11 @@ class StoreSettings(_Group):
     connect_timeout_seconds: float = Field(
         default=10.0, gt=0, description="Timeout of connecting to (or locking) the store. Seconds."
     )
+    migrate_on_start: bool = Field(
+        default=True,
+        description="Upgrade the store's schema (Alembic migrations) when the daemon starts; when false the "
+        "daemon refuses to start on an older schema and `maintd store upgrade` does it. Boolean.",
+    )
     history_retention_days: float = Field(
         default=30.0,
         gt=0,
@@ -214,6 +199,18 @@ class HttpSettings(_Group):
     enabled: bool = Field(default=True, description="Serve the HTTP endpoint. Boolean.")
     host: str = Field(default="0.0.0.0", description="Address to listen on. IP address.")
     port: int = Field(default=9464, ge=0, le=65535, description="TCP port to listen on; 0 picks a free port. Port.")
+    request_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="A connection that sends no complete request (or reads no response) for this long is "
+        "closed, so slow or stuck clients cannot hold the endpoint. Seconds.",
+    )
+    max_connections: int = Field(
+        default=32,
+        ge=1,
+        le=4096,
+        description="Connections served at once; more are answered 503 at once and closed. Count.",
+    )
 
 
 class LoggingSettings(_Group):
@@ -225,12 +222,17 @@ class LoggingSettings(_Group):
     json_lines: bool = Field(
         default=False,
         alias="json",
-        description="Write one JSON object per line (for Kubernetes) instead of text. Boolean.",
+        description="Write one JSON object per line (for Kubernetes) instead of text; the Spark driver's JVM "
+        "logs then are JSON lines too. Boolean.",
+    )
+    spark_level: Literal["OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL"] = Field(
+        default="WARN",
+        description="Lowest level of the Spark driver's JVM (log4j2) logs written. log4j2 level name.",
     )
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True)
 
-    @field_validator("level", mode="before")
+    @field_validator("level", "spark_level", mode="before")
     @classmethod
     def _upper(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
@@ -378,11 +380,14 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
     source = config_file(path)
     if source is not None:
         _check_yaml(source)
+    check_environment(os.environ, Settings)
     token = _yaml_file.set(source)
     try:
         return Settings()
     except ValidationError as exc:
         raise ConfigError(_describe(exc, source)) from None
+    except SettingsError as exc:  # a value pydantic-settings cannot parse (the check above names most)
+        raise ConfigError(f"invalid settings: {redact_secrets(str(exc))}; see docs/configuration.md") from None
     finally:
         _yaml_file.reset(token)
 

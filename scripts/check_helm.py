@@ -33,22 +33,23 @@ DOCKERFILE = ROOT / "Dockerfile"
 KUBERNETES_VERSION = "1.30.0"
 #: API groups of custom resources: no schema to validate against (see module docstring).
 CRD_GROUPS = ("monitoring.coreos.com/",)
-VALUES_FILES: dict[str, Path | None] = {"default": None, "ha": CHART / "ci" / "ha-values.yaml"}
-#: Kinds each values file must render, so that a template silently rendering nothing is caught.
-EXPECTED_KINDS = {
-    "default": {"ConfigMap", "Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "PodDisruptionBudget"},
-    "ha": {
-        "ConfigMap",
-        "Deployment",
-        "Service",
-        "ServiceAccount",
-        "Role",
-        "RoleBinding",
-        "PodDisruptionBudget",
-        "ServiceMonitor",
-        "CronJob",
-    },
+VALUES_FILES: dict[str, Path | None] = {
+    "default": None,
+    "ha": CHART / "ci" / "ha-values.yaml",
+    "pvc": CHART / "ci" / "pvc-values.yaml",
+    "spark-k8s": CHART / "ci" / "spark-k8s-values.yaml",
 }
+#: Kinds each values file must render, so that a template silently rendering nothing is caught.
+_BASE = {"ConfigMap", "Deployment", "Service", "ServiceAccount", "PodDisruptionBudget"}
+EXPECTED_KINDS = {
+    "default": _BASE,
+    "ha": _BASE | {"ServiceMonitor", "CronJob", "NetworkPolicy"},
+    "pvc": _BASE | {"CronJob"},
+    "spark-k8s": _BASE | {"Role", "RoleBinding", "NetworkPolicy"},
+}
+#: Kinds a values file must not render (RBAC only for executors on Kubernetes).
+UNEXPECTED_KINDS = {"default": {"Role", "RoleBinding"}, "ha": {"Role", "RoleBinding"}, "pvc": {"Role", "RoleBinding"},
+                    "spark-k8s": set()}
 
 
 @dataclass
@@ -86,6 +87,9 @@ def check_chart(report: Report) -> None:
         missing = EXPECTED_KINDS[label] - kinds
         if missing:
             report.fail(f"values {label}: expected kinds not rendered: {sorted(missing)}")
+        extra = UNEXPECTED_KINDS[label] & kinds
+        if extra:
+            report.fail(f"values {label}: kinds rendered that must not be: {sorted(extra)}")
         report.checked.append(f"chart with {label} values: {len(rendered)} templates, kinds {sorted(kinds)}")
 
 

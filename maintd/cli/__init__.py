@@ -1,8 +1,12 @@
 """The ``maintd`` command line (typer).
 
 Every command lives in its own module with a ``register(app)`` function; the root app imports them in
-:data:`COMMAND_MODULES` order. Errors from the library (:class:`maintd.errors.MaintdError`) are printed as one clear
-line naming what is wrong, with exit code 2; unexpected errors keep their traceback.
+:data:`COMMAND_MODULES` order. Errors from the library (:class:`maintd.errors.MaintdError`, every subclass,
+present and future) are printed as one clear line naming what is wrong, passwords redacted, with exit code
+2, and so are operating-system errors about a path (``OSError``: not a directory, no permission); other
+unexpected errors keep their traceback. Logging is configured before any command runs (WARNING, no
+variable values in tracebacks, secrets redacted; see :mod:`maintd.service.logging`); the daemon and
+``maintd run`` then apply the ``logging`` settings.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import typer
 
 from maintd import __version__
 
-COMMAND_MODULES: tuple[str, ...] = ("table", "read", "plan", "run", "reclaim", "demo", "daemon", "status", "simulate")
+COMMAND_MODULES: tuple[str, ...] = ("table", "read", "plan", "run", "reclaim", "demo", "daemon", "status", "store", "simulate")
 
 app = typer.Typer(
     name="maintd",
@@ -36,6 +40,9 @@ def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     """maintd keeps primary-key delta tables healthy: it merges small files, compacts and reclaims history."""
+    from maintd.service.logging import configure_logging
+
+    configure_logging(level="WARNING")
 
 
 for _name in COMMAND_MODULES:
@@ -45,9 +52,14 @@ for _name in COMMAND_MODULES:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``maintd`` script."""
     from maintd.errors import MaintdError
+    from maintd.redaction import redact_secrets
 
     try:
         app(args=argv, prog_name="maintd")
-    except MaintdError as exc:  # commands map their own errors; this is the safety net
-        sys.stderr.write(f"error: {exc}\n")
+    except MaintdError as exc:  # commands map their own errors; this is the safety net for every other one
+        sys.stderr.write(f"error: {redact_secrets(str(exc))}\n")
+        raise SystemExit(2) from None
+    except OSError as exc:  # a path that is wrong (not a directory, no permission...): name it
+        where = f": {exc.filename}" if exc.filename else ""
+        sys.stderr.write(f"error: {redact_secrets(exc.strerror or str(exc))}{where}\n")
         raise SystemExit(2) from None

@@ -1,4 +1,9 @@
-"""Shared output helpers of the CLI: one place decides how errors, JSON and sizes are printed."""
+"""Shared output helpers of the CLI: one place decides how errors, JSON, tables and sizes are printed.
+
+Errors are one line on stderr, passwords redacted. Tables are Rich tables on a terminal; without one
+(a pipe, a file, ``kubectl logs``) they are printed plain: no colour, no box, as wide as their content,
+never cut or wrapped at 80 columns. ``--json`` stays the format for programs.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +16,10 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
-from rich.markup import escape
+from rich.table import Table
 
 from maintd.errors import MaintdError
+from maintd.redaction import redact_secrets
 
 T = TypeVar("T")
 
@@ -21,9 +27,26 @@ err_console = Console(stderr=True, soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    """Print ``error: message`` on stderr and exit with ``code``."""
-    err_console.print(f"[red]error:[/red] {escape(message)}", markup=True, highlight=False)
+    """Print ``error: message`` on stderr (passwords redacted) and exit with ``code``."""
+    err_console.print("[red]error:[/red] ", end="", markup=True, highlight=False)
+    err_console.print(redact_secrets(message), markup=False, highlight=False)
     raise typer.Exit(code)
+
+
+#: The width plain tables are laid out in before they are printed as wide as they need.
+_UNBOUNDED = 100_000
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print ``table``: as is on a terminal; plain and full width otherwise (see the module docstring)."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    table.box = None
+    table.show_edge = False
+    width = console.measure(table, options=console.options.update_width(_UNBOUNDED)).maximum
+    plain = Console(file=console.file, width=max(1, width), color_system=None, highlight=False, soft_wrap=False)
+    plain.print(table)
 
 
 @contextmanager

@@ -26,6 +26,6 @@ def daemon_command(
 
     with user_errors():
         settings = load_settings(config)
-        configure_logging(settings.logging)
+        configure_logging(settings.logging, own_stderr=True)
         code = serve(settings)
     raise typer.Exit(code)

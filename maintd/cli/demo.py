@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
+from maintd.cli._output import print_table
 from maintd.cli.run import human_bytes, print_summaries
 
 SCHEMA = "order_id:int64,region:string,customer:string,amount:float64,qty:int32,status:string"
@@ -149,5 +150,5 @@ def _print_health(console: Console, title: str, health: tuple[int, int, dict[str
     for level, (n, b) in by_level.items():
         t.add_row(level, f"{n:,}", human_bytes(b), f"{n / max(1, buckets):.1f}")
     t.add_row("[bold]total", f"[bold]{files:,}", f"[bold]{human_bytes(nbytes)}", f"{files / max(1, buckets):.1f}")
-    console.print(t)
+    print_table(console, t)
     console.print(f"   full read (merge-on-read of {buckets} buckets): {read_seconds * 1000:.0f} ms\n")

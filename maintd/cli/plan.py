@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table as RichTable
 
+from maintd.cli._output import print_table
 from maintd.errors import MaintdError
 from maintd.planner import MaintenancePlan, PolicyFile, load_policy_file, plan, policy_yaml
 from maintd.planner.candidates import fmt_bytes
@@ -95,7 +96,7 @@ def print_plan(console: Console, p: MaintenancePlan, *, explain: bool = False) -
                       "-" if task.target_level is None else str(task.target_level), str(task.input_files),
                       fmt_bytes(task.input_bytes), fmt_bytes(task.expected_output_bytes), f"{task.score:.3f}",
                       escape(task.reason))
-        console.print(t)
+        print_table(console, t)
     if explain:
         for d in p.decisions:
             console.print(f"  {escape(_where(d.partition, d.bucket))}: [cyan]{d.action}[/cyan] "

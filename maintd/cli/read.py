@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -38,6 +39,8 @@ def read_command(
         fail("--changes-from reads changes between versions; it cannot be combined with --version or --as-of")
     if output is not None and output.suffix != ".parquet":
         fail(f"--output {output}: the file name must end in .parquet")
+    if as_of is not None:
+        _check_time(as_of)
     with user_errors():
         table = Table.open(uri)
         if changes_from is not None:
@@ -57,6 +60,13 @@ def read_command(
         print_json(shown.to_pylist())
         return
     _print_rows(shown, total=data.num_rows)
+
+
+def _check_time(text: str) -> None:
+    try:
+        datetime.fromisoformat(text)
+    except ValueError:
+        fail(f"--as-of {text!r} is not an ISO-8601 time; write e.g. --as-of 2026-11-22T10:00:00+00:00")
 
 
 def _print_rows(data: pa.Table, *, total: int) -> None:

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table as RichTable
 
-from maintd.cli._output import fail, parse_kv, print_json, user_errors
+from maintd.cli._output import fail, parse_kv, print_json, print_table, user_errors
 from maintd.errors import ConfirmationRequiredError, MaintdError
 from maintd.planner.candidates import fmt_bytes
 
@@ -188,7 +188,7 @@ def print_reports(console: Console, reports: Sequence[Any], *, dry_run: bool) ->
                   f"{r.data_files_deleted} ({fmt_bytes(r.data_bytes_deleted)})",
                   f"{r.orphan_files_deleted} ({fmt_bytes(r.orphan_bytes_deleted)})", str(r.orphans_within_grace),
                   f"{r.seconds:.2f} s")
-    console.print(t)
+    print_table(console, t)
     for r in reports:
         if not r.complete:
             console.print(f"[yellow]{escape(r.table)}:[/yellow] some files could not be deleted; the next run "

@@ -1,4 +1,10 @@
-"""``maintd run``: one-shot maintenance of tables (plan, execute on Spark, commit, summary)."""
+"""``maintd run``: one-shot maintenance of tables (plan, execute on Spark, commit, summary).
+
+With a state store configured it runs like a daemon replica: each table under its lease (tables another
+holder is maintaining are skipped and reported), every run recorded (see :mod:`maintd.service.oneshot`).
+A URI that is not a table is refused before anything runs (one line, exit 2); a table whose maintenance
+fails is reported and the others still run (exit 1).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
+
+from maintd.cli._output import fail, print_table
 
 STAGES = ("planning", "executing", "committing", "done")
 
@@ -32,36 +40,66 @@ def run_command(
                                                                "config/maintd.yaml)."),
 ) -> None:
     """Run maintenance once on tables, then reclaim them, and print what it did; exits non-zero naming the
-    failing tables."""
+    failing tables. With a state store, each table is maintained under its lease and its runs are recorded."""
     from maintd.errors import MaintdError
-    from maintd.execution.runner import Runner, tables_from_settings
+    from maintd.execution.runner import tables_from_settings
+    from maintd.service.logging import configure_logging
+    from maintd.service.oneshot import OneShot, store_for_run
     from maintd.settings import load_settings
 
-    console = Console(stderr=json_out)
+    console = Console(stderr=json_out, soft_wrap=True)
     try:
         settings = load_settings(config)
+        configure_logging(settings.logging, own_stderr=True)
         targets = list(uris or tables_from_settings(settings))
         if not targets:
-            console.print("no tables: give table URIs or set warehouse.roots / warehouse.tables in the config")
-            raise typer.Exit(2)
-        with _progress(console, targets) as report:
-            runner = Runner(settings, policy_path=policy, progress=report, reclaim=not no_reclaim)
-            summaries = runner.run(targets, dry_run=dry_run)
+            fail("no tables: give table URIs or set warehouse.roots / warehouse.tables in the config")
+        check_tables(uris or [])
+        store = None if dry_run else store_for_run(settings)
+        try:
+            with _progress(console, targets, quiet=settings.logging.json_lines) as report:
+                runner = OneShot(settings, store, policy_path=str(policy) if policy else None,
+                                 reclaim=not no_reclaim, progress=report)
+                outcomes = runner.run(targets, dry_run=dry_run)
+        finally:
+            if store is not None:
+                store.close()
     except MaintdError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        fail(str(exc))
     if json_out:
-        sys.stdout.write(json.dumps([s.to_dict() for s in summaries], indent=2, default=str) + "\n")
+        sys.stdout.write(json.dumps([o.to_dict() for o in outcomes], indent=2, default=str) + "\n")
     else:
-        print_summaries(console, summaries, dry_run=dry_run)
-    failing = [s.uri for s in summaries if not s.ok]
+        ran = [o.summary for o in outcomes if o.summary is not None]
+        if ran:
+            print_summaries(console, ran, dry_run=dry_run)
+    for o in outcomes:
+        if o.skipped:
+            console.print(f"{o.uri}: skipped: its lease is held by {o.leased_by}, which maintains it now",
+                          highlight=False, markup=False)
+    failing = [o.uri for o in outcomes if not o.ok]
     if failing:
         console.print(f"[red]maintenance failed for {len(failing)} table(s):[/red] {', '.join(failing)}")
         raise typer.Exit(1)
 
 
-def _progress(console: Console, targets: Sequence[str]) -> AbstractContextManager[Callable[[str, str], None]]:
-    """A rich progress bar per table on a terminal; plain lines otherwise."""
+def check_tables(uris: Sequence[str]) -> None:
+    """Refuse, before anything runs, URIs given on the command line that hold no table.
+
+    Raises:
+        TableNotFoundError: naming the first URI that is not a table.
+    """
+    from maintd.table import Table
+
+    for uri in uris:
+        Table.open(uri)
+
+
+def _progress(console: Console, targets: Sequence[str], *, quiet: bool = False
+              ) -> AbstractContextManager[Callable[[str, str], None]]:
+    """A rich progress bar per table on a terminal; plain lines otherwise (none with JSON logs, whose
+    summary line per run says it all)."""
+    if quiet and not console.is_terminal:
+        return nullcontext(lambda uri, stage: None)
     if not console.is_terminal:
         def plain(uri: str, stage: str) -> None:
             console.print(f"{uri}: {stage}", highlight=False)
@@ -107,7 +145,7 @@ def print_summaries(console: Console, summaries: Sequence[Any], *, dry_run: bool
         t.add_row(s.uri, f"[{colour}]{s.status}[/{colour}]", tasks, f"{s.before.files} -> {s.after.files}",
                   f"{human_bytes(s.before.bytes)} -> {human_bytes(s.after.bytes)}", human_bytes(s.bytes_read),
                   human_bytes(s.bytes_written), f"{s.seconds:.1f} s", str(s.conflicts))
-    console.print(t)
+    print_table(console, t)
     for s in summaries:
         if s.reclaim:
             r = s.reclaim

@@ -15,7 +15,8 @@ import typer
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from maintd.cli._output import fail, print_json, user_errors
+from maintd.cli._output import fail, print_json, print_table, user_errors
+from maintd.errors import MaintdError
 from maintd.planner.candidates import fmt_bytes
 from maintd.service.records import RunKind, RunRecord, RunStatus, TableRecord
 
@@ -47,9 +48,15 @@ def open_store(config: Path | None) -> StateStore:
             f"no state store at {database}: the daemon creates it when it starts; start `maintd daemon`, "
             "or point --config / MAINTD_STORE__URL at the daemon's store"
         )
-    return StateStore(
+    store = StateStore(
         url, db_schema=settings.store.db_schema, connect_timeout=settings.store.connect_timeout_seconds, create=False
     )
+    try:
+        store.check_schema()
+    except MaintdError:
+        store.close()
+        raise
+    return store
 
 
 # -- status -------------------------------------------------------------------------------------------------
@@ -90,7 +97,7 @@ def collect_status(store: StateStore) -> list[dict[str, Any]]:
     holders = store.lease_holders()
     rows = []
     for table in tables:
-        layout = _last_layout(store, table.uri, last_maintenance.get(table.uri))
+        layout = table.layout or _last_layout(store, table.uri, last_maintenance.get(table.uri))
         rows.append(
             {
                 "uri": table.uri,
@@ -115,7 +122,8 @@ def collect_status(store: StateStore) -> list[dict[str, Any]]:
 
 
 def _last_layout(store: StateStore, uri: str, last: RunRecord | None) -> dict[str, Any]:
-    """The layout recorded by the newest maintenance run that recorded one (the last may still be running)."""
+    """The layout recorded by the newest maintenance run that recorded one (the last may still be running):
+    for tables whose row holds no layout yet (runs recorded before the store's upgrade to revision 0002)."""
     if last is not None and last.metrics and "files" in last.metrics:
         return last.metrics
     for run in store.history(uri, kind=RunKind.MAINTENANCE, limit=10):
@@ -178,7 +186,7 @@ def print_status(console: Console, rows: list[dict[str, Any]]) -> None:
             _brief_text(row["last_reclaim"]),
             row["leased_by"] or "",
         )
-    console.print(out)
+    print_table(console, out)
     summary = summarise(rows)
     counts = ", ".join(f"{n} {health}" for health, n in sorted(summary["by_health"].items()))
     console.print(
@@ -281,7 +289,7 @@ def print_history(console: Console, runs: list[RunRecord], decisions: dict[int, 
             describe_run(run),
             run.holder or "",
         )
-    console.print(out)
+    print_table(console, out)
     for run in runs:
         if run.error:
             console.print(f"[red]run {run.id}:[/red] {run.error}", highlight=False)

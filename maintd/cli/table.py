@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from maintd.cli._output import iso_ms, parse_kv, print_json, user_errors
+from maintd.cli._output import iso_ms, parse_kv, print_json, print_table, user_errors
 from maintd.planner import load_policy_file
 from maintd.planner.candidates import fmt_bytes
 from maintd.table import Snapshot, Table
@@ -121,13 +121,13 @@ def describe_command(
     layers = RichTable("layer", "files", "bytes", "rows", title="files per kind and level")
     for name, s in desc["layers"].items():
         layers.add_row(name, str(s["files"]), fmt_bytes(s["bytes"]), str(s["rows"]))
-    out.print(layers)
+    print_table(out, layers)
     names = sorted({k for b in desc["per_bucket"] for k in b} - {"partition", "bucket", "bytes", "rows"})
     per = RichTable("partition", "bucket", *names, "bytes", "rows", title="per bucket")
     for b in desc["per_bucket"]:
         per.add_row(b["partition"], str(b["bucket"]), *(str(b.get(n, 0)) for n in names),
                     fmt_bytes(b["bytes"]), str(b["rows"]))
-    out.print(per)
+    print_table(out, per)
 
 
 @table_app.command("set-properties")
@@ -169,4 +169,4 @@ def history_command(
         params = ", ".join(f"{k}={v}" for k, v in r["parameters"].items())
         out.add_row(str(r["version"]), r["time"], r["operation"], str(r["read_version"]),
                     "yes" if r["data_change"] else "no", str(r["files_added"]), str(r["files_removed"]), params)
-    Console(soft_wrap=True).print(out)
+    print_table(Console(soft_wrap=True), out)

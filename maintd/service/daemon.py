@@ -11,6 +11,13 @@ stops the others: a table whose maintenance fails is still reclaimed, and the ot
 SIGTERM the daemon takes no new work, lets in-flight runs finish for the grace period, then records
 the rest as abandoned and releases its leases. A run that did not finish did not commit: commits are
 atomic in the table's log, so abandoning is always safe.
+
+While ``blocked`` names a reason (the Spark driver is gone, see :mod:`maintd.service.spark_driver`) no
+run starts, and a run that fails meanwhile is recorded abandoned rather than failed: the table is not
+at fault and must not wait out a backoff once the daemon is restarted.
+
+Every run ends with one summary line (:mod:`maintd.service.run_log`), and every record logged while it
+runs carries its table and run id.
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ from loguru import logger
 
 from maintd.errors import MaintdError
 from maintd.service.metrics import Metrics
-from maintd.service.records import RunKind, RunResult, RunStatus, TableRecord
+from maintd.service.recording import backoff_seconds, record_failure, record_finished
+from maintd.service.records import RunKind, RunResult, RunStatus
+from maintd.service.run_log import log_run, run_context
 from maintd.service.store import StateStore
 from maintd.settings import Settings
 
@@ -53,6 +62,7 @@ class Daemon:
         discover: returns the table URIs found under the warehouse roots (None: only explicit tables).
         metrics: where to publish metrics.
         holder: this daemon's lease holder id.
+        blocked: returns why no run can start now (None: runs may start).
     """
 
     def __init__(
@@ -65,13 +75,16 @@ class Daemon:
         discover: Callable[[], Iterable[str]] | None = None,
         metrics: Metrics | None = None,
         holder: str | None = None,
+        blocked: Callable[[], str | None] | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.jobs = {RunKind.MAINTENANCE: maintain, RunKind.RECLAIM: reclaim}
         self.discover = discover
         self.metrics = metrics or Metrics()
+        self.metrics.attach_store(store)  # the table gauges every replica serves alike
         self.holder = holder or default_holder()
+        self.blocked = blocked or (lambda: None)
         self.stopping = threading.Event()
         self._grace_over = threading.Event()
         self._published: set[str] = set()
@@ -138,16 +151,18 @@ class Daemon:
 
     def run_until_signalled(self) -> int:
         """Run until SIGTERM or SIGINT, then stop gracefully; returns the exit code (0)."""
-        received = threading.Event()
+        received: list[str] = []
+        stop = threading.Event()
 
         def _on_signal(signum: int, _frame: FrameType | None) -> None:
-            logger.info("received {}; stopping", signal.Signals(signum).name)
-            received.set()
+            received.append(signal.Signals(signum).name)  # no logging in a signal handler (loguru's lock)
+            stop.set()
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, _on_signal)
         self.start()
-        received.wait()
+        stop.wait()
+        logger.info("received {}; stopping", received[0])
         self.stop()
         return 0
 
@@ -171,7 +186,7 @@ class Daemon:
         up (see :meth:`fill`), so a pass that fires while every slot is busy (reclamation behind a long
         maintenance, say) is delayed, not skipped until its next interval.
         """
-        if self.stopping.is_set():
+        if self.stopping.is_set() or self.blocked() is not None:
             return []
         try:
             if kind is RunKind.RECLAIM:
@@ -192,7 +207,7 @@ class Daemon:
         """Start queued runs, oldest first, in the free slots; one run per table at a time, each under a lease."""
         # Passes and finishing runs call this from several threads; one at a time, so no table starts twice.
         with self._pass_lock:
-            if self.stopping.is_set():
+            if self.stopping.is_set() or self.blocked() is not None:
                 return []
             try:
                 return self._start_queued()
@@ -245,10 +260,8 @@ class Daemon:
         return pruned
 
     def publish_tables(self) -> None:
-        """Publish how many tables are healthy, failing or disabled, and who holds leases; forget gone tables."""
+        """Forget the counters of tables no longer maintained (the table gauges come from the store)."""
         records = self.store.list_tables()
-        self.metrics.set_tables(_table_states(records))
-        self.metrics.set_lease_holders(self.store.lease_holders())
         current = {record.uri for record in records if record.enabled}
         for uri in self._published - current:
             self.metrics.forget_table(uri)
@@ -267,7 +280,6 @@ class Daemon:
             return
         for uri in sorted(busy - kept):
             logger.error("lost the lease of {} while maintaining it", uri)
-        self.metrics.set_lease_holders(self.store.lease_holders())
 
     def _run_table(self, uri: str, kind: RunKind) -> None:
         started = time.monotonic()
@@ -275,29 +287,18 @@ class Daemon:
         self.metrics.in_flight.labels(kind=kind.value).inc()
         try:
             run_id = self.store.start_run(uri, kind, holder=self.holder)
-            result = self.jobs[kind](uri)
-            if self._grace_over.is_set():
-                logger.warning("{} of {} ended after the grace period; it stays recorded as abandoned", kind.value, uri)
-                return
-            self.store.record_decisions(run_id, result.decisions)
-            if result.status is RunStatus.FAILED:
-                error_type = result.error_type or "MaintenanceFailed"
-                self._record_failure(
-                    uri, kind, run_id, error_type, result.error or error_type, time.monotonic() - started, result=result
-                )
-            else:
-                self.store.finish_run(
-                    run_id, result.status, metrics=result.metrics, plan=result.plan, error=result.error
-                )
-                self.metrics.observe_run(kind.value, result.status.value, time.monotonic() - started)
+            with run_context(uri, run_id, kind.value):
+                self._run_and_record(uri, kind, run_id, started)
         except Exception as exc:  # one table's failure must never stop the others
+            seconds = time.monotonic() - started
             if self._grace_over.is_set():
                 logger.warning("{} of {} failed after the grace period ({}); it stays abandoned", kind.value, uri, exc)
-                return
-            seconds = time.monotonic() - started
-            self._record_failure(
-                uri, kind, run_id, type(exc).__name__, f"{type(exc).__name__}: {exc}", seconds, exc=exc
-            )
+            elif self.blocked() is not None and run_id is not None:
+                self._record_abandoned(uri, kind, run_id, seconds, f"{type(exc).__name__}: {exc}")
+            else:
+                self._record_failure(
+                    uri, kind, run_id, type(exc).__name__, f"{type(exc).__name__}: {exc}", seconds, exc=exc
+                )
         finally:
             self.metrics.in_flight.labels(kind=kind.value).dec()
             # Release *before* the table leaves the in-flight set: once it has left, a fill in another
@@ -309,8 +310,37 @@ class Daemon:
                 logger.warning("cannot release the lease of {}: {} (it will expire)", uri, exc)
             with self._lock:
                 self._in_flight.pop(uri, None)
-            self._publish_states()
             self.fill()  # a slot is free: start what waits in the queue
+
+    def _run_and_record(self, uri: str, kind: RunKind, run_id: int, started: float) -> None:
+        result = self.jobs[kind](uri)
+        seconds = time.monotonic() - started
+        if self._grace_over.is_set():
+            logger.warning("{} of {} ended after the grace period; it stays recorded as abandoned", kind.value, uri)
+            return
+        self.store.record_decisions(run_id, result.decisions)
+        blocked = self.blocked()
+        if result.status is RunStatus.FAILED and blocked is not None:
+            self._record_abandoned(uri, kind, run_id, seconds, result.error or blocked, result=result)
+        elif result.status is RunStatus.FAILED:
+            error_type = result.error_type or "MaintenanceFailed"
+            self._record_failure(uri, kind, run_id, error_type, result.error or error_type, seconds, result=result)
+        else:
+            record_finished(self.store, uri, kind, run_id, result, seconds)
+            self.metrics.observe_run(kind.value, result.status.value, seconds)
+
+    def _record_abandoned(
+        self, uri: str, kind: RunKind, run_id: int, seconds: float, error: str, *, result: RunResult | None = None
+    ) -> None:
+        """A run that failed because the daemon cannot work (its Spark driver is gone): no backoff for the table."""
+        reason = f"{self.blocked()}; the run was abandoned ({error})"
+        self.store.finish_run(
+            run_id, RunStatus.ABANDONED, error=reason, metrics=result.metrics if result else None,
+            plan=result.plan if result else None,
+        )
+        self.metrics.observe_run(kind.value, RunStatus.ABANDONED.value, seconds)
+        log_run(kind.value, uri, run_id, RunStatus.ABANDONED.value, seconds, result.metrics if result else None,
+                error=reason)
 
     def _record_failure(
         self,
@@ -325,46 +355,17 @@ class Daemon:
         result: RunResult | None = None,
     ) -> None:
         self.metrics.observe_run(kind.value, RunStatus.FAILED.value, seconds, error=error_type)
-        table = self.store.get_table(uri)
-        failures = (table.failures(kind) if table else 0) + 1
-        delay = self.backoff_seconds(failures)
-        logger.opt(exception=exc).error(
-            "{} of {} failed ({} in a row); retrying in {:.0f} s: {}", kind.value, uri, failures, delay, error
+        record_failure(
+            self.store, self.settings.scheduler, uri, kind, run_id, error, seconds, result=result, exc=exc
         )
-        if run_id is not None:
-            retry_after = self.store.db_now() + timedelta(seconds=delay)
-            self.store.finish_run(
-                run_id,
-                RunStatus.FAILED,
-                error=error,
-                retry_after=retry_after,
-                metrics=result.metrics if result else None,
-                plan=result.plan if result else None,
-            )
-
-    def _publish_states(self) -> None:
-        """Refresh the healthy / failing / disabled counts right after a run, not only at the next pass."""
-        try:
-            self.metrics.set_tables(_table_states(self.store.list_tables()))
-        except MaintdError as exc:
-            logger.warning("cannot refresh the table states: {}", exc)
 
     def backoff_seconds(self, failures: int) -> float:
         """Delay before retrying a table after ``failures`` consecutive failures (exponential, bounded)."""
-        s = self.settings.scheduler
-        return float(min(s.retry_backoff_max_seconds, s.retry_backoff_base_seconds * 2 ** max(0, failures - 1)))
+        return backoff_seconds(self.settings.scheduler, failures)
 
     def _snapshot(self) -> list[tuple[str, Future[None]]]:
         with self._lock:
             return list(self._in_flight.items())
-
-
-def _table_states(records: Iterable[TableRecord]) -> dict[str, int]:
-    counts = {"healthy": 0, "failing": 0, "disabled": 0}
-    for record in records:
-        state = "disabled" if not record.enabled else "failing" if record.consecutive_failures else "healthy"
-        counts[state] += 1
-    return counts
 
 
 def _utcnow() -> datetime:

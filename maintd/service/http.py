@@ -2,9 +2,13 @@
 
 The standard library's threaded server is enough: the endpoint serves probes and a scraper, a few
 requests a minute, and nothing on it changes state. Only ``GET`` (and ``HEAD``, which HTTP requires of
-any server that serves ``GET``) are allowed; every other method gets ``405``.
+any server that serves ``GET``) are allowed; every other method gets ``405``. It is bounded so that
+a slow or stuck client cannot hold it: every connection has a socket timeout (a request must arrive,
+and its response be read, within ``request_timeout`` seconds), and at most ``max_connections`` are
+served at once (more get ``503`` at once).
 
-- ``/healthz``: 200 while the process serves requests (the liveness probe).
+- ``/healthz``: runs every liveness check (the Spark driver's JVM is alive...); 200 if all pass, else
+  503 with the failing checks in a JSON body, so that Kubernetes restarts the pod (the liveness probe).
 - ``/readyz``: runs every readiness check (state store reachable, Spark session alive...); 200 if all
   pass, else 503 with the failing checks in a JSON body (the readiness probe).
 - ``/metrics``: the Prometheus text exposition of :class:`~maintd.service.metrics.Metrics`.
@@ -36,6 +40,9 @@ class HealthServer:
         checks: readiness checks by name, run on every ``/readyz``.
         host: address to bind.
         port: port to bind; 0 picks a free one (see :attr:`port`).
+        liveness: liveness checks by name, run on every ``/healthz``.
+        request_timeout: seconds a connection may stay silent (or leave a response unread) before it is closed.
+        max_connections: connections served at once; more are answered 503 and closed.
     """
 
     def __init__(
@@ -45,10 +52,16 @@ class HealthServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
+        liveness: Mapping[str, ReadinessCheck] | None = None,
+        request_timeout: float = 10.0,
+        max_connections: int = 32,
     ) -> None:
         self.metrics = metrics
         self.checks = dict(checks or {})
-        self._server = ThreadingHTTPServer((host, port), _handler_class(self))
+        self.liveness = dict(liveness or {})
+        self.request_timeout = request_timeout
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._server = _BoundedServer((host, port), _handler_class(self), self._slots)
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -73,10 +86,12 @@ class HealthServer:
 
     def stop(self) -> None:
         """Stop serving and close the socket."""
-        self._server.shutdown()
+        if self._thread is not None:
+            self._server.shutdown()
         self._server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        logger.info("HTTP endpoint {} closed", self.url)
 
     def __enter__(self) -> HealthServer:
         return self.start()
@@ -85,22 +100,66 @@ class HealthServer:
         self.stop()
 
     def readiness(self) -> dict[str, str]:
-        """Run every check; returns the failing ones, name to reason (empty when ready)."""
-        failing = {}
-        for name, check in self.checks.items():
-            try:
-                ok = check()
-            except Exception as exc:  # a failing check must not break the probe itself
-                failing[name] = redact_secrets(f"{type(exc).__name__}: {exc}")
-                continue
-            if ok is False:
-                failing[name] = "not ready"
-        return failing
+        """Run every readiness check; returns the failing ones, name to reason (empty when ready)."""
+        return _failing(self.checks)
+
+    def liveness_failures(self) -> dict[str, str]:
+        """Run every liveness check; returns the failing ones, name to reason (empty when alive)."""
+        return _failing(self.liveness)
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """A threaded server that serves at most as many connections at once as ``slots`` allows."""
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
+                 slots: threading.BoundedSemaphore) -> None:
+        super().__init__(address, handler)
+        self.slots = slots
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            _refuse(request)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+def _refuse(request: Any) -> None:
+    """Answer 503 without reading the request (the server is at its connection bound)."""
+    try:
+        request.settimeout(1.0)
+        request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n\r\n")
+    except OSError:
+        pass
+
+
+def _failing(checks: Mapping[str, ReadinessCheck]) -> dict[str, str]:
+    failing = {}
+    for name, check in checks.items():
+        try:
+            ok = check()
+        except Exception as exc:  # a failing check must not break the probe itself
+            failing[name] = redact_secrets(f"{type(exc).__name__}: {exc}")
+            continue
+        if ok is False:
+            failing[name] = "not ready"
+    return failing
 
 
 def _handler_class(server: HealthServer) -> type[BaseHTTPRequestHandler]:
     class Handler(_Handler):
         owner = server
+        timeout = server.request_timeout  # the socket timeout StreamRequestHandler.setup applies
 
     return Handler
 
@@ -119,7 +178,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _respond(self, *, head: bool) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/healthz":
-            self._send(200, b"ok\n", "text/plain; charset=utf-8", head)
+            dead = self.owner.liveness_failures()
+            if dead:
+                report = json.dumps({"alive": False, "failing": dead}).encode() + b"\n"
+                self._send(503, report, "application/json", head)
+            else:
+                self._send(200, b"ok\n", "text/plain; charset=utf-8", head)
         elif path == "/readyz":
             failing = self.owner.readiness()
             body: dict[str, Any] = {"ready": not failing, "failing": failing}

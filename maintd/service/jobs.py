@@ -1,9 +1,11 @@
 """The daemon's per-table work: maintenance through the :class:`~maintd.execution.runner.Runner`,
 reclamation through :func:`maintd.reclaim.reclaim_table`, discovery of tables, and the metrics of each.
 
-The :class:`~maintd.service.daemon.Daemon` schedules, leases and records; this module does the work it
-schedules and turns what happened into a :class:`~maintd.service.records.RunResult` and Prometheus
-series. It shares one Runner (so one policy file and one SparkSession) between every table thread.
+The :class:`~maintd.service.daemon.Daemon` (and ``maintd run``, see :mod:`maintd.service.oneshot`)
+schedules, leases and records; this module does the work and turns what happened into a
+:class:`~maintd.service.records.RunResult` (with the table's layout, which the store keeps as the one
+source of the table gauges) and counters. It shares one Runner (so one policy file and one
+SparkSession) between every table thread.
 
 A run only commits while this daemon still holds the table's lease: the lease is renewed at the moment
 the rewrite is about to commit, and a lost lease (expired during a long rewrite, or released because
@@ -25,9 +27,9 @@ from loguru import logger
 
 from maintd.errors import LeaseLostError, MaintdError
 from maintd.execution.commit import OPERATION as MAINTENANCE_OPERATION
-from maintd.execution.runner import Runner, TableHealth, TableRunSummary, discover_tables
+from maintd.execution.runner import Progress, Runner, TableHealth, TableRunSummary, discover_tables
 from maintd.service.metrics import Metrics
-from maintd.service.records import Decision, RunKind, RunResult, RunStatus
+from maintd.service.records import Decision, RunResult, RunStatus
 from maintd.service.store import StateStore
 from maintd.settings import Settings
 from maintd.table import Table
@@ -54,22 +56,29 @@ class TableJobs:
 
     Args:
         settings: the daemon's settings (policy, reclaim, warehouse, store groups are used).
-        store: the state store, for the lease check before a commit.
+        store: the state store, for the lease check before a commit (None: no check).
         metrics: where the outcome of every run is published.
-        holder: the daemon's lease holder id; None skips the lease check (one-shot use).
-        spark: the long-lived SparkSession; None rewrites in local threads (small tables, tests).
+        holder: the lease holder id; None skips the lease check.
+        spark: the long-lived SparkSession; None rewrites in local threads (small tables, tests), or in a
+            session created when first needed if ``use_spark``.
         clock: the wall clock, as an aware UTC datetime (planning ages and reclamation retention use it).
+        use_spark: create a session when a table has work and ``spark`` is None (default: only with ``spark``).
+        policy_path: the policy file, instead of ``settings.policy.path``.
+        progress: also called with (table, stage) as a run moves on.
     """
 
     def __init__(
         self,
         settings: Settings,
-        store: StateStore,
+        store: StateStore | None,
         metrics: Metrics,
         *,
         holder: str | None = None,
         spark: Any = None,
         clock: Clock = _utcnow,
+        use_spark: bool | None = None,
+        policy_path: str | None = None,
+        progress: Progress | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -77,7 +86,14 @@ class TableJobs:
         self.holder = holder
         self.spark = spark
         self.clock = clock
-        self.runner = Runner(settings, spark=spark, use_spark=spark is not None, progress=self._on_stage)
+        self._progress = progress
+        self.runner = Runner(
+            settings,
+            policy_path=policy_path,
+            spark=spark,
+            use_spark=spark is not None if use_spark is None else use_spark,
+            progress=self._on_stage,
+        )
         self._commit_started: dict[str, float] = {}
         self._lock = threading.Lock()
         self._discovered: list[str] = []
@@ -98,29 +114,35 @@ class TableJobs:
     # -- maintenance ------------------------------------------------------------------------------------
 
     def maintain(self, uri: str) -> RunResult:
-        """Plan, execute and commit one table; publish its layout, backlog and commit metrics."""
+        """Plan, execute and commit one table; return the outcome with the table's layout and backlog."""
+        return self.maintain_with_summary(uri)[1]
+
+    def maintain_with_summary(self, uri: str, *, dry_run: bool = False) -> tuple[TableRunSummary, RunResult]:
+        """:meth:`maintain`, also returning the runner's summary (what ``maintd run`` prints)."""
         now = self.clock()
-        summary = self.runner.run_table(uri, now=now)
+        summary = self.runner.run_table(uri, now=now, dry_run=dry_run)
         with self._lock:
             self._commit_started.pop(uri, None)
         status = _STATUS.get(summary.status, RunStatus.FAILED)
         if summary.error_type == LeaseLostError.__name__:
             status = RunStatus.ABANDONED
-        backlog = self._publish_layout(uri, summary, now)
+        layout = self._read_layout(uri, summary, now)
         self._publish_commits(uri, summary)
-        if status is RunStatus.SUCCEEDED or status is RunStatus.SKIPPED:
-            self.metrics.last_success.labels(table=uri, kind=RunKind.MAINTENANCE.value).set(time.time())
-        return RunResult(
+        result = RunResult(
             status=status,
             plan=_plan_of(summary),
-            metrics=_maintenance_metrics(summary, backlog),
+            metrics=_maintenance_metrics(summary, layout),
             decisions=_decisions_of(summary),
             error=summary.error,
             error_type=summary.error_type,
+            layout=layout,
         )
+        return summary, result
 
     def _on_stage(self, uri: str, stage: str) -> None:
         """Runner progress: check the lease right before committing; time the commit."""
+        if self._progress is not None:
+            self._progress(uri, stage)
         if stage == "committing":
             self._check_lease(uri)
             with self._lock:
@@ -132,7 +154,7 @@ class TableJobs:
                 self.metrics.commit_duration.labels(operation=MAINTENANCE_OPERATION).observe(time.monotonic() - started)
 
     def _check_lease(self, uri: str) -> None:
-        if self.holder is None:
+        if self.holder is None or self.store is None:
             return
         if not self.store.renew_lease(self.holder, uri, self.settings.store.lease_duration_seconds):
             raise LeaseLostError(
@@ -140,29 +162,29 @@ class TableJobs:
                 "when the daemon stopped); the rewrite is not committed and its files are left for orphan cleanup"
             )
 
-    def _publish_layout(self, uri: str, summary: TableRunSummary, now: datetime) -> tuple[int, int] | None:
-        """Publish files and bytes per level and the backlog (what the planner would rewrite now)."""
+    def _read_layout(self, uri: str, summary: TableRunSummary, now: datetime) -> dict[str, Any] | None:
+        """Files and bytes (in all and per level) and the backlog (what the planner would rewrite now)
+        of the table as the run left it; None when the table cannot be read."""
         try:
             table = Table.open(uri)
             snapshot = table.snapshot()
             health = TableHealth.of(snapshot)
         except MaintdError as exc:
-            logger.debug("table {}: layout not published: {}", uri, exc)
+            logger.debug("table {}: layout not read: {}", uri, exc)
             return None
         backlog: tuple[int, int] | None = None
         try:
             backlog = self._backlog(table, snapshot, now)
         except MaintdError as exc:  # a broken policy: the layout is still worth showing
-            logger.debug("table {}: backlog not published: {}", uri, exc)
-        self.metrics.set_table_layout(
-            uri,
-            {level: files for level, (files, _) in health.by_level.items()},
-            {level: size for level, (_, size) in health.by_level.items()},
-            backlog_files=backlog[0] if backlog else 0,
-            backlog_bytes=backlog[1] if backlog else 0,
-        )
+            logger.debug("table {}: backlog not read: {}", uri, exc)
         summary.after = health
-        return backlog
+        return {
+            "files": health.files,
+            "bytes": health.bytes,
+            "levels": {level: {"files": f, "bytes": b} for level, (f, b) in health.by_level.items()},
+            "backlog_files": backlog[0] if backlog else None,
+            "backlog_bytes": backlog[1] if backlog else None,
+        }
 
     def _backlog(self, table: Table, snapshot: Any, now: datetime) -> tuple[int, int]:
         from maintd.planner import plan as make_plan
@@ -185,23 +207,26 @@ class TableJobs:
 
     # -- reclamation ------------------------------------------------------------------------------------
 
-    def reclaim(self, uri: str) -> RunResult:
-        """Reclaim one table (expired versions, unreferenced and orphan files); publish what was deleted."""
+    def reclaim(self, uri: str, *, dry_run: bool | None = None) -> RunResult:
+        """Reclaim one table (expired versions, unreferenced and orphan files); count what was deleted.
+
+        ``dry_run`` None means ``reclaim.dry_run`` of the settings.
+        """
         from maintd.reclaim import reclaim_table
 
         settings = self.settings.reclaim
+        dry_run = settings.dry_run if dry_run is None else dry_run
         report = reclaim_table(
             Table.open(uri, retry=self.runner.retry),
             now=self.clock(),
             orphan_grace=timedelta(hours=settings.orphan_grace_hours),
-            dry_run=settings.dry_run,
+            dry_run=dry_run,
             force_short_grace=settings.force_short_grace,
         )
         metrics = _as_dict(report)
-        if not settings.dry_run:
+        if not dry_run:
             self._publish_reclaimed(uri, metrics)
-        self.metrics.last_success.labels(table=uri, kind=RunKind.RECLAIM.value).set(time.time())
-        return RunResult(status=RunStatus.SUCCEEDED, metrics={"dry_run": settings.dry_run, **metrics})
+        return RunResult(status=RunStatus.SUCCEEDED, metrics={"dry_run": dry_run, **metrics})
 
     def _publish_reclaimed(self, uri: str, report: dict[str, Any]) -> None:
         for reason, (files, size) in reclaimed_by_reason(report).items():
@@ -244,7 +269,7 @@ def _plan_of(summary: TableRunSummary) -> dict[str, Any] | None:
     return {"policy": summary.policy, "read_version": summary.read_version, "tasks": summary.planned}
 
 
-def _maintenance_metrics(summary: TableRunSummary, backlog: tuple[int, int] | None) -> dict[str, Any]:
+def _maintenance_metrics(summary: TableRunSummary, layout: dict[str, Any] | None) -> dict[str, Any]:
     """What ``maintd status`` and ``maintd history`` show of a maintenance run."""
     return {
         "outcome": summary.status,
@@ -265,8 +290,8 @@ def _maintenance_metrics(summary: TableRunSummary, backlog: tuple[int, int] | No
         "files": summary.after.files,
         "bytes": summary.after.bytes,
         "levels": {level: {"files": f, "bytes": b} for level, (f, b) in summary.after.by_level.items()},
-        "backlog_files": backlog[0] if backlog else None,
-        "backlog_bytes": backlog[1] if backlog else None,
+        "backlog_files": layout["backlog_files"] if layout else None,
+        "backlog_bytes": layout["backlog_bytes"] if layout else None,
         "seconds": summary.seconds,
     }
 

@@ -7,20 +7,41 @@ formats exceptions inside the sink, after patchers ran) and the JSON serialisati
 
 Records of the standard :mod:`logging` module (APScheduler, SQLAlchemy, py4j) are forwarded to
 loguru so that they get the same format and the same redaction.
+
+Every command of the CLI configures logging this way (the daemon and ``maintd run`` from the
+``logging`` settings, the others at WARNING), never with loguru's defaults: loguru's ``diagnose`` mode
+prints the values of local variables in tracebacks, database URLs with their passwords among them, so
+it is off everywhere (``LOGURU_DIAGNOSE=NO`` is also set for processes started from maintd's, such as
+Spark's Python workers). A record of a :class:`~maintd.errors.MaintdError` (an expected error: a missing
+table, a bad policy) is written without its traceback; its message says what is wrong. Unexpected
+errors keep theirs.
+
+In JSON mode the daemon and ``maintd run`` also own the process's standard error (``own_stderr``):
+file descriptor 2 becomes a pipe read by a thread, which passes JSON lines through and turns every
+other line into a JSON record (level WARNING, ``extra.source = "stderr"``). Everything a child process
+writes there (the Spark driver's JVM and its Python workers, whose log4j2 lines are JSON already, see
+:mod:`maintd.service.jvm_logging`; the JVM's own start-up warnings; a worker's crash) therefore reaches
+the log collector as JSON. maintd's own records bypass the pipe, so none is lost when the process exits.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import sys
+import threading
 from typing import TYPE_CHECKING, Any, TextIO
 
 from loguru import logger
 
-from maintd.settings import LoggingSettings, redact_secrets
+from maintd.errors import MaintdError
+from maintd.redaction import redact_secrets
 
 if TYPE_CHECKING:
     from loguru import Record
+
+    from maintd.settings import LoggingSettings
 
 TEXT_FORMAT = (
     "<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> | <level>{level: <8}</level> | "
@@ -31,20 +52,27 @@ _QUIET = {"py4j": logging.WARNING, "apscheduler.executors": logging.WARNING, "sq
 
 
 def redact_record(record: Record) -> None:
-    """Loguru patcher: redact passwords from the message and the string ``extra`` values."""
+    """Loguru patcher: redact passwords from the message and the string ``extra`` values, and drop the
+    traceback of an expected error (a :class:`~maintd.errors.MaintdError`: its message says it all)."""
     record["message"] = redact_secrets(record["message"])
+    exception = record["exception"]
+    if exception is not None and isinstance(exception.value, MaintdError):
+        record["exception"] = None
     for key, value in record["extra"].items():
         if isinstance(value, str):
             record["extra"][key] = redact_secrets(value)
 
 
 class _RedactingSink:
-    def __init__(self, stream: TextIO) -> None:
+    """Writes redacted text to ``stream``, or to whatever ``sys.stderr`` is at the time of each write."""
+
+    def __init__(self, stream: TextIO | None) -> None:
         self.stream = stream
 
     def write(self, message: str) -> None:
-        self.stream.write(redact_secrets(message))
-        self.stream.flush()
+        stream = self.stream or sys.stderr
+        stream.write(redact_secrets(message))
+        stream.flush()
 
 
 class InterceptHandler(logging.Handler):
@@ -62,28 +90,81 @@ class InterceptHandler(logging.Handler):
 
 
 def configure_logging(
-    settings: LoggingSettings | None = None, *, stream: TextIO | None = None, intercept_stdlib: bool = True
+    settings: LoggingSettings | None = None,
+    *,
+    stream: TextIO | None = None,
+    intercept_stdlib: bool = True,
+    level: str | None = None,
+    own_stderr: bool = False,
 ) -> int:
-    """Replace loguru's sinks with one sink on ``stream`` (stderr by default); returns its handler id.
+    """Replace loguru's sinks with one sink on ``stream`` (default: ``sys.stderr`` as it is at each write);
+    returns its handler id.
 
     Text with colours when ``stream`` is a terminal, JSON lines (one object per record, loguru's
-    ``serialize`` format) when ``settings.json_lines``.
+    ``serialize`` format) when ``settings.json_lines``. ``level`` overrides ``settings.level``; without
+    settings it defaults to INFO, text. ``own_stderr`` (JSON mode, no ``stream``): see the module docstring.
     """
-    settings = settings or LoggingSettings()
-    stream = stream or sys.stderr
+    json_lines = bool(settings and settings.json_lines)
+    chosen = level or (settings.level if settings else "INFO")
+    os.environ["LOGURU_DIAGNOSE"] = "NO"  # for processes started from this one (Spark's Python workers)
     logger.remove()
     logger.configure(patcher=redact_record)
-    options: dict[str, Any] = {"level": settings.level, "backtrace": False, "diagnose": False, "enqueue": False}
-    if settings.json_lines:
+    options: dict[str, Any] = {"level": chosen, "backtrace": False, "diagnose": False, "enqueue": False}
+    if json_lines:
+        if own_stderr and stream is None:
+            stream = _forward_stderr()
         handler = logger.add(_RedactingSink(stream).write, serialize=True, **options)
     else:
-        colorize = bool(getattr(stream, "isatty", lambda: False)())
+        colorize = bool(getattr(stream or sys.stderr, "isatty", lambda: False)())
         handler = logger.add(_RedactingSink(stream).write, format=TEXT_FORMAT, colorize=colorize, **options)
     if intercept_stdlib:
-        logging.basicConfig(handlers=[InterceptHandler()], level=0, force=True)
-        for name, level in _QUIET.items():
-            logging.getLogger(name).setLevel(level)
+        # Forward what loguru would write anyway: formatting py4j's DEBUG chatter only to drop it costs time.
+        logging.basicConfig(handlers=[InterceptHandler()], level=logger.level(chosen).no, force=True)
+        for name, quiet in _QUIET.items():
+            logging.getLogger(name).setLevel(quiet)
     return handler
+
+
+_forwarded: TextIO | None = None
+
+
+def _forward_stderr() -> TextIO:
+    """Make fd 2 a pipe whose lines are written out as JSON (once per process); returns the real stderr."""
+    global _forwarded
+    if _forwarded is not None:
+        return _forwarded
+    sys.stderr.flush()
+    real = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    threading.Thread(target=_pass_lines, args=(read_end, real), name="maintd-stderr", daemon=True).start()
+    _forwarded = real
+    return real
+
+
+def _pass_lines(read_end: int, real: TextIO) -> None:
+    with os.fdopen(read_end, encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            try:
+                _pass_line(line, real)
+            except Exception:  # never stop reading: a full pipe would block every writer
+                real.write(line)
+
+
+def _pass_line(line: str, real: TextIO) -> None:
+    text = line.rstrip("\n")
+    if not text.strip():
+        return
+    if text.lstrip().startswith("{"):
+        try:
+            json.loads(text)
+        except ValueError:
+            pass
+        else:
+            real.write(redact_secrets(text) + "\n")
+            return
+    logger.bind(source="stderr").warning("{}", text)
 
 
 __all__ = ["TEXT_FORMAT", "InterceptHandler", "configure_logging", "redact_record"]

@@ -6,14 +6,22 @@ table is no longer maintained :meth:`Metrics.forget_table` removes its series, s
 tables come and go does not grow the exposition without bound.
 
 Names follow Prometheus conventions: ``_total`` for counters, base units (bytes, seconds).
+
+The gauges of tables (layout, backlog, last success), table states and leases are not kept here: they
+are read from the state store at every scrape (:mod:`maintd.service.store_metrics`, attached with
+:meth:`Metrics.attach_store`), so that every replica serves the same values. Counters and histograms
+count what this replica did.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
+
+if TYPE_CHECKING:
+    from maintd.service.store import StateStore
 
 #: Run and commit durations range from sub-second no-ops to hour-long rewrites.
 DURATION_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, float("inf"))
@@ -25,19 +33,7 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.tables = Gauge("maintd_tables", "Tables known to this daemon, by state.", ["state"], registry=r)
-        self.files = Gauge(
-            "maintd_table_files", "Live data files of a table, by level.", ["table", "level"], registry=r
-        )
-        self.bytes = Gauge(
-            "maintd_table_bytes", "Live data bytes of a table, by level.", ["table", "level"], registry=r
-        )
-        self.backlog_files = Gauge(
-            "maintd_backlog_files", "Files the planner would rewrite now.", ["table"], registry=r
-        )
-        self.backlog_bytes = Gauge(
-            "maintd_backlog_bytes", "Bytes the planner would rewrite now.", ["table"], registry=r
-        )
+        self._store_attached = False
         self.runs = Counter("maintd_runs", "Finished runs, by kind and status.", ["kind", "status"], registry=r)
         self.failures = Counter(
             "maintd_run_failures", "Failed runs, by kind and error type.", ["kind", "error"], registry=r
@@ -66,16 +62,16 @@ class Metrics:
             "maintd_files_reclaimed", "Files deleted by reclamation, by reason.", ["table", "reason"], registry=r
         )
         self.bytes_reclaimed = Counter("maintd_bytes_reclaimed", "Bytes deleted by reclamation.", ["table"], registry=r)
-        self.leases_held = Gauge(
-            "maintd_leases_held", "Table leases held, by holder (as seen in the state store).", ["holder"], registry=r
-        )
         self.in_flight = Gauge("maintd_runs_in_flight", "Runs executing now, by kind.", ["kind"], registry=r)
-        self.last_success = Gauge(
-            "maintd_last_success_timestamp_seconds",
-            "Unix time of the last successful run of a table, by kind.",
-            ["table", "kind"],
-            registry=r,
-        )
+
+    def attach_store(self, store: StateStore) -> None:
+        """Serve the gauges whose source is ``store`` (tables, layouts, backlog, last success, leases); once."""
+        from maintd.service.store_metrics import StoreGauges
+
+        if self._store_attached:
+            return
+        self.registry.register(StoreGauges(store.list_tables, store.lease_holders))
+        self._store_attached = True
 
     def expose(self) -> bytes:
         """The Prometheus text exposition of every metric."""
@@ -88,56 +84,15 @@ class Metrics:
         if error is not None:
             self.failures.labels(kind=kind, error=error).inc()
 
-    def set_table_layout(
-        self,
-        table: str,
-        files_by_level: Mapping[str, int],
-        bytes_by_level: Mapping[str, int],
-        *,
-        backlog_files: int = 0,
-        backlog_bytes: int = 0,
-    ) -> None:
-        """Publish the current layout (per level) and backlog of a table."""
-        for level, count in files_by_level.items():
-            self.files.labels(table=table, level=level).set(count)
-        for level, size in bytes_by_level.items():
-            self.bytes.labels(table=table, level=level).set(size)
-        self.backlog_files.labels(table=table).set(backlog_files)
-        self.backlog_bytes.labels(table=table).set(backlog_bytes)
-
-    def set_tables(self, counts: Mapping[str, int]) -> None:
-        """Publish how many tables are in each state (``healthy``, ``failing``, ``disabled``...)."""
-        self.tables.clear()
-        for state, count in counts.items():
-            self.tables.labels(state=state).set(count)
-
-    def set_lease_holders(self, holders: Mapping[str, str]) -> None:
-        """Publish the leases per holder from a table-to-holder map."""
-        self.leases_held.clear()
-        per_holder: dict[str, int] = {}
-        for holder in holders.values():
-            per_holder[holder] = per_holder.get(holder, 0) + 1
-        for holder, count in per_holder.items():
-            self.leases_held.labels(holder=holder).set(count)
-
     def forget_table(self, table: str) -> None:
         """Drop every series of a table that is no longer maintained."""
-        for metric in (
-            self.files,
-            self.bytes,
-            self.backlog_files,
-            self.backlog_bytes,
-            self.bytes_rewritten,
-            self.files_reclaimed,
-            self.bytes_reclaimed,
-            self.last_success,
-        ):
+        for metric in (self.bytes_rewritten, self.files_reclaimed, self.bytes_reclaimed):
             for labels in _label_sets(metric):
                 if labels.get("table") == table:
                     metric.remove(*labels.values())
 
 
-def _label_sets(metric: Gauge | Counter) -> list[dict[str, str]]:
+def _label_sets(metric: Counter) -> list[dict[str, str]]:
     names = metric._labelnames
     found = []
     for family in metric.collect():

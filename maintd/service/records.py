@@ -41,6 +41,15 @@ class TableRecord:
     maintenance_retry_after: datetime | None
     reclaim_failures: int
     reclaim_retry_after: datetime | None
+    layout: dict[str, Any] | None = None
+    """Files and bytes (in all and per level) and backlog, as the last maintenance run read them."""
+    layout_at: datetime | None = None
+    maintenance_succeeded_at: datetime | None = None
+    reclaim_succeeded_at: datetime | None = None
+
+    def succeeded_at(self, kind: RunKind | str) -> datetime | None:
+        """When a run of ``kind`` last succeeded (or found nothing to do)."""
+        return self.maintenance_succeeded_at if RunKind(kind) is RunKind.MAINTENANCE else self.reclaim_succeeded_at
 
     def failures(self, kind: RunKind | str) -> int:
         """Consecutive failed runs of ``kind`` (reset by a run of that kind that succeeds)."""
@@ -127,3 +136,5 @@ class RunResult:
     decisions: tuple[Decision, ...] = ()
     error: str | None = None
     error_type: str | None = None
+    layout: dict[str, Any] | None = None
+    """The table's layout as the run left it (files, bytes, levels, backlog), stored on the table's row."""

@@ -1,17 +1,22 @@
 """``maintd daemon`` put together: store, HTTP endpoint, SparkSession, daemon loop, signals, shutdown.
 
 Start order is chosen for Kubernetes probes: signal handlers first (a SIGTERM during start-up still
-ends in a clean exit 0), then the HTTP endpoint (``/healthz`` answers while the JVM starts, ``/readyz``
-says 503 until the state store and Spark both answer), then the one long-lived SparkSession, then the
-scheduler. Shutdown runs in reverse: the daemon drains (see :meth:`Daemon.stop`), then Spark stops,
-which also cancels the jobs of runs abandoned after the grace period, then the endpoint closes.
+ends in a clean exit 0), then the state store (its schema upgraded), then the HTTP endpoint (``/healthz``
+answers while the JVM starts, ``/readyz`` says 503 until the state store and Spark both answer), then
+the one long-lived SparkSession (in the background, so a SIGTERM meanwhile stops at once), then the
+scheduler. Shutdown runs in reverse, every step even if one before it failed: the daemon drains (see
+:meth:`Daemon.stop`), then Spark stops (not when its driver is gone already), which also cancels the
+jobs of runs abandoned after the grace period, then the endpoint closes, then the store.
+
+When the Spark driver's JVM dies, ``/healthz`` fails so that Kubernetes restarts the container (see
+:mod:`maintd.service.spark_driver`).
 """
 
 from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
@@ -21,18 +26,22 @@ from loguru import logger
 from maintd.errors import ConfigError
 from maintd.service.daemon import Daemon, default_holder
 from maintd.service.http import HealthServer
-from maintd.service.jobs import TableJobs, spark_ready
+from maintd.service.jobs import TableJobs
 from maintd.service.metrics import Metrics
-from maintd.service.store import StateStore
+from maintd.service.spark_driver import SparkDriver
+from maintd.service.store import StateStore, open_store
 from maintd.settings import Settings, redact_url
 
 
 def serve(settings: Settings, *, stop: threading.Event | None = None, holder: str | None = None) -> int:
-    """Run the daemon until SIGTERM or SIGINT (or until ``stop`` is set); returns the exit code, 0.
+    """Run the daemon until SIGTERM or SIGINT (or until ``stop`` is set); returns the exit code.
+
+    0 after a clean stop, from every state (starting, running, Spark driver lost); 1 when a step of the
+    shutdown failed (it is logged, and the other steps still run).
 
     Raises:
-        ConfigError: the policy file is invalid, or Spark cannot start.
-        StateStoreError: the state store cannot be opened.
+        ConfigError: the policy file is invalid, the port is taken, or Spark cannot start.
+        StateStoreError: the state store cannot be opened (or its schema is older and not upgraded).
     """
     from maintd.planner.policy_files import load_policy_file
 
@@ -40,69 +49,72 @@ def serve(settings: Settings, *, stop: threading.Event | None = None, holder: st
     holder = holder or default_holder()
     with _signals_set(stop):
         load_policy_file(settings.policy.path)  # a broken policy file fails the start, not every run
-        store = StateStore(
-            settings.store.url,
-            db_schema=settings.store.db_schema,
-            connect_timeout=settings.store.connect_timeout_seconds,
-        )
+        store = open_store(settings, upgrade=settings.store.migrate_on_start)
         logger.info("state store {} ({})", redact_url(settings.store.url), store.dialect)
+        driver = SparkDriver()
         metrics = Metrics()
-        spark: list[Any] = []
-        checks = {"state_store": store.ping, "spark": lambda: bool(spark) and spark_ready(spark[0])}
         server: HealthServer | None = None
+        daemon: Daemon | None = None
         try:
-            server = _http_server(settings, metrics, checks)
-            if stop.is_set():
-                return 0
-            spark.append(_start_spark(settings))
-            jobs = TableJobs(settings, store, metrics, holder=holder, spark=spark[0])
-            daemon = Daemon(
-                settings, store, jobs.maintain, jobs.reclaim, discover=jobs.discover, metrics=metrics, holder=holder
+            server = _http_server(
+                settings, metrics, {"state_store": store.ping, "spark": driver.ready}, {"spark_driver": driver.alive}
             )
-            if not stop.is_set():
+            if not stop.is_set() and driver.start(settings, stop):
+                jobs = TableJobs(settings, store, metrics, holder=holder, spark=driver.session)
+                daemon = Daemon(
+                    settings, store, jobs.maintain, jobs.reclaim, discover=jobs.discover, metrics=metrics,
+                    holder=holder, blocked=driver.lost,
+                )
                 daemon.start()
                 stop.wait()
-                daemon.stop()
         finally:
-            if spark:
-                spark[0].stop()
-            if server is not None:
-                server.stop()
-            store.close()
-    logger.info("maintd daemon exited")
-    return 0
+            clean = _shut_down(daemon, driver, server, store)
+    logger.info("maintd daemon exited{}", "" if clean else " (a shutdown step failed, see above)")
+    return 0 if clean else 1
 
 
-def _http_server(settings: Settings, metrics: Metrics, checks: dict[str, Any]) -> HealthServer | None:
+def _shut_down(daemon: Daemon | None, driver: SparkDriver, server: HealthServer | None, store: StateStore) -> bool:
+    """Every shutdown step, each even when an earlier one failed; returns whether all succeeded."""
+    steps: list[tuple[str, Callable[[], object]]] = []
+    if daemon is not None:
+        steps.append(("stop the daemon loop", daemon.stop))
+    steps.append(("stop Spark", driver.stop))
+    if server is not None:
+        steps.append(("close the HTTP endpoint", server.stop))
+    steps.append(("close the state store", store.close))
+    clean = True
+    for what, step in steps:
+        try:
+            if step() is False:
+                clean = False
+        except Exception as exc:  # log it and go on: a later step must not be skipped
+            logger.error("cannot {}: {}: {}", what, type(exc).__name__, exc)
+            clean = False
+    logger.info("state store closed")
+    return clean
+
+
+def _http_server(
+    settings: Settings, metrics: Metrics, checks: dict[str, Any], liveness: dict[str, Any]
+) -> HealthServer | None:
     if not settings.http.enabled:
         return None
     try:
-        server = HealthServer(metrics, checks, host=settings.http.host, port=settings.http.port)
+        server = HealthServer(
+            metrics,
+            checks,
+            host=settings.http.host,
+            port=settings.http.port,
+            liveness=liveness,
+            request_timeout=settings.http.request_timeout_seconds,
+            max_connections=settings.http.max_connections,
+        )
     except OSError as exc:
         raise ConfigError(
             f"cannot listen on {settings.http.host}:{settings.http.port}: {exc.strerror or exc}; "
             "free the port or change http.port"
         ) from None
     return server.start()
-
-
-def _start_spark(settings: Settings) -> Any:
-    from maintd.execution.spark import options_from_settings, spark_session, warm_up
-
-    where = settings.spark.remote or settings.spark.master
-    logger.info("starting the SparkSession ({})", where)
-    try:
-        spark = spark_session(settings.spark)
-    except Exception as exc:  # Py4J and PySpark raise their own types; name the setting to check
-        raise ConfigError(
-            f"cannot start Spark at {where}: {type(exc).__name__}: {exc}; check spark.master/spark.remote and "
-            "that a Java runtime is installed (JAVA_HOME)"
-        ) from exc
-    try:  # start and prepare the Python workers now, so the first maintenance run does not pay for it
-        warm_up(spark, options_from_settings(settings.spark))
-    except Exception as exc:  # the session works; a failed warm-up only costs the first run its start-up
-        logger.warning("Spark workers could not be warmed up: {}", exc)
-    return spark
 
 
 @contextmanager
@@ -112,10 +124,21 @@ def _signals_set(stop: threading.Event) -> Iterator[None]:
         yield
         return
 
+    received: list[str] = []
+    announced = threading.Event()
+
     def _on_signal(signum: int, _frame: FrameType | None) -> None:
-        logger.info("received {}; stopping", signal.Signals(signum).name)
+        # No logging here: the handler may interrupt the main thread inside loguru, whose lock is not
+        # re-entrant; a thread announces the signal instead.
+        received.append(signal.Signals(signum).name)
+        announced.set()
         stop.set()
 
+    def _announce() -> None:
+        announced.wait()
+        logger.info("received {}; stopping", received[0])
+
+    threading.Thread(target=_announce, name="maintd-signals", daemon=True).start()
     previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield

@@ -1,5 +1,8 @@
 """The tables of the state store, shared by SQLite and PostgreSQL.
 
+Changing a table here needs a migration in :mod:`maintd.service.migrations` (``versions/``); a test
+compares the schema the migrations build with this one on both backends.
+
 Times are stored in UTC. SQLite has no time zones, so :class:`UTCDateTime` stores naive UTC there and
 turns every value read back into an aware UTC ``datetime``; comparisons in SQL then work alike on both
 backends (SQLite compares the fixed-width ISO strings SQLAlchemy writes).
@@ -71,6 +74,12 @@ tables = Table(
     Column("maintenance_retry_after", UTCDateTime(), nullable=True),
     Column("reclaim_failures", Integer, nullable=False, default=0),
     Column("reclaim_retry_after", UTCDateTime(), nullable=True),
+    # The one source of the table gauges of every replica (see maintd.service.store_metrics): the layout
+    # the last maintenance run read, and when each kind of run last succeeded (kept when runs are pruned).
+    Column("layout", JSON, nullable=True),
+    Column("layout_at", UTCDateTime(), nullable=True),
+    Column("maintenance_succeeded_at", UTCDateTime(), nullable=True),
+    Column("reclaim_succeeded_at", UTCDateTime(), nullable=True),
 )
 
 runs = Table(

@@ -19,15 +19,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
 
 from maintd.errors import StateStoreError
 from maintd.service import leases as _leases
+from maintd.service import migrations
 from maintd.service.records import (
     Decision,
     DecisionRecord,
@@ -38,7 +38,14 @@ from maintd.service.records import (
     TableRecord,
 )
 from maintd.service.schema import decisions, metadata, runs, tables
+from maintd.service.store_engine import make_engine
 from maintd.settings import redact_secrets, redact_url
+
+if TYPE_CHECKING:
+    from maintd.settings import Settings
+
+#: The PostgreSQL advisory lock that serialises schema changes of replicas starting together.
+_SCHEMA_LOCK = 7041963
 
 
 class StateStore:
@@ -48,7 +55,8 @@ class StateStore:
         url: SQLAlchemy URL (``sqlite:///path/maintd.db``, ``postgresql+psycopg://user:pass@host/db``).
         db_schema: PostgreSQL schema holding the tables (created if missing); ignored on SQLite.
         connect_timeout: seconds to wait for a connection (PostgreSQL) or the write lock (SQLite).
-        create: create the schema (idempotent) on open.
+        create: create or upgrade the schema on open (:meth:`upgrade_schema`); when false nothing is read
+            until the first call (see :meth:`check_schema`).
 
     Raises:
         StateStoreError: the URL is invalid or the database cannot be reached.
@@ -58,10 +66,10 @@ class StateStore:
         self, url: str, *, db_schema: str | None = None, connect_timeout: float = 10.0, create: bool = True
     ) -> None:
         self._display_url = redact_url(url)
-        self.engine = _make_engine(url, db_schema, connect_timeout)
+        self.engine = make_engine(url, db_schema, connect_timeout)
         self.db_schema = db_schema if self.dialect == "postgresql" else None
         if create:
-            self.create_schema()
+            self.upgrade_schema()
 
     @property
     def dialect(self) -> str:
@@ -75,16 +83,31 @@ class StateStore:
         """Close every pooled connection."""
         self.engine.dispose()
 
+    def upgrade_schema(self) -> tuple[str | None, str]:
+        """Create the schema, or upgrade it to this maintd's revision (safe from several replicas at once).
+
+        Returns:
+            The revision found (None: an empty store, or maintd 0.1.0's) and the revision now recorded.
+
+        Raises:
+            StateStoreError: the store cannot be reached, or a newer maintd migrated it.
+        """
+        with self._schema_transaction("upgrade the schema") as conn:
+            return migrations.upgrade(conn, metadata, self._display_url)
+
     def create_schema(self) -> None:
-        """Create the schema and tables that do not exist yet (safe to call from several replicas)."""
-        with self._transaction("create the schema") as conn:
-            if self.db_schema is not None:
-                # Serialise concurrent first starts: CREATE ... IF NOT EXISTS is not race-free in PostgreSQL.
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(7041963)"))
-                conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{self.db_schema}"'))
-            elif self.dialect == "postgresql":
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(7041963)"))
-            metadata.create_all(conn, checkfirst=True)
+        """Create the schema and tables, or upgrade them (the same as :meth:`upgrade_schema`)."""
+        self.upgrade_schema()
+
+    def check_schema(self) -> None:
+        """Raise :class:`StateStoreError` unless the schema is this maintd's (for commands that only read)."""
+        with self._schema_transaction("read the schema revision", create=False) as conn:
+            migrations.check(conn, self._display_url)
+
+    def schema_revision(self) -> str | None:
+        """The schema revision recorded in the store (None: none)."""
+        with self._schema_transaction("read the schema revision", create=False) as conn:
+            return migrations.current(conn)
 
     def drop_schema(self) -> None:
         """Drop every table of the store (and its PostgreSQL schema, if one was given). For tests and purges."""
@@ -93,6 +116,20 @@ class StateStore:
                 conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{self.db_schema}" CASCADE'))
             else:
                 metadata.drop_all(conn, checkfirst=True)
+                conn.execute(sa.text(f"DROP TABLE IF EXISTS {migrations.VERSION_TABLE}"))
+
+    @contextmanager
+    def _schema_transaction(self, what: str, *, create: bool = True) -> Iterator[Connection]:
+        """A transaction under the schema lock, unqualified names resolving in ``db_schema`` (PostgreSQL)."""
+        with self._transaction(what) as conn:
+            if self.dialect == "postgresql":
+                # Serialise replicas starting together: CREATE ... IF NOT EXISTS is not race-free in PostgreSQL.
+                conn.execute(sa.text(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})"))
+                if self.db_schema is not None:
+                    if create:
+                        conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{self.db_schema}"'))
+                    conn.execute(sa.text(f'SET LOCAL search_path TO "{self.db_schema}"'))
+            yield conn
 
     def ping(self) -> None:
         """Raise :class:`StateStoreError` unless the store answers (the ``/readyz`` check)."""
@@ -221,13 +258,14 @@ class StateStore:
         error: str | None = None,
         plan: Any = None,
         retry_after: datetime | None = None,
+        layout: Mapping[str, Any] | None = None,
         now: datetime | None = None,
     ) -> RunRecord:
-        """Record the end of a run and update its table's last status.
+        """Record the end of a run and update its table's last status (and ``layout``, when given).
 
         A failed run increments the table's consecutive failures of the run's kind and sets that kind's
-        retry time (computed by the caller's backoff); a succeeded or skipped run of the kind resets both.
-        The other kind's failures are left alone.
+        retry time (computed by the caller's backoff); a succeeded or skipped run of the kind resets both
+        and records when it succeeded. The other kind's failures are left alone.
         """
         status = RunStatus(status)
         if status is RunStatus.RUNNING:
@@ -245,11 +283,10 @@ class StateStore:
             ).first()
             if row is None:
                 raise StateStoreError(f"run {run_id} does not exist in {self._display_url}")
-            conn.execute(
-                sa.update(tables)
-                .where(tables.c.uri == row.table_uri)
-                .values(**_table_outcome(RunKind(row.kind), status, now, error, retry_after))
-            )
+            outcome = _table_outcome(RunKind(row.kind), status, now, error, retry_after)
+            if layout is not None:
+                outcome.update(layout=dict(layout), layout_at=now)
+            conn.execute(sa.update(tables).where(tables.c.uri == row.table_uri).values(**outcome))
         record = self.get_run(run_id)
         assert record is not None
         return record
@@ -406,6 +443,7 @@ def _table_outcome(
     elif status in (RunStatus.SUCCEEDED, RunStatus.SKIPPED):
         values[failures] = 0
         values[retry] = None
+        values[f"{kind.value}_succeeded_at"] = now
     return values
 
 
@@ -413,49 +451,21 @@ def _table_name(uri: str) -> str:
     return uri.rstrip("/").rsplit("/", 1)[-1] or uri
 
 
-def _make_engine(url: str, db_schema: str | None, connect_timeout: float) -> Engine:
-    try:
-        parsed = make_url(url)
-    except ArgumentError as exc:
-        raise StateStoreError(f"invalid state store URL {redact_url(url)!r}: {exc}; see store.url") from None
-    backend = parsed.get_backend_name()
-    try:
-        if backend == "sqlite":
-            return _sqlite_engine(parsed, connect_timeout)
-        if backend == "postgresql":
-            engine = sa.create_engine(
-                parsed, pool_pre_ping=True, connect_args={"connect_timeout": max(1, int(connect_timeout))}
-            )
-            if db_schema is not None:
-                engine = engine.execution_options(schema_translate_map={None: db_schema})
-            return engine
-    except (ImportError, SQLAlchemyError) as exc:
-        raise StateStoreError(f"cannot open state store {redact_url(url)}: {exc}") from None
-    raise StateStoreError(
-        f"state store URL {redact_url(url)} uses {backend!r}; use sqlite:///path or postgresql+psycopg://..."
-    )
+def open_store(settings: Settings, *, upgrade: bool = True) -> StateStore:
+    """The store of ``settings``: its schema upgraded (``upgrade``), or checked to be this maintd's.
 
-
-def _sqlite_engine(parsed: sa.URL, connect_timeout: float) -> Engine:
-    if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    engine = sa.create_engine(parsed, connect_args={"timeout": connect_timeout})
-
-    @sa.event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # Let SQLAlchemy emit BEGIN itself (below), and let readers proceed while one process writes.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.close()
-
-    @sa.event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        # Take the write lock up front so that read-check-write sequences (leases) are atomic across processes.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-    return engine
+    Raises:
+        StateStoreError: the store cannot be reached, or (``upgrade`` false) its schema is not current.
+    """
+    s = settings.store
+    store = StateStore(s.url, db_schema=s.db_schema, connect_timeout=s.connect_timeout_seconds, create=upgrade)
+    if not upgrade:
+        try:
+            store.check_schema()
+        except StateStoreError:
+            store.close()
+            raise
+    return store
 
 
 def utcnow() -> datetime:
@@ -463,4 +473,4 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-__all__ = ["StateStore", "utcnow"]
+__all__ = ["StateStore", "open_store", "utcnow"]

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -24,14 +25,14 @@ def load_script() -> ModuleType:
     return module
 
 
-def test_the_chart_renders_lints_and_validates_for_default_and_ha_values() -> None:
+def test_the_chart_renders_lints_and_validates_for_every_example_values_file() -> None:
     pytest.importorskip("helm_python", reason="helm-python-sdk is not installed (pip install -e '.[test]')")
     pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed (pip install -e '.[test]')")
     check = load_script()
     report = check.Report()
     check.check_chart(report)
     assert report.problems == []
-    assert len(report.checked) == 2
+    assert len(report.checked) == len(check.VALUES_FILES) == 4
 
 
 def test_the_dockerfile_passes_hadolint_without_findings() -> None:
@@ -45,7 +46,9 @@ def test_the_dockerfile_passes_hadolint_without_findings() -> None:
 
 def test_a_second_replica_without_postgresql_is_refused_at_render_time() -> None:
     helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed")
-    with helm.Chart.load(str(ROOT / "helm" / "maintd")) as chart, pytest.raises(helm.HelmError, match="PostgreSQL"):
+    with helm.Chart.load(str(ROOT / "helm" / "maintd")) as chart, pytest.raises(
+        helm.HelmError, match=r"/replicaCount': maximum: got 2, want 1"
+    ):
         chart.render({"replicaCount": 2}, name="maintd", namespace="maintd")
 
 
@@ -125,3 +128,108 @@ def json_instruction(dockerfile: str, instruction: str) -> list[str]:
     [*_, last] = [line for line in lines if line.startswith(instruction + " ")]
     parsed: list[str] = json.loads(last[len(instruction):].strip())
     return parsed
+
+
+# -- the chart's rules --------------------------------------------------------------------------------------
+
+CHART = ROOT / "helm" / "maintd"
+PG = {"database": {"existingSecret": "maintd-database"}}
+
+
+def render(values: dict[str, object]) -> dict[str, list[dict[str, object]]]:
+    """The rendered manifests by kind, after schema validation (as ``helm install`` does)."""
+    helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed")
+    import yaml
+
+    with helm.Chart.load(str(CHART)) as chart:
+        chart.validate_schema(values)
+        rendered = chart.render(values, name="maintd", namespace="lake")
+    kinds: dict[str, list[dict[str, object]]] = {}
+    for template, text in rendered.items():
+        if template.endswith(".yaml"):
+            for doc in yaml.safe_load_all(text):
+                if doc:
+                    kinds.setdefault(doc["kind"], []).append(doc)
+    return kinds
+
+
+def schema_refuses(values: dict[str, object]) -> str:
+    helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed")
+    with helm.Chart.load(str(CHART)) as chart, pytest.raises(helm.HelmError) as caught:
+        chart.validate_schema(values)
+    return str(caught.value)
+
+
+def pod_spec(doc: dict[str, object]) -> dict[str, object]:
+    spec: Any = doc["spec"]
+    return spec["template"]["spec"] if doc["kind"] == "Deployment" else spec["jobTemplate"]["spec"]["template"]["spec"]
+
+
+def test_rbac_and_an_api_token_come_only_with_spark_executors_on_kubernetes() -> None:
+    plain = render({})
+    assert "Role" not in plain and "RoleBinding" not in plain
+    [account] = plain["ServiceAccount"]
+    assert account["automountServiceAccountToken"] is False
+    assert pod_spec(plain["Deployment"][0])["automountServiceAccountToken"] is False
+    executors = render({**PG, "sparkOnKubernetes": {"enabled": True, "executorImage": "spark-maintd:4"}})
+    [role] = executors["Role"]
+    assert {"create", "delete"} <= set(role["rules"][0]["verbs"]) and "pods" in role["rules"][0]["resources"]
+    assert pod_spec(executors["Deployment"][0])["automountServiceAccountToken"] is True
+    config = executors["ConfigMap"][0]["data"]["maintd.yaml"]
+    assert "master: k8s://https://kubernetes.default.svc" in config and "spark.kubernetes.namespace: lake" in config
+    assert "executorImage" in schema_refuses({"sparkOnKubernetes": {"enabled": True}})
+
+
+def test_without_postgresql_one_replica_is_recreated_and_more_or_a_surge_is_refused() -> None:
+    [deployment] = render({})["Deployment"]
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert "replicaCount" in schema_refuses({"replicaCount": 2})
+    assert "updateStrategy" in schema_refuses({"updateStrategy": {"type": "RollingUpdate"}})
+    [shared] = render({**PG, "replicaCount": 2})["Deployment"]
+    assert shared["spec"]["strategy"] == {"type": "RollingUpdate",
+                                          "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+
+
+def test_the_schema_refuses_a_store_url_in_the_free_form_config() -> None:
+    message = schema_refuses({"config": {"store": {"url": "postgresql://maintd:pw@db/maintd"}}})
+    assert "config" in message and "store" in message
+    render({"config": {"store": {"db_schema": "maintd"}}})  # the other store settings are fine there
+
+
+def test_extra_env_env_from_and_volumes_reach_the_daemon_and_the_cronjob() -> None:
+    values = yaml_values(CHART / "ci" / "pvc-values.yaml")
+    kinds = render(values)
+    for doc in (*kinds["Deployment"], *kinds["CronJob"]):
+        spec: Any = pod_spec(doc)
+        [container] = spec["containers"]
+        assert {"name": "warehouse", "persistentVolumeClaim": {"claimName": "lake-warehouse"}} in spec["volumes"]
+        assert {"name": "warehouse", "mountPath": "/warehouse"} in container["volumeMounts"]
+        assert {"name": "MAINTD_SCHEDULER__MAX_CONCURRENT_TABLES", "value": "4"} in container["env"]
+        assert container["envFrom"] == [{"configMapRef": {"name": "lake-settings", "optional": True}}]
+
+
+def test_the_root_filesystem_is_read_only_and_temporary_directories_are_empty_dirs() -> None:
+    for doc in (*(kinds := render({"cronJob": {"enabled": True}}))["Deployment"], *kinds["CronJob"]):
+        spec: Any = pod_spec(doc)
+        [container] = spec["containers"]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert spec["enableServiceLinks"] is False, "no MAINTD_SERVICE_* variables from a Service named maintd"
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        for path in ("/tmp", "/home/maintd", "/scratch", "/var/lib/maintd"):
+            assert "emptyDir" in volumes[mounts[path]], path
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert (env["HOME"], env["TMPDIR"], env["SPARK_LOCAL_DIRS"]) == ("/home/maintd", "/tmp", "/scratch")
+
+
+def test_the_network_policy_admits_ingress_to_the_metrics_port_only() -> None:
+    [policy] = render(yaml_values(CHART / "ci" / "ha-values.yaml"))["NetworkPolicy"]
+    spec: Any = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    [ingress] = spec["ingress"]
+    assert ingress["ports"] == [{"port": "http", "protocol": "TCP"}] and ingress["from"]
+    ports = [p["port"] for rule in spec["egress"] for p in rule.get("ports", [])]
+    assert ports == [53, 53, 5432, 443], "DNS, the store, the object store"
+    executors: Any = render({**PG, "networkPolicy": {"enabled": True},
+                             "sparkOnKubernetes": {"enabled": True, "executorImage": "x"}})["NetworkPolicy"][0]
+    assert [p["port"] for p in executors["spec"]["ingress"][1]["ports"]] == [7078, 7079]

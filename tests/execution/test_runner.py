@@ -91,7 +91,7 @@ def test_maintd_run_prints_json_and_exits_non_zero_naming_failing_tables(tmp_pat
     assert sorted_read(table).equals(model.table())
     missing = str(tmp_path / "missing")
     result = CliRunner().invoke(_app(), ["run", missing, "--policy", str(policy)])
-    assert result.exit_code == 1 and missing in result.output
+    assert result.exit_code == 2 and missing in result.output, "a URI that is not a table is refused up front"
 
 
 @pytest.mark.spark

@@ -42,7 +42,7 @@ def store_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
         return
     target = StoreTarget("postgresql", _postgres_url(), f"maintd_test_{uuid.uuid4().hex[:12]}")
     yield target
-    cleanup = target.open()
+    cleanup = StateStore(target.url, db_schema=target.db_schema, create=False)
     try:
         cleanup.drop_schema()
     finally:

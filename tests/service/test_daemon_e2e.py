@@ -132,7 +132,7 @@ class Daemon:
             self.proc.wait(timeout=10)
 
 
-def wait_for(probe: Callable[[], T | None], what: str, timeout: float = 60) -> T:
+def wait_for(probe: Callable[[], T | None], what: str, timeout: float = 180) -> T:
     deadline = time.monotonic() + timeout
     while True:
         found = probe()

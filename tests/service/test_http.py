@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from maintd.errors import StateStoreError
+from maintd.errors import SparkDriverLostError, StateStoreError
 from maintd.service.http import HealthServer
 from maintd.service.metrics import Metrics
+from maintd.service.records import TableRecord
+from maintd.service.store_metrics import StoreGauges
 
 
 class Flag:
@@ -117,19 +121,84 @@ def test_each_metrics_object_has_its_own_registry() -> None:
 def test_forgetting_a_table_drops_its_series_only() -> None:
     metrics = Metrics()
     for table in ("/wh/a", "/wh/b"):
-        metrics.set_table_layout(table, {"0": 10, "1": 2}, {"0": 100, "1": 2000}, backlog_files=3, backlog_bytes=30)
         metrics.bytes_rewritten.labels(table=table).inc(5)
+        metrics.files_reclaimed.labels(table=table, reason="data").inc(2)
     metrics.forget_table("/wh/a")
     text = metrics.expose().decode()
     assert 'table="/wh/a"' not in text
-    assert 'maintd_table_files{level="1",table="/wh/b"} 2.0' in text
     assert 'maintd_bytes_rewritten_total{table="/wh/b"} 5.0' in text
+    assert 'maintd_files_reclaimed_total{reason="data",table="/wh/b"} 2.0' in text
 
 
-def test_lease_holders_are_counted_per_holder() -> None:
+def test_store_gauges_count_leases_per_holder_and_tables_per_state_at_every_scrape() -> None:
+    holders = {"/wh/a": "d1", "/wh/b": "d1", "/wh/c": "d2"}
+    tables = [record("/wh/a", failures=2), record("/wh/b"), record("/wh/c", enabled=False)]
     metrics = Metrics()
-    metrics.set_lease_holders({"/wh/a": "d1", "/wh/b": "d1", "/wh/c": "d2"})
-    metrics.set_lease_holders({"/wh/a": "d1"})
+    metrics.registry.register(StoreGauges(lambda: tables, lambda: dict(holders)))
     text = metrics.expose().decode()
-    assert 'maintd_leases_held{holder="d1"} 1.0' in text
-    assert 'holder="d2"' not in text
+    assert 'maintd_leases_held{holder="d1"} 2.0' in text and 'maintd_leases_held{holder="d2"} 1.0' in text
+    assert 'maintd_tables{state="failing"} 1.0' in text and 'maintd_tables{state="disabled"} 1.0' in text
+    assert "maintd_store_up 1.0" in text
+    del holders["/wh/c"]
+    assert 'holder="d2"' not in metrics.expose().decode(), "read again at the next scrape"
+
+
+def test_store_gauges_are_absent_rather_than_stale_while_the_store_fails() -> None:
+    def failing() -> list[TableRecord]:
+        raise StateStoreError("state store postgresql://maintd:hunter2@db/x: cannot list tables")
+
+    metrics = Metrics()
+    metrics.registry.register(StoreGauges(failing, dict))
+    text = metrics.expose().decode()
+    assert "maintd_store_up 0.0" in text and "maintd_tables{" not in text and "hunter2" not in text
+
+
+def record(uri: str, *, failures: int = 0, enabled: bool = True) -> TableRecord:
+    return TableRecord(uri=uri, name=uri, source="explicit", registered_at=datetime(2026, 1, 1, tzinfo=UTC),
+                       enabled=enabled, last_status=None, last_run_at=None, last_error=None,
+                       maintenance_failures=failures, maintenance_retry_after=None, reclaim_failures=0,
+                       reclaim_retry_after=None)
+
+
+def test_a_client_that_sends_no_request_is_disconnected_after_the_timeout() -> None:
+    import socket
+
+    with (
+        HealthServer(Metrics(), host="127.0.0.1", port=0, request_timeout=0.5) as server,
+        socket.create_connection(("127.0.0.1", server.port), timeout=10) as stuck,
+    ):
+        stuck.sendall(b"GET /metrics HTTP/1.1\r\n")  # and nothing more
+        started = time.monotonic()
+        assert stuck.recv(1024) == b"", "the server closed the connection"
+        assert time.monotonic() - started < 8
+        assert request(server, "/healthz")[:2] == (200, b"ok\n"), "others are served meanwhile"
+
+
+def test_connections_beyond_the_bound_get_503_at_once() -> None:
+    import socket
+
+    with HealthServer(Metrics(), host="127.0.0.1", port=0, request_timeout=5, max_connections=2) as server:
+        held = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(2)]
+        try:
+            for conn in held:
+                conn.sendall(b"GET ")  # a request that never completes holds its slot
+            time.sleep(0.3)
+            assert request(server, "/healthz")[0] == 503
+        finally:
+            for conn in held:
+                conn.close()
+        deadline = time.monotonic() + 10
+        while request(server, "/healthz")[0] != 200:
+            assert time.monotonic() < deadline, "slots are given back"
+            time.sleep(0.1)
+
+
+def test_liveness_checks_fail_healthz_naming_the_cause() -> None:
+    def driver() -> bool:
+        raise SparkDriverLostError("the Spark driver JVM (pid 42) exited with code -9")
+
+    with HealthServer(Metrics(), {}, host="127.0.0.1", port=0, liveness={"spark_driver": driver}) as server:
+        status, body, _ = request(server, "/healthz")
+    assert status == 503
+    assert json.loads(body) == {"alive": False, "failing": {
+        "spark_driver": "SparkDriverLostError: the Spark driver JVM (pid 42) exited with code -9"}}

@@ -173,3 +173,70 @@ def test_the_settings_table_in_configuration_md_is_up_to_date() -> None:
 def test_every_setting_has_a_description_with_its_unit() -> None:
     for key, _, _, description in iter_fields():
         assert description.rstrip().endswith("."), f"{key}: end the description with its unit, e.g. 'Seconds.'"
+
+
+# -- MAINTD_ environment variables -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "closest"),
+    [
+        ("MAINTD_HTTP_PORT", "MAINTD_HTTP__PORT"),
+        ("MAINTD_HTPP__PORT", "MAINTD_HTTP__PORT"),
+        ("MAINTD_SCHEDULR__JITTER_SECONDS", "MAINTD_SCHEDULER__JITTER_SECONDS"),
+        ("maintd_store__urll", "MAINTD_STORE__URL"),
+    ],
+)
+def test_an_unknown_maintd_variable_is_refused_naming_it_and_the_closest_setting(
+    name: str, closest: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(name, "9000")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert f"environment variable {name} is not a maintd setting; did you mean {closest}?" in message
+    assert "\n" not in message
+
+
+def test_a_list_that_is_not_json_names_the_variable_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MAINTD_WAREHOUSE__ROOTS", "/data/a,/data/b")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert str(caught.value).startswith("environment variable MAINTD_WAREHOUSE__ROOTS is not JSON")
+    assert """MAINTD_WAREHOUSE__ROOTS='["/data/a", "/data/b"]'""" in str(caught.value)
+    assert "\n" not in str(caught.value)
+    monkeypatch.setenv("MAINTD_WAREHOUSE__ROOTS", '{"a": 1}')
+    with pytest.raises(ConfigError, match="MAINTD_WAREHOUSE__ROOTS holds a list, not dict"):
+        load_settings()
+
+
+def test_the_config_file_variable_test_variables_and_kubernetes_service_links_are_not_settings_but_allowed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MAINTD_CONFIG", str(write(tmp_path, "http:\n  port: 8080\n")))
+    monkeypatch.setenv("MAINTD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    for name, value in {"MAINTD_SERVICE_HOST": "10.0.0.9", "MAINTD_SERVICE_PORT": "9464",
+                        "MAINTD_SERVICE_PORT_HTTP": "9464", "MAINTD_PORT": "tcp://10.0.0.9:9464",
+                        "MAINTD_PORT_9464_TCP_ADDR": "10.0.0.9", "MAINTD_PORT_9464_TCP_PROTO": "tcp"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MAINTD_SPARK__CONF__SPARK_UI_ENABLED", "false")  # below a mapping: any key
+    assert load_settings().http.port == 8080
+
+
+def test_a_lone_service_port_like_name_is_still_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MAINTD_METRICS_PORT", "9464")  # no MAINTD_METRICS_SERVICE_HOST: not a service link
+    with pytest.raises(ConfigError, match="MAINTD_METRICS_PORT is not a maintd setting"):
+        load_settings()
+
+
+def test_the_cli_prints_one_line_for_a_bad_variable_without_a_traceback(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAINTD_")}
+    for name, value in (("MAINTD_WAREHOUSE__ROOTS", "/data/a"), ("MAINTD_HTTP_PORT", "1")):
+        result = subprocess.run([sys.executable, "-m", "maintd", "gc", "--dry-run"], env={**env, name: value},
+                                capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False)
+        assert result.returncode == 2
+        assert result.stderr.count("\n") == 1 and name in result.stderr and "Traceback" not in result.stderr

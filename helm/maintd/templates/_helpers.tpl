@@ -54,6 +54,32 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* The Deployment strategy: updateStrategy.type, else RollingUpdate with a shared store and Recreate without. */}}
+{{- define "maintd.strategyType" -}}
+{{- if .Values.updateStrategy.type }}{{ .Values.updateStrategy.type }}
+{{- else if (include "maintd.databaseSecret" .) }}RollingUpdate
+{{- else }}Recreate
+{{- end }}
+{{- end }}
+
+{{/* maintd.yaml: values.config, with the Spark settings of executors on Kubernetes where config sets none. */}}
+{{- define "maintd.config" -}}
+{{- $config := deepCopy .Values.config }}
+{{- if .Values.sparkOnKubernetes.enabled }}
+{{- $k8s := .Values.sparkOnKubernetes }}
+{{- $conf := dict
+      "spark.kubernetes.namespace" .Release.Namespace
+      "spark.kubernetes.container.image" $k8s.executorImage
+      "spark.kubernetes.authenticate.driver.serviceAccountName" (include "maintd.serviceAccountName" .)
+      "spark.driver.port" (toString $k8s.driverPort)
+      "spark.driver.blockManager.port" (toString $k8s.blockManagerPort)
+      "spark.kubernetes.executor.label.app.kubernetes.io/instance" .Release.Name }}
+{{- $spark := dict "master" "k8s://https://kubernetes.default.svc" "conf" $conf }}
+{{- $config = merge $config (dict "spark" $spark) }}
+{{- end }}
+{{- toYaml $config }}
+{{- end }}
+
 {{- define "maintd.databaseSecretKey" -}}
 {{- if .Values.database.existingSecret }}{{ .Values.database.existingSecretKey }}{{ else }}url{{ end }}
 {{- end }}
@@ -87,12 +113,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
       fieldPath: status.podIP
 - name: SPARK_LOCAL_DIRS
   value: /scratch
+- name: HOME
+  value: /home/maintd
+- name: TMPDIR
+  value: /tmp
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
 {{- end }}
 
-{{/* Volumes shared by the daemon and the CronJob: settings, state, scratch. */}}
+{{/* Volumes shared by the daemon and the CronJob: settings, state, scratch, temporary files, home; extra ones. */}}
 {{- define "maintd.volumes" -}}
 - name: config
   configMap:
@@ -102,6 +132,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - name: scratch
   emptyDir:
     sizeLimit: {{ .Values.scratch.sizeLimit }}
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ .Values.tmp.sizeLimit }}
+- name: home
+  emptyDir:
+    sizeLimit: {{ .Values.home.sizeLimit }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{- define "maintd.volumeMounts" -}}
@@ -112,7 +151,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
   mountPath: /var/lib/maintd
 - name: scratch
   mountPath: /scratch
-- name: scratch
+- name: tmp
   mountPath: /tmp
-  subPath: tmp
+- name: home
+  mountPath: /home/maintd
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}

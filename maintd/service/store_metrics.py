@@ -1,0 +1,140 @@
+"""The gauges whose one source of truth is the state store, read at every scrape.
+
+With several replicas, a gauge set by the replica that last maintained a table goes stale on the others:
+two replicas reported 95 and 48 level-1 files of one table at the same moment. So the state of a table
+(layout, backlog, last success) is written to the table's row in the store by whichever replica ran it,
+and every replica's ``/metrics`` reads those rows when scraped. All replicas therefore serve the same
+value; aggregate them with ``max by (table, ...)`` (or scrape one replica), never ``sum``.
+
+Gauges served from the store:
+
+- ``maintd_table_files``, ``maintd_table_bytes`` (``table``, ``level``): the layout the table's last
+  maintenance run read (any replica's, or ``maintd run``'s);
+- ``maintd_backlog_files``, ``maintd_backlog_bytes`` (``table``): what the policy would rewrite then;
+- ``maintd_last_success_timestamp_seconds`` (``table``, ``kind``): when a run of that kind last succeeded
+  (kept on the table's row, so it survives the pruning of old runs);
+- ``maintd_tables`` (``state``) and ``maintd_leases_held`` (``holder``);
+- ``maintd_store_up``: 1 when the store answered this scrape; when it does not, the other store gauges are
+  absent from that scrape rather than stale.
+
+Only enabled tables have series: a table that is disabled or unregistered disappears from the next scrape.
+Counters and histograms (runs, commits, bytes rewritten...) stay per replica: sum them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from loguru import logger
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from maintd.errors import MaintdError
+from maintd.service.records import RunKind, TableRecord
+
+
+class StoreGauges(Collector):
+    """A Prometheus collector reading the store gauges (see the module docstring) at every scrape.
+
+    Args:
+        tables: returns every registered table (``StateStore.list_tables``).
+        holders: returns table URI to lease holder for every live lease (``StateStore.lease_holders``).
+    """
+
+    def __init__(self, tables: Callable[[], Iterable[TableRecord]], holders: Callable[[], dict[str, str]]) -> None:
+        self._tables = tables
+        self._holders = holders
+        self._failing = False
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield from _families().values()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        families = _families()
+        try:
+            records = list(self._tables())
+            holders = self._holders()
+        except MaintdError as exc:
+            if not self._failing:  # once per outage, not once per scrape
+                logger.warning("the state store gauges are not served while the store fails: {}", exc)
+            self._failing = True
+            families["maintd_store_up"].add_metric([], 0)
+            yield families["maintd_store_up"]
+            return
+        self._failing = False
+        families["maintd_store_up"].add_metric([], 1)
+        _add_states(families["maintd_tables"], records)
+        _add_holders(families["maintd_leases_held"], holders)
+        for record in records:
+            if record.enabled:
+                _add_table(families, record)
+        yield from families.values()
+
+
+def _families() -> dict[str, GaugeMetricFamily]:
+    def gauge(name: str, documentation: str, labels: list[str]) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, documentation, labels=labels)
+
+    return {
+        "maintd_store_up": gauge("maintd_store_up", "Whether the state store answered this scrape.", []),
+        "maintd_tables": gauge("maintd_tables", "Registered tables, by state (from the state store).", ["state"]),
+        "maintd_leases_held": gauge(
+            "maintd_leases_held", "Table leases held, by holder (from the state store).", ["holder"]
+        ),
+        "maintd_table_files": gauge(
+            "maintd_table_files", "Live data files of a table, by level (its last maintenance run).", ["table", "level"]
+        ),
+        "maintd_table_bytes": gauge(
+            "maintd_table_bytes", "Live data bytes of a table, by level (its last maintenance run).", ["table", "level"]
+        ),
+        "maintd_backlog_files": gauge(
+            "maintd_backlog_files", "Files the planner would rewrite (at the last maintenance run).", ["table"]
+        ),
+        "maintd_backlog_bytes": gauge(
+            "maintd_backlog_bytes", "Bytes the planner would rewrite (at the last maintenance run).", ["table"]
+        ),
+        "maintd_last_success_timestamp_seconds": gauge(
+            "maintd_last_success_timestamp_seconds",
+            "Unix time of the last successful run of a table, by kind (from the state store).",
+            ["table", "kind"],
+        ),
+    }
+
+
+def table_state(record: TableRecord) -> str:
+    """``disabled``, ``failing`` (failures in a row) or ``healthy``."""
+    return "disabled" if not record.enabled else "failing" if record.consecutive_failures else "healthy"
+
+
+def _add_states(family: GaugeMetricFamily, records: list[TableRecord]) -> None:
+    counts = {"healthy": 0, "failing": 0, "disabled": 0}
+    for record in records:
+        counts[table_state(record)] += 1
+    for state, count in counts.items():
+        family.add_metric([state], count)
+
+
+def _add_holders(family: GaugeMetricFamily, holders: dict[str, str]) -> None:
+    per_holder: dict[str, int] = {}
+    for holder in holders.values():
+        per_holder[holder] = per_holder.get(holder, 0) + 1
+    for holder, count in sorted(per_holder.items()):
+        family.add_metric([holder], count)
+
+
+def _add_table(families: dict[str, GaugeMetricFamily], record: TableRecord) -> None:
+    for kind in RunKind:
+        moment = record.succeeded_at(kind)
+        if moment is not None:
+            families["maintd_last_success_timestamp_seconds"].add_metric([record.uri, kind.value], moment.timestamp())
+    layout: dict[str, Any] = record.layout or {}
+    for level, counts in sorted((layout.get("levels") or {}).items()):
+        families["maintd_table_files"].add_metric([record.uri, level], counts.get("files", 0))
+        families["maintd_table_bytes"].add_metric([record.uri, level], counts.get("bytes", 0))
+    if layout.get("backlog_files") is not None:
+        families["maintd_backlog_files"].add_metric([record.uri], layout["backlog_files"])
+        families["maintd_backlog_bytes"].add_metric([record.uri], layout["backlog_bytes"] or 0)
+
+
+__all__ = ["StoreGauges", "table_state"]
