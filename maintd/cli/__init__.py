@@ -18,7 +18,9 @@ import typer
 
 from maintd import __version__
 
-COMMAND_MODULES: tuple[str, ...] = ("table", "read", "plan", "run", "reclaim", "demo", "daemon", "status", "store", "simulate")
+COMMAND_MODULES: tuple[str, ...] = (
+    "table", "read", "plan", "run", "reclaim", "demo", "daemon", "status", "store", "simulate",
+)
 
 app = typer.Typer(
     name="maintd",
