@@ -40,8 +40,7 @@ def to_duckdb(scan: TableScan, connection: Any = None) -> Any:
         connection: a ``duckdb.DuckDBPyConnection``; None uses DuckDB's default connection.
     """
     duckdb = require("duckdb", "duckdb")
-    con = connection if connection is not None else duckdb.default_connection()
-    return con.from_arrow(scan)
+    return (connection if connection is not None else duckdb).from_arrow(scan)
 
 
 def to_polars(scan: TableScan, *, lazy: bool = True) -> Any:

@@ -153,6 +153,23 @@ def test_read_options_that_make_no_sense_are_refused_with_a_reason(spark: Any,
         spark.read.format("maintd").option("filter", "id >").load(table.uri).collect()
 
 
+def test_change_feed_times_pick_versions_as_delta_does(layered: tuple[Table, Any, dict[str, int]]) -> None:
+    table, _, marks = layered
+    times = {c.version: c.timestamp for c in table.history()}
+    v = marks["two_l1"]
+
+    def change_range(**options: Any) -> tuple[int, int]:
+        given = {k: str(x) for k, x in options.items()}
+        source = MaintdDataSource({"path": table.uri, "readChangeFeed": "true", **given})
+        return source._change_range(table)
+
+    assert change_range(startingVersion=v, endingVersion=v + 2) == (v - 1, v + 2)  # both inclusive
+    assert change_range(startingTimestamp=times[v]) == (v - 1, table.version)  # the first version at or after
+    assert change_range(startingTimestamp=times[v - 1] + 1, endingTimestamp=times[v + 2]) == (v - 1, v + 2)
+    with pytest.raises(Exception, match="starts at version"):
+        change_range(startingVersion=v + 2, endingVersion=v)
+
+
 class EqualTo:
     def __init__(self, attribute: tuple[str, ...], value: Any) -> None:
         self.attribute, self.value = attribute, value

@@ -31,9 +31,16 @@ def _data_files(table: Table) -> set[str]:
     return {f.path for f in table.storage.walk() if f.path.endswith(".parquet") and not f.path.startswith("_log")}
 
 
+ROWS = "id long, region string, name string, amount double, day date"
+
+
+def _rows(spark: Any, t: pa.Table, schema: str = ROWS) -> Any:
+    return spark.createDataFrame([tuple(r.values()) for r in t.to_pylist()], schema)
+
+
 def _df(spark: Any, t: pa.Table, partitions: int) -> Any:
     """A DataFrame of ``t`` in ``partitions`` partitions, each key's rows in one partition, in order."""
-    df = spark.createDataFrame(t.to_pandas())
+    df = _rows(spark, t, f"{ROWS}, op byte, seq long")
     return df.repartition(partitions, "id").sortWithinPartitions("seq").drop("seq")
 
 
@@ -56,9 +63,8 @@ def test_within_a_spark_partition_the_last_row_of_a_key_wins(spark: Any, tmp_pat
     rows = pa.table({"id": [1, 1, 2, 2, 1], "region": ["eu", "eu", "us", "us", "eu"],
                      "name": ["a", "b", "c", "d", "e"], "amount": [1.0, 2.0, 3.0, 4.0, 5.0],
                      "day": pa.array([None] * 5, pa.date32()), "op": pa.array([0, 0, 0, 1, 0], pa.int8())})
-    spark.createDataFrame(rows.to_pandas(), "id long, region string, name string, amount double, day date, op byte"
-                          ).coalesce(1).write.format("maintd").mode("append").option("opColumn", "op").save(
-        table.uri)
+    one_partition = _rows(spark, rows, f"{ROWS}, op byte").coalesce(1)
+    one_partition.write.format("maintd").mode("append").option("opColumn", "op").save(table.uri)
     model.apply(rows)
     assert by_key(table.read()).equals(model.table())
     got = {r["id"]: r["name"] for r in table.read().to_pylist() if r["id"] in (1, 2)}
@@ -69,17 +75,15 @@ def test_overwrite_replaces_the_table_or_only_the_partitions_of_replace_where(sp
     table, model = _table(tmp_path)
     eu = pa.table({"id": pa.array([9001, 9002], pa.int64()), "region": ["eu", "eu"], "name": ["x", "y"],
                    "amount": [1.0, 2.0], "day": pa.array([None, None], pa.date32())})
-    (spark.createDataFrame(eu.to_pandas(), schema="id long, region string, name string, amount double, day date")
-     .write.format("maintd").mode("overwrite").option("replaceWhere", "region = 'eu'").save(table.uri))
+    _rows(spark, eu).write.format("maintd").mode("overwrite").option("replaceWhere", "region = 'eu'").save(table.uri)
     kept = model.table().filter(pc.field("region") != "eu")
     assert by_key(table.read()).equals(by_key(pa.concat_tables([kept, eu.cast(ARROW)])))
     assert table.history(1)[0].operation == "OVERWRITE"
     with pytest.raises(Exception, match=r"1 row\(s\) lie outside replaceWhere"):
         bad = pa.concat_tables([eu, eu.set_column(1, "region", pa.array(["eu", "us"]))]).slice(2)
-        (spark.createDataFrame(bad.to_pandas(), schema="id long, region string, name string, amount double, day date")
-         .write.format("maintd").mode("overwrite").option("replaceWhere", "region = 'eu'").save(table.uri))
-    (spark.createDataFrame(eu.to_pandas(), schema="id long, region string, name string, amount double, day date")
-     .write.format("maintd").mode("overwrite").save(table.uri))
+        _rows(spark, bad).write.format("maintd").mode("overwrite").option("replaceWhere", "region = 'eu'").save(
+            table.uri)
+    _rows(spark, eu).write.format("maintd").mode("overwrite").save(table.uri)
     assert by_key(table.read()).equals(eu.cast(ARROW))
 
 

@@ -80,12 +80,14 @@ class SnapshotReader(DataSourceReader):
     """Reads one version of a table, one Spark partition per scan unit."""
 
     def __init__(self, uri: str, version: int, metadata: Metadata, columns: Sequence[str],
-                 row_filter: RowFilter | None, split_bytes: int | None) -> None:
+                 row_filter: RowFilter | None, split_bytes: int | None,
+                 nullable: Sequence[bool] | None = None) -> None:
         self.uri, self.version, self.metadata = uri, version, metadata
         self.columns = tuple(columns)
         self.row_filter = row_filter
         self.split_bytes = split_bytes
-        self.arrow_schema = pa.schema([to_arrow(metadata.fields).field(c) for c in self.columns])
+        self.arrow_schema = _as_declared(pa.schema([to_arrow(metadata.fields).field(c) for c in self.columns]),
+                                         nullable)
 
     def pushFilters(self, filters: list[Any]) -> Any:
         pushed = [p for p in (pushed_predicate(f, self.metadata) for f in filters) if p is not None]
@@ -112,12 +114,12 @@ class ChangeFeedReader(DataSourceReader):
     """Reads the net changes in versions (start, end], one Spark partition per touched bucket."""
 
     def __init__(self, uri: str, start: int, end: int, protocol: Protocol, metadata: Metadata,
-                 columns: Sequence[str]) -> None:
+                 columns: Sequence[str], nullable: Sequence[bool] | None = None) -> None:
         self.uri, self.start, self.end = uri, start, end
         self.before = Snapshot(version=start, timestamp=0, protocol=protocol, metadata=metadata, files={})
         self.after = Snapshot(version=end, timestamp=0, protocol=protocol, metadata=metadata, files={})
         self.columns = tuple(columns)
-        self.arrow_schema = change_schema(metadata, self.columns)
+        self.arrow_schema = _as_declared(change_schema(metadata, self.columns), nullable)
 
     def partitions(self) -> list[InputPartition]:
         table = Table.open(self.uri)
@@ -131,6 +133,13 @@ class ChangeFeedReader(DataSourceReader):
         unit: ChangeUnit = partition.value
         t = read_change_unit(storage_for_uri(self.uri), self.before, self.after, unit)
         yield from t.select(list(self.columns)).cast(self.arrow_schema).to_batches(max_chunksize=BATCH_ROWS)
+
+
+def _as_declared(schema: pa.Schema, nullable: Sequence[bool] | None) -> pa.Schema:
+    """The batches' schema with the nullability Spark declared (it checks batches against it exactly)."""
+    if nullable is None:
+        return schema
+    return pa.schema([f.with_nullable(n) for f, n in zip(schema, nullable, strict=True)])
 
 
 def change_schema(metadata: Metadata, columns: Sequence[str]) -> pa.Schema:

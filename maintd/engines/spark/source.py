@@ -28,7 +28,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from maintd.engines.spark.read import ChangeFeedReader, SnapshotReader
 from maintd.engines.spark.types import check_read_schema, check_write_schema, parse_int_option, table_schema
 from maintd.engines.spark.write import BatchWriter, StreamWriter, WriteJob
-from maintd.errors import InvalidInputError
+from maintd.errors import InvalidInputError, SchemaMismatchError, VersionNotFoundError
 from maintd.table import Metadata, Table, timeline
 from maintd.table.filters import parse_filter
 from maintd.table.reader import CHANGE_COLUMN, CHANGE_VERSION_COLUMN
@@ -80,7 +80,14 @@ class MaintdDataSource(DataSource):
         if first > last:
             raise InvalidInputError(f"table {self.uri}: the change feed starts at version {first}, after its end "
                                     f"at version {last}")
-        return max(first - 1, 0), last
+        try:
+            before = table.resolve_version(max(first - 1, 0))
+        except VersionNotFoundError as exc:
+            raise VersionNotFoundError(
+                f"table {self.uri}: the change feed from version {first} compares the table with version "
+                f"{first - 1}, which is no longer retained ({exc}); start later", oldest_retained=exc.oldest_retained,
+                latest=exc.latest) from None
+        return before, last
 
     def _first_version_from(self, table: Table, ts: str | int) -> int:
         """The first version committed at or after ``ts`` (Delta's startingTimestamp)."""
@@ -120,12 +127,19 @@ class MaintdDataSource(DataSource):
         if self.change_feed:
             start, end = self._change_range(table)
             snap = table.snapshot(end)
-            return ChangeFeedReader(self.uri, start, end, snap.protocol, snap.metadata, schema.fieldNames())
+            known = [*snap.metadata.column_names, CHANGE_COLUMN, CHANGE_VERSION_COLUMN]
+            unknown = [c for c in schema.fieldNames() if c not in known]
+            if unknown:
+                raise SchemaMismatchError(f"table {self.uri}: the change feed has no column(s) {', '.join(unknown)}; "
+                                          f"its columns are {', '.join(known)}")
+            return ChangeFeedReader(self.uri, start, end, snap.protocol, snap.metadata, schema.fieldNames(),
+                                    [f.nullable for f in schema.fields])
         snap = table.snapshot(self._version(table))
         md = snap.metadata
         columns = check_read_schema(schema, md, uri=self.uri)
         row_filter = parse_filter(self.options.get("filter"), md, where=f"table {self.uri}")
-        return SnapshotReader(self.uri, snap.version, md, columns, row_filter, self._int("splitBytes"))
+        return SnapshotReader(self.uri, snap.version, md, columns, row_filter, self._int("splitBytes"),
+                              [f.nullable for f in schema.fields])
 
     # -- writes ---------------------------------------------------------------------------------
     def _job(self, schema: T.StructType, overwrite: bool, *, operation: str) -> WriteJob:

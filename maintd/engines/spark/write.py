@@ -54,7 +54,7 @@ from maintd.storage import Storage, storage_for_uri
 from maintd.table import AddFile, Metadata, Snapshot, Table
 from maintd.table.files import read_data_file
 from maintd.table.filters import RowFilter
-from maintd.table.schema import OP_DELETE, OP_UPSERT
+from maintd.table.schema import OP_DELETE, OP_UPSERT, to_arrow
 from maintd.table.snapshot import PartitionKey, partition_key
 from maintd.table.writer import prepare_changes, split_and_write
 
@@ -63,9 +63,11 @@ STREAM_APP_PREFIX = "spark-query-"
 
 @dataclass
 class FilesWritten(WriterCommitMessage):
-    """What one Spark task wrote: ``add`` actions as JSON, in the task's partition order."""
+    """What one Spark task wrote: ``add`` actions as JSON, and the table (id, schema) it wrote them for."""
 
     task: int
+    table_id: str
+    fields: tuple[tuple[str, str, bool], ...]
     adds: tuple[str, ...] = ()
     rows: int = 0
 
@@ -95,7 +97,7 @@ class WriteJob:
         task = ctx.partitionId() if ctx is not None else 0
         data = [b for b in batches if b.num_rows]
         if not data:
-            return FilesWritten(task)
+            return FilesWritten(task, self.metadata.table_id, _fields(self.metadata))
         t = pa.Table.from_batches(data)
         ops = None
         if self.op_column is not None:
@@ -110,7 +112,8 @@ class WriteJob:
                     "overwrite writes only rows of the partitions it replaces: filter the DataFrame first"
                 )
         adds = split_and_write(storage_for_uri(self.uri), self.metadata, batch)
-        return FilesWritten(task, tuple(a.model_dump_json() for a in adds), batch.num_rows)
+        return FilesWritten(task, self.metadata.table_id, _fields(self.metadata),
+                            tuple(a.model_dump_json() for a in adds), batch.num_rows)
 
     def _ops(self, col: pa.ChunkedArray) -> np.ndarray:
         if col.null_count:
@@ -133,7 +136,7 @@ class WriteJob:
         table = Table.open(self.uri)
         try:
             snap = table.snapshot() if latest else table.snapshot(self.read_version)
-            self._check_same_table(snap)
+            self._check_same_table(snap, written)
             if app is not None and snap.app_txns.get(app[0], -1) >= app[1]:
                 logger.info("table {}: {} batch {} was committed already; its new files are dropped",
                             self.uri, app[0], app[1])
@@ -174,9 +177,11 @@ class WriteJob:
                 keep.append(key)
         return keep
 
-    def _check_same_table(self, snap: Snapshot) -> None:
+    def _check_same_table(self, snap: Snapshot, written: Sequence[FilesWritten]) -> None:
+        """The files were written for the table and schema the commit is about to land them in."""
         md = snap.metadata
-        if md.table_id != self.metadata.table_id or md.fields != self.metadata.fields:
+        wrote_for = {(m.table_id, m.fields) for m in written} | {(self.metadata.table_id, _fields(self.metadata))}
+        if wrote_for != {(md.table_id, _fields(md))}:
             raise MetadataChangedError(
                 f"table {self.uri} was replaced or its schema changed while the Spark write ran; "
                 "nothing was committed: run the write again"
@@ -189,9 +194,11 @@ class WriteJob:
 
 
 def _partition_field(metadata: Metadata, column: str) -> pa.Field:
-    from maintd.table.schema import to_arrow
-
     return to_arrow(metadata.fields).field(column)
+
+
+def _fields(metadata: Metadata) -> tuple[tuple[str, str, bool], ...]:
+    return tuple((f.name, f.type, f.nullable) for f in metadata.fields)
 
 
 def _delete(storage: Storage, adds: Sequence[AddFile]) -> None:
