@@ -308,7 +308,7 @@ class Table:
     def changed_groups(self, start: int, end: int) -> set[tuple[PartitionKey, int]]:
         """The (partition, bucket) groups whose rows data-changing commits in (start, end] touched."""
         touched: set[tuple[PartitionKey, int]] = set()
-        pb = self.snapshot(end).metadata.partition_by
+        pb = self.metadata.partition_by  # fixed at create
         for v in range(start + 1, end + 1):
             for a in self.log.read_commit(v) or []:
                 if isinstance(a, AddFile | RemoveFile) and a.data_change:

@@ -12,15 +12,10 @@ import pytest
 
 from maintd import Table
 
-from .helpers import by_key, kinds, layered_table
+from .helpers import by_key, kinds
 
 duckdb = pytest.importorskip("duckdb")
 pl = pytest.importorskip("polars")
-
-
-@pytest.fixture(scope="module")
-def layered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Table, Any, dict[str, int]]:
-    return layered_table(tmp_path_factory.mktemp("readers"))
 
 
 @pytest.fixture

@@ -16,14 +16,9 @@ from maintd.engines.spark import MaintdDataSource
 from maintd.engines.spark.read import SnapshotReader, pushed_predicate
 from maintd.table.scan import ScanUnit
 
-from .helpers import by_key, kinds, layered_table
+from .helpers import by_key, kinds
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def layered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Table, Any, dict[str, int]]:
-    return layered_table(tmp_path_factory.mktemp("spark_read"))
 
 
 def _arrow(df: Any, like: pa.Schema) -> pa.Table:
