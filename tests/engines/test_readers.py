@@ -6,6 +6,8 @@ import builtins
 from collections.abc import Iterator
 from typing import Any
 
+import duckdb  # the test extra installs both: a missing one is a broken environment, not a skip
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -13,9 +15,6 @@ import pytest
 from maintd import Table
 
 from .helpers import by_key, kinds
-
-duckdb = pytest.importorskip("duckdb")
-pl = pytest.importorskip("polars")
 
 
 @pytest.fixture
