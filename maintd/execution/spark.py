@@ -72,6 +72,9 @@ def spark_session(spark_settings: Any = None, *, conf: Mapping[str, str] | None 
         if not remote or not k.startswith("spark.ui"):
             builder = builder.config(k, v)
     session = builder.getOrCreate()
+    from maintd.engines.spark import register  # spark.read/write/writeStream.format("maintd") works in it
+
+    register(session)
     if not remote:
         session.sparkContext.setLogLevel("WARN")
     return session

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -22,11 +22,13 @@ from maintd.errors import (
     TableNotFoundError,
 )
 from maintd.storage import Storage, storage_for_uri
+from maintd.table import interop, timeline
 from maintd.table import properties as props
-from maintd.table import timeline
 from maintd.table.actions import Action, AddFile, CommitInfo, Field_, Metadata, Protocol, RemoveFile
+from maintd.table.filters import parse_filter
 from maintd.table.log import TableLog
 from maintd.table.reader import changes_between, read_snapshot
+from maintd.table.scan import DEFAULT_BATCH_ROWS, TableScan, plan_scan
 from maintd.table.schema import KEY_TYPES, OP_DELETE, OP_UPSERT, fields_from_arrow, parse_schema_spec
 from maintd.table.snapshot import PartitionKey, Snapshot, SnapshotBuilder, partition_key
 from maintd.table.transaction import DEFAULT_RETRY, RetryPolicy, Transaction, now_ms
@@ -300,14 +302,56 @@ class Table:
         start = self.resolve_version(start_version)
         if start > end:
             raise InvalidInputError(f"changes: start version {start} is after end version {end}")
-        touched: set[tuple[PartitionKey, int]] = set()
         before, after = self.snapshot(start), self.snapshot(end)
-        pb = after.metadata.partition_by
+        return changes_between(self.storage, before, after, self.changed_groups(start, end))
+
+    def changed_groups(self, start: int, end: int) -> set[tuple[PartitionKey, int]]:
+        """The (partition, bucket) groups whose rows data-changing commits in (start, end] touched."""
+        touched: set[tuple[PartitionKey, int]] = set()
+        pb = self.metadata.partition_by  # fixed at create
         for v in range(start + 1, end + 1):
             for a in self.log.read_commit(v) or []:
                 if isinstance(a, AddFile | RemoveFile) and a.data_change:
                     touched.add((partition_key(a.partition, pb), a.bucket or 0))
-        return changes_between(self.storage, before, after, touched)
+        return touched
+
+    # -- streaming readers -----------------------------------------------------------------
+    def scan(self, version: int | None = None, columns: Sequence[str] | None = None, filter: Any = None, *,
+             as_of: datetime | int | float | str | None = None, split_bytes: int | None = None,
+             batch_rows: int = DEFAULT_BATCH_ROWS) -> TableScan:
+        """A planned, re-readable scan of one version (see :mod:`maintd.table.scan`).
+
+        ``filter`` is a string (``"region = 'eu' and id > 10"``) or pyarrow-style tuples
+        (:mod:`maintd.table.filters`); it prunes buckets and files, then filters the merged rows.
+        A bucket whose files exceed ``split_bytes`` is read in key ranges of about that size.
+        """
+        snap = self.snapshot(self.resolve_version(version, as_of))
+        rf = parse_filter(filter, snap.metadata, where=f"table {self.uri}")
+        plan = plan_scan(snap, columns, rf, split_bytes=split_bytes, where=f"table {self.uri}")
+        return TableScan(self.storage, plan, batch_rows=batch_rows)
+
+    def to_batches(self, version: int | None = None, columns: Sequence[str] | None = None, filter: Any = None, *,
+                   as_of: datetime | int | float | str | None = None, split_bytes: int | None = None,
+                   batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+        """The merged rows as a stream of record batches, bucket by bucket: memory holds one bucket's
+        merge (or one key range's, for a bucket larger than ``split_bytes``), not the table."""
+        return self.scan(version, columns, filter, as_of=as_of, split_bytes=split_bytes,
+                         batch_rows=batch_rows).to_batches()
+
+    def to_duckdb(self, connection: Any = None, version: int | None = None, columns: Sequence[str] | None = None,
+                  filter: Any = None, *, as_of: datetime | int | float | str | None = None) -> Any:
+        """A DuckDB relation over the stream (``pip install 'maintd[duckdb]'``)."""
+        return interop.to_duckdb(self.scan(version, columns, filter, as_of=as_of), connection)
+
+    def to_polars(self, version: int | None = None, columns: Sequence[str] | None = None, filter: Any = None, *,
+                  as_of: datetime | int | float | str | None = None, lazy: bool = True) -> Any:
+        """A Polars LazyFrame over the stream (``lazy=False``: a DataFrame); ``pip install 'maintd[polars]'``."""
+        return interop.to_polars(self.scan(version, columns, filter, as_of=as_of), lazy=lazy)
+
+    def to_pandas(self, version: int | None = None, columns: Sequence[str] | None = None, filter: Any = None, *,
+                  as_of: datetime | int | float | str | None = None) -> Any:
+        """A pandas DataFrame of the merged rows."""
+        return interop.to_pandas(self.scan(version, columns, filter, as_of=as_of))
 
     def history(self, limit: int | None = None) -> list[CommitRecord]:
         """Commits newest first, as far back as the log is retained."""

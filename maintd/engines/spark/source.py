@@ -1,0 +1,192 @@
+"""The ``maintd`` Spark data source: options, schema, and which reader or writer a query gets.
+
+Read options (as Delta users know them)::
+
+    versionAsOf, timestampAsOf              time travel (a version, or an ISO time / epoch ms)
+    readChangeFeed=true                     net changes, with _change and _change_version columns:
+    startingVersion, endingVersion            versions startingVersion..endingVersion inclusive, i.e.
+    startingTimestamp, endingTimestamp        Table.changes(startingVersion - 1, endingVersion)
+    columns="a,b"                           read only these columns (as does a user-given schema)
+    filter="region = 'eu' and id > 10"      pruned and filtered at the source (any Spark version)
+    splitBytes=268435456                    buckets larger than this are read in key ranges
+
+Write options::
+
+    opColumn=op                             0 = upsert, 1 = delete; the column is not stored
+    replaceWhere="region = 'eu'"            with mode("overwrite"): replace only these partitions
+    appId=...                               streaming: the exactly-once id (default: the query id
+                                            from the checkpoint)
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pyspark.sql import types as T
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamWriter, DataSourceWriter
+
+from maintd.engines.spark.read import ChangeFeedReader, SnapshotReader
+from maintd.engines.spark.types import check_read_schema, check_write_schema, parse_int_option, table_schema
+from maintd.engines.spark.write import BatchWriter, StreamWriter, WriteJob
+from maintd.errors import InvalidInputError, SchemaMismatchError, VersionNotFoundError
+from maintd.table import Metadata, Table, timeline
+from maintd.table.filters import parse_filter
+from maintd.table.reader import CHANGE_COLUMN, CHANGE_VERSION_COLUMN
+
+SOURCE_NAME = "maintd"
+
+
+class MaintdDataSource(DataSource):
+    """``spark.read.format("maintd").load(uri)``, ``df.write.format("maintd").save(uri)`` and
+    ``df.writeStream.format("maintd").start(uri)``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    # -- options --------------------------------------------------------------------------------
+    @property
+    def uri(self) -> str:
+        uri = self.options.get("path")
+        if not uri:
+            raise InvalidInputError("the maintd data source needs the table URI: .load(uri), .save(uri) or .start(uri)")
+        return str(uri)
+
+    def _int(self, key: str) -> int | None:
+        return parse_int_option(self.options, key, uri=self.uri)
+
+    @property
+    def change_feed(self) -> bool:
+        raw = str(self.options.get("readChangeFeed", "false")).strip().lower()
+        if raw not in ("true", "false"):
+            raise InvalidInputError(f"table {self.uri}: option readChangeFeed={raw!r} must be true or false")
+        return raw == "true"
+
+    def _version(self, table: Table) -> int:
+        version, as_of = self._int("versionAsOf"), self.options.get("timestampAsOf")
+        return table.resolve_version(version, _time(as_of))
+
+    def _change_range(self, table: Table) -> tuple[int, int]:
+        """(start, end) of ``Table.changes``: its start is exclusive, so startingVersion - 1."""
+        start, end = self._int("startingVersion"), self._int("endingVersion")
+        start_ts, end_ts = _time(self.options.get("startingTimestamp")), _time(self.options.get("endingTimestamp"))
+        if start is None and start_ts is None:
+            raise InvalidInputError(f"table {self.uri}: readChangeFeed needs startingVersion or startingTimestamp")
+        if start is None:
+            assert start_ts is not None
+            start = self._first_version_from(table, start_ts)
+        first = table.resolve_version(start)
+        last = table.resolve_version(end, end_ts)
+        if first > last:
+            raise InvalidInputError(f"table {self.uri}: the change feed starts at version {first}, after its end "
+                                    f"at version {last}")
+        try:
+            before = table.resolve_version(max(first - 1, 0))
+        except VersionNotFoundError as exc:
+            raise VersionNotFoundError(
+                f"table {self.uri}: the change feed from version {first} compares the table with version "
+                f"{first - 1}, which is no longer retained ({exc}); start later", oldest_retained=exc.oldest_retained,
+                latest=exc.latest) from None
+        return before, last
+
+    def _first_version_from(self, table: Table, ts: str | int) -> int:
+        """The first version committed at or after ``ts`` (Delta's startingTimestamp)."""
+        latest = table.version
+        found = timeline.first_version_at_or_after(table.log, timeline.oldest_available(table.log, latest), latest,
+                                                   _to_ms(ts))
+        if found is None:
+            raise InvalidInputError(f"table {self.uri}: no version was committed at or after startingTimestamp "
+                                    f"{ts!r}; the latest version is {latest}")
+        return found
+
+    def _columns(self, metadata: Metadata) -> tuple[str, ...] | None:
+        raw = self.options.get("columns")
+        if raw is None:
+            return None
+        cols = tuple(c.strip() for c in str(raw).split(",") if c.strip())
+        unknown = [c for c in cols if c not in metadata.column_names]
+        if unknown or not cols:
+            raise InvalidInputError(f"table {self.uri}: option columns={raw!r} names unknown column(s) "
+                                    f"{', '.join(unknown) or '(none given)'}; the table has "
+                                    f"{', '.join(metadata.column_names)}")
+        return cols
+
+    # -- reads ----------------------------------------------------------------------------------
+    def schema(self) -> T.StructType:
+        table = Table.open(self.uri)
+        if self.change_feed:
+            md = table.snapshot(self._change_range(table)[1]).metadata
+            base = table_schema(md)
+            nullable = T.StructType([T.StructField(f.name, f.dataType, True) for f in base.fields])
+            return nullable.add(CHANGE_COLUMN, T.StringType()).add(CHANGE_VERSION_COLUMN, T.LongType())
+        md = table.snapshot(self._version(table)).metadata
+        return table_schema(md, self._columns(md))
+
+    def reader(self, schema: T.StructType) -> DataSourceReader:
+        table = Table.open(self.uri)
+        if self.change_feed:
+            start, end = self._change_range(table)
+            snap = table.snapshot(end)
+            known = [*snap.metadata.column_names, CHANGE_COLUMN, CHANGE_VERSION_COLUMN]
+            unknown = [c for c in schema.fieldNames() if c not in known]
+            if unknown:
+                raise SchemaMismatchError(f"table {self.uri}: the change feed has no column(s) {', '.join(unknown)}; "
+                                          f"its columns are {', '.join(known)}")
+            return ChangeFeedReader(self.uri, start, end, snap.protocol, snap.metadata, schema.fieldNames(),
+                                    [f.nullable for f in schema.fields])
+        snap = table.snapshot(self._version(table))
+        md = snap.metadata
+        columns = check_read_schema(schema, md, uri=self.uri)
+        row_filter = parse_filter(self.options.get("filter"), md, where=f"table {self.uri}")
+        return SnapshotReader(self.uri, snap.version, md, columns, row_filter, self._int("splitBytes"),
+                              [f.nullable for f in schema.fields])
+
+    # -- writes ---------------------------------------------------------------------------------
+    def _job(self, schema: T.StructType, overwrite: bool, *, operation: str) -> WriteJob:
+        table = Table.open(self.uri)
+        snap = table.snapshot()
+        md = snap.metadata
+        op_column = self.options.get("opColumn") or None
+        check_write_schema(schema, md, uri=self.uri, op_column=op_column)
+        where = self.options.get("replaceWhere")
+        if where is not None and not overwrite:
+            raise InvalidInputError(f"table {self.uri}: replaceWhere applies to mode('overwrite') only")
+        replace_where = parse_filter(where, md, where=f"table {self.uri}: replaceWhere")
+        if replace_where is not None:
+            outside = [c for c in replace_where.columns if c not in md.partition_by]
+            if outside:
+                raise InvalidInputError(
+                    f"table {self.uri}: replaceWhere may name partition columns only "
+                    f"({', '.join(md.partition_by) or 'the table is unpartitioned'}), not {', '.join(outside)}"
+                )
+        if overwrite and op_column is not None:
+            raise InvalidInputError(f"table {self.uri}: an overwrite writes rows, not changes; drop opColumn")
+        return WriteJob(self.uri, md, snap.version, op_column=op_column, overwrite=overwrite,
+                        replace_where=replace_where, operation="OVERWRITE" if overwrite else operation,
+                        parameters={"engine": "spark", "mode": "overwrite" if overwrite else "append"}
+                        | ({"replace_where": str(replace_where)} if replace_where else {}))
+
+    def writer(self, schema: T.StructType, overwrite: bool) -> DataSourceWriter:
+        return BatchWriter(self._job(schema, overwrite, operation="WRITE"))
+
+    def streamWriter(self, schema: T.StructType, overwrite: bool) -> DataSourceStreamWriter:
+        app_id = self.options.get("appId") or None
+        checkpoint = self.options.get("checkpointLocation") or None
+        if app_id is None and checkpoint is None:
+            raise InvalidInputError(f"table {self.uri}: a streaming write needs .option('checkpointLocation', ...) "
+                                    "(or .option('appId', ...)) to commit each micro-batch exactly once")
+        job = self._job(schema, overwrite, operation="STREAMING UPDATE")
+        return StreamWriter(job, app_id=app_id, checkpoint=checkpoint)
+
+
+def _time(value: str | None) -> str | int | None:
+    if value is None or str(value).strip() == "":
+        return None
+    text = str(value).strip()
+    return int(text) if text.isdigit() else text
+
+
+def _to_ms(t: str | int) -> int:
+    if isinstance(t, int):
+        return t
+    return int(datetime.fromisoformat(t).timestamp() * 1000)
