@@ -77,19 +77,18 @@ def test_the_spark_submit_job_runs_a_plan_from_json_and_commits(tmp_path: Path) 
     assert sorted_read(table).equals(model.table())
 
 
-@pytest.mark.parametrize("options", [ExecutionOptions(slices=1), ExecutionOptions(slices=2, pack_threads=2)],
-                         ids=["one-pack", "two-packs-threads"])
+@pytest.mark.parametrize("options", [ExecutionOptions(), ExecutionOptions(pack_threads=2)],
+                         ids=["packs", "packs-threads"])
 def test_packed_spark_tasks_write_what_one_spark_task_per_task_writes(tmp_path: Path, spark: Any,
                                                                        options: ExecutionOptions) -> None:
     table, model = make_table(tmp_path, commits=12, buckets=4)
     plan = plan_all(table, "compact")
-    one_each = execute(plan, table, spark, ExecutionOptions(slices=len(plan.tasks)))
+    one_each = execute(plan, table, spark, ExecutionOptions(task_input_bytes=1))
     packed = execute(plan, table, spark, options)
     assert [r.task_id for r in packed] == [t.task_id for t in plan.tasks] and all(r.ok for r in packed)
     for a, b in zip(one_each, packed, strict=True):
-        assert a.add is not None and b.add is not None
-        assert pq.read_table(table.storage.full_path(a.add.path)).equals(
-            pq.read_table(table.storage.full_path(b.add.path)))
+        assert pq.read_table(table.storage.full_path(a.adds[0].path)).equals(
+            pq.read_table(table.storage.full_path(b.adds[0].path)))
     discard_outputs(table, one_each)
     assert commit_rewrites(table, plan, packed).committed
     assert sorted_read(table).equals(model.table())
@@ -99,7 +98,8 @@ def test_a_failing_task_fails_alone_in_its_spark_pack(tmp_path: Path, spark: Any
     table, model = make_table(tmp_path, commits=10, buckets=4)
     plan = plan_all(table, "compact")
     victim = plan.tasks[2].task_id
-    results = execute(plan, table, spark, ExecutionOptions(slices=1, faults={victim: "after_first_chunk"}))
+    results = execute(plan, table, spark, ExecutionOptions(task_input_bytes=1 << 40,
+                                                            faults={victim: "after_first_chunk"}))
     assert [r.task_id for r in results if not r.ok] == [victim]
     outcome = commit_rewrites(table, plan, results)
     assert outcome.failed == [victim] and len(outcome.committed) == len(plan.tasks) - 1
