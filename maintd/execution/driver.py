@@ -34,6 +34,8 @@ class ExecutionReport:
     """Units run (a plan task split into key ranges counts each range)."""
     spark_tasks: int = 0
     """Spark tasks (packs of units) the run was split into."""
+    retried: int = 0
+    """Units whose accepted result came from a retry (a lost executor or Python worker, a failed attempt)."""
     master: str | None = None
     app_id: str | None = None
 
@@ -82,6 +84,7 @@ def run_plan(plan: Any, table: Table, spark: Any = None, options: ExecutionOptio
     done: dict[str, TaskResult] = {}
 
     def on_result(r: TaskResult) -> None:
+        report.retried += int(r.ok and r.attempt > 0)
         got = units.setdefault(r.task_id, [])
         got.append(r)
         if len(got) == r.units:

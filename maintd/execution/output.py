@@ -130,6 +130,11 @@ class Outputs:
         if self._pending_rows >= self.row_group_rows:
             self._flush(final=False)
 
+    def flush(self) -> None:
+        """Write the rows gathered so far as a row group now (a file exists on storage afterwards)."""
+        if self._pending:
+            self._flush(final=True)
+
     def _flush(self, *, final: bool) -> None:
         data = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
         start = 0
@@ -158,8 +163,7 @@ class Outputs:
 
     def close(self) -> tuple[AddFile, ...]:
         """Finish every file and describe them; no file when no row survived (the inputs go all the same)."""
-        if self._pending:
-            self._flush(final=True)
+        self.flush()
         if self._current is not None:
             self._finish_current()
         return tuple(self._add(f, size) for f, size in self._done)

@@ -183,7 +183,6 @@ def _rewrite(storage: Storage, spec: TaskSpec, out: Outputs, phases: dict[str, f
     keys = list(spec.metadata.primary_key)
     files, disjoint = in_version_order(spec.inputs)
     clock = _Clock(phases)
-    _fault(spec, "before")
     whole = _read_whole(storage, spec, files) if fits_in_memory(spec) else None
     stream = _Streaming(storage, spec, files, disjoint) if whole is None else None
     chunks: Iterator[pa.Table] = iter(whole) if whole is not None else stream.chunks()  # type: ignore[union-attr]
@@ -200,7 +199,7 @@ def _rewrite(storage: Storage, spec: TaskSpec, out: Outputs, phases: dict[str, f
             out.write(merged)
             del merged
             clock.lap("write")
-            _fault(spec, "after_chunk")
+            _fault(spec, out)
     finally:
         if stream is not None:
             stream.close()
@@ -349,14 +348,15 @@ def _claim(marker: Path) -> bool:
     return True
 
 
-def _fault(spec: TaskSpec, where: str) -> None:
-    fault = spec.fault or ""
-    name, _, arg = fault.partition(":")
-    if where == "after_chunk" and name == "after_first_chunk":
+def _fault(spec: TaskSpec, out: Outputs) -> None:
+    """An injected fault, after the unit wrote its first chunk (tests of failure handling)."""
+    name, _, arg = (spec.fault or "").partition(":")
+    if name == "after_first_chunk":
         raise InjectedFaultError(f"task {spec.task_id}: injected fault after writing output")
-    if where == "after_chunk" and name == "kill_once" and _claim(Path(arg) / "killed"):
-        os.kill(os.getpid(), signal.SIGKILL)
-    if where == "before" and name == "hold_once" and _claim(Path(arg) / "held"):
+    if name in ("kill_once", "hold_once") and _claim(Path(arg) / ("killed" if name == "kill_once" else "held")):
+        out.flush()  # the attempt leaves a file behind when it dies
+        if name == "kill_once":
+            os.kill(os.getpid(), signal.SIGKILL)
         deadline = time.monotonic() + 300
         while not (Path(arg) / "release").exists() and time.monotonic() < deadline:
             time.sleep(0.1)

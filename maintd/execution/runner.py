@@ -84,6 +84,8 @@ class TableRunSummary:
     """The id of that Spark application (``app-...`` on a standalone cluster, ``local-...`` in local mode)."""
     spark_tasks: int = 0
     """Spark tasks the run was split into (units packed by input size, at least one per core)."""
+    spark_retries: int = 0
+    """Units that succeeded only in a retried attempt (an executor or Python worker lost, an attempt failed)."""
     commits: list[int] = field(default_factory=list)
     """The versions the run committed: one per group of finished tasks."""
 
@@ -232,6 +234,7 @@ class Runner:
         assert outcome is not None
         summary.spark_master, summary.spark_app_id = report.master, report.app_id
         summary.spark_tasks, summary.commits = report.spark_tasks, list(outcome.versions)
+        summary.spark_retries = report.retried
         summary.version, summary.conflicts = outcome.version, outcome.conflicts
         summary.tasks_committed, summary.tasks_dropped = len(outcome.committed), len(outcome.dropped)
         summary.tasks_failed = len(outcome.failed)

@@ -99,7 +99,7 @@ class ExecutionOptions(_Model):
     failure handling: ``after_first_chunk``
     (raise after output was written), ``kill_once:<dir>`` (the first attempt to claim ``<dir>`` kills its
     own Python worker after writing output), ``hold_once:<dir>`` (the first attempt to claim ``<dir>``
-    records its pid there and waits until ``<dir>/release`` exists)."""
+    writes output, records its pid in ``<dir>/held`` and waits until ``<dir>/release`` exists)."""
 
     def fault_of(self, task_id: str, unit: int = 0) -> str | None:
         return self.faults.get(f"{task_id}#{unit}") or self.faults.get(task_id) or self.faults.get("*")

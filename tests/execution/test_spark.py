@@ -10,14 +10,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from maintd.execution import ExecutionOptions, commit_rewrites, discard_outputs, execute
+from maintd.execution import ExecutionOptions, commit_rewrites, discard_outputs, execute, run_plan
 
 from .helpers import make_table, plan_all, sorted_read
 
 pytestmark = pytest.mark.spark
+
+
+def _rows(table, result) -> pa.Table:  # type: ignore[no-untyped-def]
+    """Every row a task wrote, in key order (its files hold consecutive key ranges)."""
+    adds = sorted(result.adds, key=lambda a: a.key_min)
+    return pa.concat_tables([pq.read_table(table.storage.full_path(a.path)) for a in adds])
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 
@@ -64,16 +71,38 @@ def test_the_spark_submit_job_runs_a_plan_from_json_and_commits(tmp_path: Path) 
     plan_file, out_file = tmp_path / "plan.json", tmp_path / "results.json"
     plan_file.write_text(plan.model_dump_json())
     submit = Path(sys.executable).parent / "spark-submit"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "MAINTD_SPARK__MASTER": "local[1]",
-           "MAINTD_SPARK__DRIVER_MEMORY": "512m", "MAINTD_STATE_DIR": str(tmp_path / "state")}
+    # maintd's own settings name another master: under spark-submit, the submitted one must stand
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "MAINTD_SPARK__MASTER": "spark://127.0.0.1:9",
+           "MAINTD_SPARK__DRIVER_MEMORY": "512m", "MAINTD_STATE_DIR": str(tmp_path / "state"),
+           "MAINTD_COMMIT__GROUP_INTERVAL_SECONDS": "3600"}
     started = time.monotonic()
-    proc = subprocess.run([str(submit), "--master", "local[1]", str(ROOT / "jobs" / "maintenance_job.py"),
+    proc = subprocess.run([str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                           str(ROOT / "jobs" / "maintenance_job.py"),
                            "--plan", str(plan_file), "--output", str(out_file), "--commit"],
                           env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(out_file.read_text())
+    assert out["spark_master"] == "local[1]" and out["spark_app_id"].startswith("local-")
     assert [r["ok"] for r in out["results"]] == [True, True]
-    assert out["commit"]["version"] == plan.read_version + 1, time.monotonic() - started
+    assert out["commit"]["versions"] == [plan.read_version + 1], time.monotonic() - started
+    assert sorted_read(table).equals(model.table())
+
+
+def test_a_killed_python_worker_costs_one_retry_not_the_run(tmp_path: Path, spark: Any) -> None:
+    """Local mode retries (local[N,F]); the killed attempt's partial output is deleted by the driver."""
+    assert spark.sparkContext.master == "local[2,4]"
+    table, model = make_table(tmp_path, commits=10, buckets=4)
+    plan = plan_all(table, "compact")
+    markers = tmp_path / "markers"
+    report = run_plan(plan, table, spark, ExecutionOptions(faults={"*": f"kill_once:{markers}"}), commit=True)
+    assert (markers / "killed").exists(), "no worker was killed"
+    assert [r.ok for r in report.results] == [True] * 4 and max(r.attempt for r in report.results) == 1
+    assert report.outcome is not None and len(report.outcome.committed) == 4
+    assert report.master == "local[2,4]" and report.app_id == spark.sparkContext.applicationId
+    assert report.retried >= 1
+    snap = table.snapshot()
+    on_disk = {f.path for f in table.storage.walk() if f.path.startswith("bucket-")}
+    assert on_disk == set(snap.files) | set(snap.tombstones), "the killed attempt's output was left behind"
     assert sorted_read(table).equals(model.table())
 
 
@@ -86,9 +115,9 @@ def test_packed_spark_tasks_write_what_one_spark_task_per_task_writes(tmp_path: 
     one_each = execute(plan, table, spark, ExecutionOptions(task_input_bytes=1))
     packed = execute(plan, table, spark, options)
     assert [r.task_id for r in packed] == [t.task_id for t in plan.tasks] and all(r.ok for r in packed)
-    for a, b in zip(one_each, packed, strict=True):
-        assert pq.read_table(table.storage.full_path(a.adds[0].path)).equals(
-            pq.read_table(table.storage.full_path(b.adds[0].path)))
+    for a, b in zip(one_each, packed, strict=True):  # one split into key ranges, one Spark task per range
+        assert a.units > 1 and len(a.adds) > 1 and b.units == 1
+        assert _rows(table, a).equals(_rows(table, b))
     discard_outputs(table, one_each)
     assert commit_rewrites(table, plan, packed).committed
     assert sorted_read(table).equals(model.table())
