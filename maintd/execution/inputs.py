@@ -20,6 +20,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -164,6 +165,18 @@ class StreamSource:
         return sum(self.metadata.row_group(i).num_rows for i in self.row_groups)
 
     @property
+    def whole_bytes(self) -> int:
+        """Estimated memory of its rows read at once (what a small input costs: less than a reader)."""
+        return self.rows * self.row_bytes
+
+    def cost(self, buffer_rows: int) -> int:
+        """Memory of taking part in a merge: read whole, or a reader plus ``buffer_rows`` buffered rows."""
+        return min(self.whole_bytes, self.overhead + int(1.5 * buffer_rows * self.row_bytes))
+
+    def streamed(self, buffer_rows: int) -> bool:
+        return self.whole_bytes > self.overhead + 1.5 * buffer_rows * self.row_bytes
+
+    @property
     def spilled(self) -> bool:
         return self.filesystem is None
 
@@ -194,7 +207,7 @@ def _row_bytes(md: pq.FileMetaData) -> int:
 
 
 def _overhead(md: pq.FileMetaData, names: Sequence[str], page: int) -> int:
-    """Two pages (compressed and decoded), a dictionary and a read buffer per column read."""
+    """Per column read: a page compressed and decoded, or a dictionary, and a read buffer."""
     if md.num_row_groups == 0:
         return 0
     wanted = set(names)
@@ -205,7 +218,7 @@ def _overhead(md: pq.FileMetaData, names: Sequence[str], page: int) -> int:
         col = group.column(c)
         if col.path_in_schema in wanted:
             chunk = col.total_uncompressed_size
-            total += 3 * min(chunk, page) + READ_BUFFER
+            total += 2 * min(chunk, page) + min(chunk, READ_BUFFER)
     return total
 
 
@@ -245,14 +258,20 @@ def _lead_overlaps(stats: pq.Statistics | None, r: KeyRange) -> bool:
 
 
 def file_stream(src: StreamSource, layout: Layout | None, keys: Sequence[str], batch_rows: int,
-                key_range: KeyRange) -> Iterator[pa.Table]:
-    """The rows of ``src`` in ``key_range``, in sorted tables of up to ``batch_rows`` rows."""
+                key_range: KeyRange, *, whole: bool = False) -> Iterator[pa.Table]:
+    """The rows of ``src`` in ``key_range``, in sorted tables of up to ``batch_rows`` rows (read at once
+    when ``whole``: the rows stay in memory until the last of them is merged)."""
     if not src.row_groups:
         return
-    batches = src.open().iter_batches(batch_size=batch_rows, row_groups=src.row_groups, columns=src.columns,
-                                      use_threads=False)
+    pf = src.open()
+    if whole:
+        rows = pf.read_row_groups(src.row_groups, columns=src.columns, use_threads=False)
+        batches: Iterator[Any] = (rows.slice(i, batch_rows) for i in range(0, rows.num_rows, batch_rows))
+    else:
+        batches = pf.iter_batches(batch_size=batch_rows, row_groups=src.row_groups, columns=src.columns,
+                                  use_threads=False)
     for b in batches:
-        t = pa.Table.from_batches([b])
+        t = b if isinstance(b, pa.Table) else pa.Table.from_batches([b])
         if src.hidden is not None and layout is not None:
             t = layout.unify(with_hidden_columns(t, src.hidden))
         if key_range.hi is not None and t.num_rows and sort_key(key_at(t, keys, 0)) >= sort_key(key_range.hi):

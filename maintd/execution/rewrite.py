@@ -66,14 +66,17 @@ EXPANSION = 6
 first test of the memory path, before any footer is read."""
 MEMORY_PATH_SHARE = 0.7
 """The memory path needs fetched bytes + 2 x decoded bytes within this share of the budget."""
-READERS_SHARE = 0.2
-"""Open readers (pages, dictionaries, read buffers) of one merge pass; more inputs are merged in passes."""
-BUFFER_SHARE = 0.1
-"""Rows buffered ahead in the streams of one merge pass."""
-CHUNK_SHARE = 0.1
-"""One chunk of merged rows (its sorted copy and its gathered pieces count the same again)."""
+SOURCES_SHARE = 0.3
+"""The inputs of one merge pass: open readers (pages, dictionaries, read buffers) of the streamed ones, the
+rows of the small ones read whole. More inputs are merged in passes through spilled runs."""
+BUFFER_SHARE = 0.06
+"""Rows buffered ahead in the streamed inputs of one merge pass (at most half a chunk, so one merge step
+never gathers much more than a chunk)."""
+CHUNK_SHARE = 0.12
+"""One chunk of gathered rows; with a step's overshoot (half a chunk) and its merged copy, three chunks."""
 ROW_GROUP_SHARE = 0.04
-"""Rows the writer gathers into one row group."""
+"""Rows the writer gathers into one row group. The shares add up to about three quarters of the budget:
+the rest is for the allocator's slack and Python objects."""
 ROW_GROUP_BYTES = 16 << 20
 """At most this many compressed bytes per output row group (finer key index, smaller writer buffers)."""
 MIN_BUFFER_ROWS = 512
@@ -246,7 +249,7 @@ class _Streaming:
     def chunks(self) -> Iterator[pa.Table]:
         sources = self.sources
         first = True
-        while _cost(sources) > self.budget * READERS_SHARE and len(sources) > 2:
+        while _cost(sources) > self.budget * SOURCES_SHARE and len(sources) > 2:
             sources = self._spill(sources, count=first)
             first = False
             self.passes += 1
@@ -257,15 +260,17 @@ class _Streaming:
 
     def _merge(self, sources: list[StreamSource]) -> Iterator[pa.Table]:
         p = self._plan(sources)
-        streams = [file_stream(s, self.layout, self.keys, max(64, p.buffer_rows // 2), self.spec.key_range)
-                   for s in sources]
+        batch = max(64, p.buffer_rows // 2)
+        streams = [file_stream(s, self.layout, self.keys, batch, self.spec.key_range,
+                               whole=not s.streamed(MIN_BUFFER_ROWS)) for s in sources]
         return merge_streams(streams, self.keys, chunk_rows=p.chunk_rows, buffer_rows=p.buffer_rows,
                              numeric=self.numeric)
 
     def _plan(self, sources: list[StreamSource]) -> _Pass:
         rows = sum(s.rows for s in sources) or 1
         row_bytes = max(1, sum(s.row_bytes * s.rows for s in sources) // rows)
-        buffered = self.budget * BUFFER_SHARE / (1.5 * sum(s.row_bytes for s in sources) or 1)
+        streamed = [s for s in sources if s.streamed(MIN_BUFFER_ROWS)]
+        buffered = self.budget * BUFFER_SHARE / (1.5 * sum(s.row_bytes for s in streamed) or 1)
         chunk = self.budget * CHUNK_SHARE / row_bytes
         return _Pass(sources, int(max(MIN_BUFFER_ROWS, min(1 << 16, buffered))), int(max(1024, chunk)))
 
@@ -274,7 +279,7 @@ class _Streaming:
         if self._tmp is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="maintd-spill-", dir=spill_dir())
         runs: list[StreamSource] = []
-        for group in _groups(sources, self.budget * READERS_SHARE):
+        for group in _groups(sources, self.budget * SOURCES_SHARE):
             path = str(Path(self._tmp.name) / f"run-{self.passes}-{len(runs)}.parquet")
             with pq.ParquetWriter(path, self.layout.schema, compression="zstd", compression_level=1,
                                   data_page_size=SPILL_PAGE, dictionary_pagesize_limit=SPILL_PAGE) as w:
@@ -298,8 +303,8 @@ class _Streaming:
 
 
 def _cost(sources: Sequence[StreamSource]) -> float:
-    """Memory of merging ``sources`` in one pass with minimal buffers: their readers and a few rows each."""
-    return sum(s.overhead + 1.5 * MIN_BUFFER_ROWS * s.row_bytes for s in sources)
+    """Memory of merging ``sources`` in one pass with minimal buffers: readers and a few rows, or whole rows."""
+    return sum(s.cost(MIN_BUFFER_ROWS) for s in sources)
 
 
 def _groups(sources: Sequence[StreamSource], limit: float) -> list[list[StreamSource]]:

@@ -266,3 +266,53 @@ def test_frozen_archives_skip_the_reread_and_new_archives_do_not(tmp_path: Path,
     imp_new.invalidate_caches()
     assert imp_old.find_spec("c") is None  # frozen: the directory was not re-read
     assert imp_new.find_spec("d") is not None  # not frozen: re-read as usual
+
+
+class _GrowingCluster:
+    """A backend whose cluster grows from one core to four while a run goes on; jobs block until released."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+        self.release = threading.Event()
+        self.n_cores = 1
+        self.active = 0
+        self.peak: dict[int, int] = {}
+
+    def cores(self) -> int:
+        return self.n_cores
+
+    def run(self, packs: Any) -> list[str]:
+        with self.lock:
+            self.active += len(packs)
+            self.peak[self.n_cores] = max(self.peak.get(self.n_cores, 0), self.active)
+        assert self.release.wait(120), "never released"
+        with self.lock:
+            self.active -= len(packs)
+        return [r.model_dump_json() for p in packs for r in run_pack(list(p))]
+
+    def cancel(self) -> None:
+        self.release.set()
+
+    def describe(self) -> tuple[None, None]:
+        return None, None
+
+
+def test_spark_tasks_in_flight_follow_the_cores_the_cluster_has_now(tmp_path: Path) -> None:
+    table, _ = make_table(tmp_path, commits=3, buckets=12)
+    specs = _specs(table, "compact")
+    backend = _GrowingCluster()
+    results: list[TaskResult] = []
+
+    def tick() -> float:
+        if backend.n_cores == 1 and backend.active == 2:  # two tasks per core: the cluster grows
+            backend.n_cores = 4
+        elif backend.n_cores == 4 and backend.active == 8:
+            backend.release.set()
+        return 0.05
+
+    n = scheduler.run_units(specs, backend, ExecutionOptions(task_input_bytes=1), on_result=results.append,
+                            on_tick=tick)
+    assert n == len(specs) == 12 and all(r.ok for r in results) and len(results) == 12
+    assert backend.peak == {1: 2, 4: 8}
