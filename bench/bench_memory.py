@@ -8,7 +8,9 @@
    unit's spec), after one small task (so every module a worker loads, pyspark included, is loaded). The
    process reports its peak RSS (``VmHWM``), its RSS before the task (the interpreter and the imported
    libraries: the worker's own footprint), and the peak of Arrow's memory pool. The task's memory is the
-   peak RSS above that footprint; the goal is at most the budget + 20% whatever the factor.
+   peak RSS above that footprint; the goal is at most the budget + 20% whatever the factor. The process
+   allocates Arrow memory from jemalloc, as maintd configures its Spark workers to
+   (``spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL``; set ``ARROW_DEFAULT_MEMORY_POOL`` to compare others).
 2. **Time against the file count.** A compaction of one bucket of N small level-0 files (``--files``,
    ``--rows`` each, keys drawn from one key space), streamed (a budget of the bucket's Arrow size, a third of
    what reading it whole takes) and read whole (budget above it), ``--samples`` runs each in the same
@@ -143,8 +145,9 @@ def peak_memory(table: Table, budget: int, factors: list[int]) -> None:
         inputs = files[: FILES_PER_BUDGET * f]
         spec_file = Path(table.uri) / "spec.json"
         spec_file.write_text(_spec(table, inputs, budget).model_dump_json())
+        env = {**os.environ, "ARROW_DEFAULT_MEMORY_POOL": os.environ.get("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")}
         proc = subprocess.run([sys.executable, __file__, "--child", str(spec_file)], capture_output=True,
-                              text=True, check=True)
+                              text=True, check=True, env=env)
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         assert r["ok"], r["error"]
         for p in r["outputs"]:

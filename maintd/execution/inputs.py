@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -87,40 +88,56 @@ def fetch(storage: Storage) -> Callable[[str], bytes]:
     return storage.read
 
 
-def decoded_bytes(data: bytes) -> int:
+def decoded_bytes(pf: pq.ParquetFile) -> int:
     """The uncompressed size of a Parquet file's row groups, from its footer (a proxy of its Arrow size)."""
-    md = pq.ParquetFile(pa.py_buffer(data), pre_buffer=False).metadata
+    md = pf.metadata
     return sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
 
 
-def _decode(data: bytes, columns: list[str] | None) -> pa.Table:
-    return pq.ParquetFile(pa.py_buffer(data), pre_buffer=False).read(columns=columns, use_threads=False)
-
-
-def fetch_all(storage: Storage, files: Sequence[AddFile], threads: int) -> list[bytes]:
-    """Every file's bytes, fetched in ``threads`` parallel reads."""
+def fetch_all(storage: Storage, files: Sequence[AddFile], threads: int) -> list[pq.ParquetFile]:
+    """Every file fetched with one read (``threads`` at once) and opened from memory (its footer parsed)."""
     get = fetch(storage)
+
+    def open_one(f: AddFile) -> pq.ParquetFile:
+        return pq.ParquetFile(pa.py_buffer(get(f.path)), pre_buffer=False)
+
     if threads > 1 and len(files) > 1:
         with ThreadPoolExecutor(min(threads, len(files))) as pool:
-            return list(pool.map(lambda f: get(f.path), files))
-    return [get(f.path) for f in files]
+            return list(pool.map(open_one, files))
+    return [open_one(f) for f in files]
 
 
-def read_all(metadata: Metadata, files: Sequence[AddFile], data: Sequence[bytes], threads: int,
-             key_range: KeyRange) -> pa.Table:
+class TooLargeError(Exception):
+    """The decoded inputs outgrew the limit given to :func:`read_all` (they are streamed instead)."""
+
+
+def read_all(metadata: Metadata, files: Sequence[AddFile], data: Sequence[pq.ParquetFile], threads: int,
+             key_range: KeyRange, limit: float | None = None) -> pa.Table:
     """Decode fetched inputs, in the order given, restricted to ``key_range``.
 
     Files are decoded in parallel threads. When every input is a level-0 file with the same columns
     (the small-file case), the parts are concatenated as read and the version column, one constant
     per file, is added once for all of them.
+
+    Raises:
+        TooLargeError: the decoded parts hold more than ``limit`` bytes of Arrow memory. Footers do not
+            tell the Arrow size of every column (a dictionary-encoded string column decodes to far more),
+            so the size is measured as the files are decoded, and decoding stops once it is exceeded.
     """
     layout = Layout(metadata)
     keys = list(metadata.primary_key)
     level0 = all(f.kind == "delta" and f.level == 0 for f in files)
+    decoded = [0]
+    lock = threading.Lock()
 
     def read(i: int) -> pa.Table:
+        if limit is not None and decoded[0] > limit:
+            raise TooLargeError
         f = files[i]
-        t = restrict(_decode(data[i], None if level0 else layout.columns(f)), keys, key_range)
+        t = data[i].read(columns=None if level0 else layout.columns(f), use_threads=False)
+        with lock:
+            decoded[0] += t.nbytes
+        t = restrict(t, keys, key_range)
         return t if level0 else layout.unify(with_hidden_columns(t, f))
 
     if threads > 1 and len(files) > 1:
@@ -128,6 +145,8 @@ def read_all(metadata: Metadata, files: Sequence[AddFile], data: Sequence[bytes]
             parts = list(pool.map(read, range(len(files))))
     else:
         parts = [read(i) for i in range(len(files))]
+    if limit is not None and decoded[0] > limit:
+        raise TooLargeError
     if not level0:
         return pa.concat_tables(parts)
     l0 = file_schema(metadata, "delta", 0)
@@ -197,13 +216,34 @@ def open_source(location: str, filesystem: pafs.FileSystem | None, f: AddFile | 
     groups = row_groups_in(md, keys, key_range, index)
     names = columns or md.schema.names
     page = page_bytes or (OWN_PAGE if index is not None else DEFAULT_PAGE)
-    return StreamSource(location, filesystem, md, columns, f, groups, _row_bytes(md), _overhead(md, names, page))
+    return StreamSource(location, filesystem, md, columns, f, groups, _row_bytes(md, names),
+                        _overhead(md, names, page))
 
 
-def _row_bytes(md: pq.FileMetaData) -> int:
-    rows = max(1, md.num_rows)
-    raw = sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
-    return int(raw / rows * 1.25) + 24  # offsets and validity; hidden columns a level-0 file lacks
+def _row_bytes(md: pq.FileMetaData, names: Sequence[str]) -> int:
+    """Estimated Arrow bytes per row of the columns read, from the largest row group's footer.
+
+    A column's uncompressed Parquet size is a fair estimate, except for dictionary-encoded strings,
+    whose Arrow form repeats every value: for those the longer of the min and max statistics (plus an
+    offset) is used when it says more.
+    """
+    if md.num_row_groups == 0:
+        return 32
+    wanted = set(names)
+    group = md.row_group(max(range(md.num_row_groups), key=lambda i: md.row_group(i).total_byte_size))
+    rows = max(1, group.num_rows)
+    total = 24.0  # validity and offsets, and the hidden columns a level-0 file lacks
+    for c in range(group.num_columns):
+        col = group.column(c)
+        if col.path_in_schema not in wanted:
+            continue
+        per_row = col.total_uncompressed_size / rows
+        stats = col.statistics
+        if col.physical_type == "BYTE_ARRAY" and stats is not None and stats.has_min_max:
+            longest = max(len(str(stats.min).encode()), len(str(stats.max).encode()))
+            per_row = max(per_row, longest + 4.0)
+        total += per_row
+    return int(total * 1.25)
 
 
 def _overhead(md: pq.FileMetaData, names: Sequence[str], page: int) -> int:

@@ -7,7 +7,7 @@ Every data file is sorted by primary key, so a task never needs a whole bucket i
 from every buffer, the rows whose key is below the *frontier*: the smallest last buffered key among the
 streams not yet exhausted. Those rows are complete (every stream's unread rows are at or above its own
 last buffered key), so every version of a key is taken in one step, and steps are gathered into
-chunks of about ``chunk_rows``. Keys compare as whole primary-key tuples, so a composite key whose
+chunks of about ``chunk_bytes``. Keys compare as whole primary-key tuples, so a composite key whose
 first column barely varies still cuts into small chunks. A cut point is a binary search (numpy's
 ``searchsorted`` for one integer key), so a step costs O(k log B) for k streams of B buffered rows;
 buffers are refilled once they are half empty, so in the common case (every stream spans the same
@@ -91,7 +91,7 @@ def restrict(t: pa.Table, keys: Sequence[str], r: KeyRange) -> pa.Table:
 
 
 class _Stream:
-    """One sorted input: ``buf`` holds its rows read but not yet taken."""
+    """One sorted input: ``buf`` holds its rows read but not yet taken; sizes are measured, not estimated."""
 
     def __init__(self, it: Iterator[pa.Table], keys: Sequence[str], numeric: bool) -> None:
         self.it = it
@@ -100,14 +100,25 @@ class _Stream:
         self.nkeys: np.ndarray | None = None
         self.numeric = numeric
         self.done = False
+        self.seen_rows = 0
+        self.seen_bytes = 0
 
     @property
     def rows(self) -> int:
         return 0 if self.buf is None else self.buf.num_rows
 
-    def fill(self, target: int) -> None:
-        """Read batches until ``target`` rows are buffered or the stream ends."""
-        while not self.done and self.rows < target:
+    @property
+    def row_bytes(self) -> float:
+        """Arrow bytes per row of what this stream has read so far."""
+        return self.seen_bytes / self.seen_rows if self.seen_rows else 0.0
+
+    @property
+    def buffered_bytes(self) -> float:
+        return self.rows * self.row_bytes
+
+    def fill(self, target_bytes: float) -> None:
+        """Read batches until ``target_bytes`` are buffered (at least one row) or the stream ends."""
+        while not self.done and (self.rows == 0 or self.buffered_bytes < target_bytes):
             nxt = next(self.it, None)
             if nxt is None:
                 self.done = True
@@ -115,6 +126,8 @@ class _Stream:
                 self._append(nxt)
 
     def _append(self, t: pa.Table) -> None:
+        self.seen_rows += t.num_rows
+        self.seen_bytes += t.nbytes
         self.buf = t if self.buf is None or self.buf.num_rows == 0 else pa.concat_tables([self.buf, t])
         if self.numeric:
             k = t.column(self.keys[0]).to_numpy()
@@ -137,38 +150,39 @@ class _Stream:
         return head
 
 
-def merge_streams(streams: Sequence[Iterator[pa.Table]], keys: Sequence[str], *, chunk_rows: int,
-                  buffer_rows: int, numeric: bool = False) -> Iterator[pa.Table]:
+def merge_streams(streams: Sequence[Iterator[pa.Table]], keys: Sequence[str], *, chunk_bytes: float,
+                  buffer_bytes: float, numeric: bool = False) -> Iterator[pa.Table]:
     """Yield the rows of sorted ``streams`` in chunks of ascending, disjoint key ranges.
 
     Each chunk holds every version of the keys it covers, and within a chunk the rows of each stream
     come in the order of ``streams`` (a stable sort by key keeps that order between a key's versions).
-    A stream's buffer is refilled to ``buffer_rows`` once it is half empty, so memory is about
-    ``len(streams) x buffer_rows`` rows plus one chunk, whatever the size of the inputs.
+    A stream's buffer is refilled to ``buffer_bytes`` (measured Arrow bytes) once it is half empty, and a
+    chunk is yielded once it holds ``chunk_bytes``, so memory is about ``len(streams) x buffer_bytes`` plus
+    a chunk (and at most one step more), whatever the size of the inputs.
     """
     srcs = [_Stream(it, keys, numeric) for it in streams]
     pending: list[pa.Table] = []
-    pending_rows = 0
+    pending_bytes = 0.0
     while True:
         for s in srcs:
-            if s.rows < buffer_rows // 2 + 1:
-                s.fill(buffer_rows)
+            if s.rows == 0 or s.buffered_bytes < buffer_bytes / 2:
+                s.fill(buffer_bytes)
         live = [s for s in srcs if s.rows]
         if not live:
             break
         open_ = [s for s in live if not s.done]
         bound = min((s.last_key() for s in open_), key=sort_key) if open_ else None
-        taken = [t for t in (s.take_below(bound) for s in live) if t is not None]
+        taken = [(t, s.row_bytes) for s, t in ((s, s.take_below(bound)) for s in live) if t is not None]
         if not taken:  # the frontier streams hold only the frontier key: read on until it ends
             for s in open_:
                 if s.last_key() == bound:
-                    s.fill(s.rows + max(1, buffer_rows // 2))
+                    s.fill(s.buffered_bytes + max(1.0, buffer_bytes / 2))
             continue
-        pending += taken
-        pending_rows += sum(t.num_rows for t in taken)
-        if pending_rows >= chunk_rows:
+        pending += [t for t, _ in taken]
+        pending_bytes += sum(t.num_rows * rb for t, rb in taken)
+        if pending_bytes >= chunk_bytes:
             yield pa.concat_tables(pending)
-            pending, pending_rows = [], 0
+            pending, pending_bytes = [], 0.0
     if pending:
         yield pa.concat_tables(pending)
 

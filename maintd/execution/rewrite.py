@@ -15,7 +15,9 @@ copies; the worker's own interpreter and libraries come on top), whatever the si
 
 * *memory*: inputs whose estimated decoded size (and its merged copy) fits the budget are fetched
   whole, decoded in parallel threads and merged in one step: the fast path of the small-file case. The
-  estimate is checked against the fetched files' footers before decoding;
+  estimate is checked against the fetched files' footers before decoding, and the decoded size is
+  measured while decoding (a dictionary-encoded column decodes to more than its footer says): past
+  the limit the unit streams instead;
 * *stream*: otherwise each input is streamed in bounded record batches through a k-way merge
   (:func:`maintd.execution.merge.merge_streams`) in chunks of a bounded number of rows;
 * *spill*: when even the open readers of all inputs would not fit (many inputs), the inputs are merged
@@ -39,7 +41,6 @@ import time
 import traceback
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ import pyarrow.parquet as pq
 from maintd.execution.inputs import (
     Layout,
     StreamSource,
+    TooLargeError,
     decoded_bytes,
     fetch_all,
     file_stream,
@@ -139,6 +141,13 @@ def current_attempt() -> int:
     return int(ctx.attemptNumber()) if ctx is not None else 0
 
 
+def release_memory() -> None:
+    """Return the memory Arrow freed to the system after each chunk of a streamed merge, so a worker's RSS
+    follows the rows it still holds (see ``spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL`` in
+    :mod:`maintd.execution.spark`)."""
+    pa.default_memory_pool().release_unused()
+
+
 def run_task(spec: TaskSpec) -> TaskResult:
     """Rewrite one unit. A failure is reported in the result, and the unit's partial output deleted."""
     started = time.monotonic()
@@ -201,6 +210,8 @@ def _rewrite(storage: Storage, spec: TaskSpec, out: Outputs, phases: dict[str, f
             clock.lap("merge")
             out.write(merged)
             del merged
+            if stream is not None:
+                release_memory()
             clock.lap("write")
             _fault(spec, out)
     finally:
@@ -215,19 +226,14 @@ def _rewrite(storage: Storage, spec: TaskSpec, out: Outputs, phases: dict[str, f
 def _read_whole(storage: Storage, spec: TaskSpec, files: Sequence[AddFile]) -> list[pa.Table] | None:
     """The inputs fetched and decoded whole, or None when their footers say they would not fit."""
     data = fetch_all(storage, files, spec.read_threads)
-    packed = sum(len(d) for d in data)
-    if packed + 2 * sum(decoded_bytes(d) for d in data) > spec.task_memory_bytes * MEMORY_PATH_SHARE:
+    packed = sum(f.bytes for f in files)
+    room = spec.task_memory_bytes * MEMORY_PATH_SHARE - packed
+    if 2 * sum(decoded_bytes(d) for d in data) > room:
         return None
-    return [read_all(spec.metadata, files, data, spec.read_threads, spec.key_range)]
-
-
-@dataclass
-class _Pass:
-    """The parameters of one k-way merge pass over ``sources``."""
-
-    sources: list[StreamSource]
-    buffer_rows: int
-    chunk_rows: int
+    try:
+        return [read_all(spec.metadata, files, data, spec.read_threads, spec.key_range, limit=room / 2)]
+    except TooLargeError:  # decoded larger than the footers said (dictionary-encoded strings): stream
+        return None
 
 
 class _Streaming:
@@ -259,20 +265,18 @@ class _Streaming:
             yield chunk
 
     def _merge(self, sources: list[StreamSource]) -> Iterator[pa.Table]:
-        p = self._plan(sources)
-        batch = max(64, p.buffer_rows // 2)
-        streams = [file_stream(s, self.layout, self.keys, batch, self.spec.key_range,
-                               whole=not s.streamed(MIN_BUFFER_ROWS)) for s in sources]
-        return merge_streams(streams, self.keys, chunk_rows=p.chunk_rows, buffer_rows=p.buffer_rows,
-                             numeric=self.numeric)
-
-    def _plan(self, sources: list[StreamSource]) -> _Pass:
-        rows = sum(s.rows for s in sources) or 1
-        row_bytes = max(1, sum(s.row_bytes * s.rows for s in sources) // rows)
-        streamed = [s for s in sources if s.streamed(MIN_BUFFER_ROWS)]
-        buffered = self.budget * BUFFER_SHARE / (1.5 * sum(s.row_bytes for s in streamed) or 1)
-        chunk = self.budget * CHUNK_SHARE / row_bytes
-        return _Pass(sources, int(max(MIN_BUFFER_ROWS, min(1 << 16, buffered))), int(max(1024, chunk)))
+        """One k-way merge pass: buffers share ``BUFFER_SHARE`` of the budget (at least a few hundred rows
+        each), read in batches of a quarter buffer (so a wrong row-size estimate overshoots by little);
+        chunks are ``CHUNK_SHARE``. Buffer and chunk sizes are measured Arrow bytes."""
+        streamed = sum(s.streamed(MIN_BUFFER_ROWS) for s in sources) or 1
+        buffer_bytes = self.budget * BUFFER_SHARE / streamed
+        streams = []
+        for s in sources:
+            batch = int(max(64, min(1 << 16, max(buffer_bytes, MIN_BUFFER_ROWS * s.row_bytes) / 4 / s.row_bytes)))
+            streams.append(file_stream(s, self.layout, self.keys, batch, self.spec.key_range,
+                                       whole=not s.streamed(MIN_BUFFER_ROWS)))
+        return merge_streams(streams, self.keys, chunk_bytes=self.budget * CHUNK_SHARE,
+                             buffer_bytes=buffer_bytes, numeric=self.numeric)
 
     def _spill(self, sources: list[StreamSource], *, count: bool) -> list[StreamSource]:
         """Merge consecutive groups of sources (version order kept) into sorted runs on local disk."""
@@ -289,6 +293,8 @@ class _Streaming:
                     merged = merge_chunk(chunk, self.keys, self.spec.kind, version_ordered=self.disjoint,
                                          keep_deletes=True)
                     w.write_table(merged, row_group_size=1 << 16)
+                    del merged, chunk
+                    release_memory()
             runs.append(open_source(path, None, None, None, self.keys, self.spec.key_range, page_bytes=SPILL_PAGE))
         for s in sources:
             if s.spilled:  # a run of an earlier pass, merged: its disk space goes

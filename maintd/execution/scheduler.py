@@ -42,7 +42,7 @@ FILE_COST_BYTES = 64 << 10
 """Fixed cost of one input file, in bytes of input, when balancing packs (opening and decoding a small
 file costs about as much as reading 64 KiB)."""
 MAX_JOBS = 64
-"""Spark jobs in flight at once (driver threads); beyond ``2 x MAX_JOBS`` cores a job carries several packs."""
+"""Spark jobs in flight at once (driver threads); with more slots than that a job carries several packs."""
 TICK_SECONDS = 1.0
 
 
@@ -51,6 +51,9 @@ class Backend(Protocol):
 
     def cores(self) -> int:
         """Cores able to run a task now."""
+
+    def slots(self) -> int:
+        """Spark tasks to keep in flight now."""
 
     def run(self, packs: Sequence[Sequence[str]]) -> list[str]:
         """Run packs of unit specs (JSON), one task each, and return every unit's result JSON."""
@@ -71,6 +74,9 @@ class LocalBackend:
 
     def cores(self) -> int:
         return self.threads
+
+    def slots(self) -> int:
+        return self.threads  # nothing queues behind a thread: more in flight would only share the cores
 
     def run(self, packs: Sequence[Sequence[str]]) -> list[str]:
         return [r.model_dump_json() for p in packs for r in run_pack(list(p), self.pack_threads)]
@@ -96,6 +102,9 @@ class SparkBackend:
         if self.connect:
             return 2
         return max(1, int(self.spark.sparkContext.defaultParallelism))
+
+    def slots(self) -> int:
+        return 2 * self.cores()  # a task queued per core: no core waits for the driver between two tasks
 
     def run(self, packs: Sequence[Sequence[str]]) -> list[str]:
         if self.connect:
@@ -183,8 +192,8 @@ def run_units(specs: Sequence[TaskSpec], backend: Backend, options: ExecutionOpt
             if stop() and not cancelled:
                 cancelled = True
                 backend.cancel()
-            while queue and not cancelled and _in_flight(running) < 2 * backend.cores():
-                batch = [queue.popleft() for _ in range(min(len(queue), _per_job(backend.cores())))]
+            while queue and not cancelled and _in_flight(running) < backend.slots():
+                batch = [queue.popleft() for _ in range(min(len(queue), _per_job(backend.slots())))]
                 running[pool.submit(backend.run, [[s.model_dump_json() for s in p] for p in batch])] = batch
             if cancelled:
                 for p in queue:
@@ -202,8 +211,8 @@ def _in_flight(running: dict[Future[list[str]], list[list[TaskSpec]]]) -> int:
     return sum(len(b) for b in running.values())
 
 
-def _per_job(cores: int) -> int:
-    return max(1, math.ceil(2 * cores / MAX_JOBS))
+def _per_job(slots: int) -> int:
+    return max(1, math.ceil(slots / MAX_JOBS))
 
 
 def _finish(batch: list[list[TaskSpec]], fut: Future[list[str]], on_result: Callable[[TaskResult], None],

@@ -53,6 +53,10 @@ _DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "16",
     "spark.python.worker.reuse": "true",
+    # Arrow allocates from jemalloc in the Python workers: with the release after every merged chunk it
+    # hands freed memory back promptly, where mimalloc (pyarrow's default) kept up to twice a small budget
+    # (bench/bench_memory.py). The variable must be set before the worker first allocates.
+    "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
 }
 _LOCAL = re.compile(r"local(?:\[(\*|\d+)\])?")
 

@@ -47,10 +47,16 @@ def _check_chunks(chunks: list[pa.Table], keys: list[str]) -> None:
         last = max(ks)
 
 
+def _row_bytes(files: list[pa.Table]) -> float:
+    return sum(f.nbytes for f in files) / sum(f.num_rows for f in files)
+
+
 def test_a_composite_key_whose_first_column_barely_varies_still_cuts_into_small_chunks() -> None:
     files = _files(np.random.default_rng(1), files=8, rows=2000, a_values=1)
-    chunks = list(merge_streams([_stream(f, 256) for f in files], ["a", "b"], chunk_rows=1000, buffer_rows=512))
-    bound = 1000 + 8 * 768  # a chunk: its target, plus at most one step (every stream's buffer)
+    rb = _row_bytes(files)
+    chunks = list(merge_streams([_stream(f, 256) for f in files], ["a", "b"], chunk_bytes=1000 * rb,
+                                buffer_bytes=512 * rb))
+    bound = 1000 + 8 * (512 + 256)  # a chunk: its target, plus at most one step (every stream's buffer)
     assert max(c.num_rows for c in chunks) <= bound
     assert len(chunks) >= sum(f.num_rows for f in files) // bound > 1  # a leading-column cut gives one chunk
     _check_chunks(chunks, ["a", "b"])
@@ -67,8 +73,9 @@ def test_streamed_chunks_merge_to_what_one_in_memory_merge_gives(kind: str) -> N
         files.append(pa.table({"id": pa.array(keys, pa.int64()), "x": rng.random(len(keys)),
                                "_maintd_op": pa.array((rng.random(len(keys)) < 0.2).astype(np.int8)),
                                "_maintd_version": pa.array(np.full(len(keys), v), pa.int64())}))
-    chunks = list(merge_streams([_stream(f, 64) for f in files], ["id"], chunk_rows=500, buffer_rows=128,
-                                numeric=True))
+    rb = _row_bytes(files)
+    chunks = list(merge_streams([_stream(f, 64) for f in files], ["id"], chunk_bytes=500 * rb,
+                                buffer_bytes=128 * rb, numeric=True))
     _check_chunks(chunks, ["id"])
     streamed = pa.concat_tables([merge_chunk(c, ["id"], kind, version_ordered=True) for c in chunks])
     data = pa.concat_tables(files)
@@ -84,8 +91,9 @@ def test_any_streams_merge_into_whole_keys_in_order(files: int, rows: int, a_val
                                                     batch: int) -> None:
     """Many versions of one key in one file (level-1 inputs) may straddle batches: still one chunk per key."""
     parts = _files(np.random.default_rng(seed), files, rows, a_values, reps)
-    chunks = list(merge_streams([_stream(p, batch) for p in parts], ["a", "b"], chunk_rows=max(1, rows // 3),
-                                buffer_rows=2 * batch))
+    rb = _row_bytes(parts)
+    chunks = list(merge_streams([_stream(p, batch) for p in parts], ["a", "b"], chunk_bytes=max(1, rows // 3) * rb,
+                                buffer_bytes=2 * batch * rb))
     _check_chunks(chunks, ["a", "b"])
     assert sum(c.num_rows for c in chunks) == sum(p.num_rows for p in parts)
     merged = pa.concat_tables([merge_chunk(c, ["a", "b"], "cluster", version_ordered=True) for c in chunks])

@@ -283,6 +283,9 @@ class _GrowingCluster:
     def cores(self) -> int:
         return self.n_cores
 
+    def slots(self) -> int:
+        return 2 * self.n_cores
+
     def run(self, packs: Any) -> list[str]:
         with self.lock:
             self.active += len(packs)

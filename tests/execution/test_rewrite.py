@@ -109,3 +109,23 @@ def test_a_task_failing_midway_deletes_its_partial_output_and_commits_nothing(tm
     written = {f.path for f in table.storage.walk() if f.path.startswith("bucket-")}
     assert written == set(after.files) | (set(snap.files) - set(after.files))  # no stray output
     assert sorted_read(table).equals(model.table())
+
+
+def test_inputs_that_decode_to_far_more_than_their_footers_say_are_streamed(tmp_path: Path) -> None:
+    """Long repeated strings: a few KB of Parquet, megabytes of Arrow. The memory path measures what it
+    decodes and gives way to streaming past the budget."""
+    from maintd import Table
+
+    table = Table.create(str(tmp_path / "t"), "id:int64,note:string", primary_key="id", buckets=1)
+    for i in range(4):
+        ids = pa.array(range(i * 500, i * 500 + 1500), pa.int64())
+        table.upsert(pa.table({"id": ids, "note": [("abc" * 700)[: 2000 - i] for _ in range(1500)]}))
+    [spec] = task_specs(plan_all(table, "compact"), table.snapshot())
+    packed = sum(f.bytes for f in spec.inputs)
+    budget = 4 << 20
+    assert packed * 6 < budget, "the first, compressed-size test must let the memory path try"
+    small = run_task(spec.model_copy(update={"task_memory_bytes": budget}))
+    large = run_task(spec.model_copy(update={"task_memory_bytes": 1 << 30}))
+    assert small.ok and large.ok and small.mode in ("stream", "spill") and large.mode == "memory"
+    read = [pq.read_table(table.storage.full_path(r.adds[0].path)) for r in (small, large)]
+    assert read[0].equals(read[1]) and read[0].num_rows == 3000

@@ -152,3 +152,12 @@ def test_spark_workers_freeze_their_zip_caches(spark: Any) -> None:
 
     archives = spark.sparkContext.parallelize([[]], 1).flatMap(probe).collect()
     assert any(a.endswith("pyspark.zip") for a in archives), archives
+
+
+def test_spark_workers_allocate_arrow_memory_from_jemalloc(spark: Any) -> None:
+    def pool(_: Any) -> list[str]:
+        import pyarrow as pa
+
+        return [pa.default_memory_pool().backend_name]
+
+    assert spark.sparkContext.parallelize([0], 1).flatMap(pool).collect() == ["jemalloc"]
