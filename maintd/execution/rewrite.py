@@ -19,7 +19,7 @@ copies; the worker's own interpreter and libraries come on top), whatever the si
   measured while decoding (a dictionary-encoded column decodes to more than its footer says): past
   the limit the unit streams instead;
 * *stream*: otherwise each input is streamed in bounded record batches through a k-way merge
-  (:func:`maintd.execution.merge.merge_streams`) in chunks of a bounded number of rows;
+  (:func:`maintd.execution.merge.merge_streams`) in chunks of a bounded number of bytes;
 * *spill*: when even the open readers of all inputs would not fit (many inputs), the inputs are merged
   in groups into sorted runs on local disk (``SPARK_LOCAL_DIRS``, else the temporary directory), and
   the runs are merged in turn, as an external merge sort does. A compaction's runs keep their delete
@@ -214,10 +214,11 @@ def _rewrite(storage: Storage, spec: TaskSpec, out: Outputs, phases: dict[str, f
                 release_memory()
             clock.lap("write")
             _fault(spec, out)
+        out.flush()  # the rows still gathered for a row group: part of the write
+        clock.lap("write")
     finally:
         if stream is not None:
             stream.close()
-    clock.lap("read")
     if stream is None:
         return rows_read, "memory"
     return stream.rows_read, "spill" if stream.passes > 1 else "stream"
@@ -246,8 +247,12 @@ class _Streaming:
         self.disjoint = disjoint
         self.numeric = integer_key(self.layout.schema, self.keys)
         self.budget = spec.task_memory_bytes
-        self.sources = [open_source(storage.full_path(f.path), storage.filesystem, f, self.layout.columns(f),
-                                    self.keys, spec.key_range) for f in files]
+        def footer(f: AddFile) -> StreamSource:
+            return open_source(storage.full_path(f.path), storage.filesystem, f, self.layout.columns(f), self.keys,
+                               spec.key_range)
+
+        with ThreadPoolExecutor(max(1, min(spec.read_threads, len(files)))) as pool:  # one small read each
+            self.sources = list(pool.map(footer, files))
         self.passes = 1
         self.rows_read = 0
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
