@@ -177,11 +177,11 @@ def bench_merge(base: Path, files: int, rows: int) -> dict[str, Any]:
     spec = TaskSpec(table_uri=table.uri, task_id="compact-0", kind="compact", partition={}, bucket=0,
                     target_level=None, metadata=md, inputs=tuple(deltas))
     result = run_task(spec)
-    assert result.ok and result.add is not None, result.error
+    assert result.ok and len(result.adds) == 1, result.error
     txn = table.new_transaction("OPTIMIZE", read_snapshot=snap)
     for f in deltas:
         txn.remove(f, data_change=False)
-    txn.add(result.add)
+    txn.add(result.adds[0])
     txn.commit()
     (base_file,) = table.snapshot().files.values()
     t_one = median_time(lambda: read_bucket(table.storage, md, [base_file], None), 20)

@@ -18,8 +18,8 @@
 5. read time of the table before and after, peak memory (sum of RSS over this process and its
    descendants: the JVM and the Python workers), and the ratios to the peers.
 
-``--slices``, ``--pack-threads`` and ``--read-threads`` override the execution options (defaults: one
-Spark task per core, one plan task at a time in each, 4 read threads per task).
+``--input-bytes``, ``--pack-threads`` and ``--read-threads`` override the execution options (defaults: 256 MiB
+of input per Spark task and at least one per core, one plan task at a time in each, 4 read threads per task).
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def timed_maintenance(table, kind: str, spark, options) -> tuple[float, dict[str
     assert outcome.version is not None and not outcome.failed, outcome
     modes = {m: sum(1 for r in results if r.mode == m) for m in {r.mode for r in results}}
     return dt, {"tasks": len(results), "in": sum(len(r.inputs) for r in results),
-                "out": sum(1 for r in results if r.add), **modes}
+                "out": sum(len(r.adds) for r in results), **modes}
 
 
 def timed_read(table) -> tuple[float, int]:  # type: ignore[no-untyped-def]
@@ -166,7 +166,7 @@ def main() -> None:
     ap.add_argument("--layout", choices=["partitioned", "hashed"], default="partitioned")
     ap.add_argument("--master", default="local[*]")
     ap.add_argument("--dir", default=None, help="work directory (default: a temporary one, removed after)")
-    ap.add_argument("--slices", type=int, default=None, help="Spark tasks per run (default: one per core)")
+    ap.add_argument("--input-bytes", default="256m", help="input per Spark task (default 256m; at least one per core)")
     ap.add_argument("--pack-threads", type=int, default=1, help="plan tasks at once in one Spark task")
     ap.add_argument("--read-threads", type=int, default=4, help="file-decoding threads per plan task")
     args = ap.parse_args()
@@ -180,8 +180,10 @@ def main() -> None:
 
     from maintd import Table
     from maintd.execution import ExecutionOptions, spark_session, warm_up
+    from maintd.execution.spark import parse_size
 
-    options = ExecutionOptions(slices=args.slices, pack_threads=args.pack_threads, read_threads=args.read_threads)
+    options = ExecutionOptions(task_input_bytes=parse_size(args.input_bytes), pack_threads=args.pack_threads,
+                               read_threads=args.read_threads)
 
     a_uri, b_uri = str(work / f"t_{args.layout}"), str(work / f"t_{args.layout}_copy")
     c_uri = str(work / f"t_{args.layout}_warmup")
@@ -202,9 +204,9 @@ def main() -> None:
         spark = spark_session(None, conf={"spark.master": args.master, "spark.driver.memory": "1g"})
         # start the Python workers, import maintd in them and prepare them: a daemon's session is warm
         warm_up(spark, options)
-        slices = options.slices or spark.sparkContext.defaultParallelism
-        print(f"  Spark: {args.master}, {slices} Spark task(s) per run, {options.pack_threads} plan task(s) at once "
-              f"in each, {options.read_threads} read threads per plan task", flush=True)
+        print(f"  Spark: {spark.sparkContext.master}, {args.input_bytes} of input per Spark task (at least "
+              f"{spark.sparkContext.defaultParallelism}), {options.pack_threads} plan task(s) at once in each, "
+              f"{options.read_threads} read threads per plan task", flush=True)
         first_s, _ = timed_maintenance(c, "cluster", spark, options)
         shutil.rmtree(c_uri, ignore_errors=True)
         cluster_s, cstats = timed_maintenance(a, "cluster", spark, options)

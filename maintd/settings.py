@@ -83,9 +83,14 @@ class WarehouseSettings(_Group):
 
 
 class SparkSettings(_Group):
-    """The one long-lived SparkSession of the daemon."""
+    """The one long-lived SparkSession of the daemon (ignored under `spark-submit` or an existing session)."""
 
-    master: str = Field(default="local[*]", description="Spark master URL (`local[*]`, `k8s://https://...`). URL.")
+    master: str = Field(
+        default="local[*]",
+        description="Spark master URL (`local[*]`, `spark://host:7077`, `k8s://https://...`); a local master "
+        "without a failure count runs with `spark.task.maxFailures` retries (`local[*,4]`). Not used under "
+        "`spark-submit`, whose `--master` stands. URL.",
+    )
     remote: str | None = Field(
         default=None,
         description="Spark Connect URL (`sc://host:15002`); when set it is used instead of `master`. URL or null.",
@@ -99,7 +104,6 @@ class SparkSettings(_Group):
     conf: dict[str, str] = Field(
         default_factory=dict, description="Extra Spark configuration, key to value. Mapping of strings."
     )
-    bucket_parallelism: int = Field(default=4, ge=1, description="Buckets of one table rewritten in parallel. Count.")
 
 
 class SchedulerSettings(_Group):
@@ -239,7 +243,7 @@ class LoggingSettings(_Group):
 
 
 class CommitSettings(_Group):
-    """Retries of commits that lose the race for a table version."""
+    """Retries of commits that lose the race for a table version, and how maintenance groups its commits."""
 
     max_attempts: int = Field(default=10, ge=1, description="Attempts of one commit, the first included. Count.")
     base_delay_ms: int = Field(
@@ -250,6 +254,18 @@ class CommitSettings(_Group):
     )
     total_timeout_seconds: float = Field(
         default=300.0, gt=0, description="Time after which a commit stops retrying. Seconds."
+    )
+    group_max_tasks: int = Field(
+        default=64,
+        ge=1,
+        description="Finished bucket rewrites committed together: a group is committed once it holds this many. "
+        "Count.",
+    )
+    group_interval_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="A group of finished bucket rewrites is committed once its first one has waited this long, "
+        "so a long run lands its progress; 0 commits each as it finishes. Seconds.",
     )
 
     @model_validator(mode="after")

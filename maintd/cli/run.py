@@ -147,6 +147,10 @@ def print_summaries(console: Console, summaries: Sequence[Any], *, dry_run: bool
                   human_bytes(s.bytes_written), f"{s.seconds:.1f} s", str(s.conflicts))
     print_table(console, t)
     for s in summaries:
+        if s.spark_app_id:
+            retried = f", {s.spark_retries} retried" if s.spark_retries else ""
+            console.print(f"{s.uri}: ran as Spark application {s.spark_app_id} on {s.spark_master} "
+                          f"({s.spark_tasks} Spark task(s){retried}; {len(s.commits)} commit(s))", highlight=False)
         if s.reclaim:
             r = s.reclaim
             verb = "would reclaim" if dry_run else "reclaimed"

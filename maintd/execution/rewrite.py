@@ -1,27 +1,33 @@
-"""The per-task rewrite that runs inside a Spark task (or a local thread): pyarrow only, no Spark.
+"""The rewrite of one unit inside a Spark task (or a local thread): pyarrow only, no Spark.
 
-A task reads its input files, merges them and writes one output file:
+A unit reads its input files restricted to its key range, merges them and writes its output files:
 
-* ``cluster``: every row version kept, sorted by (primary key, version), into a DeltaFile at the
+* ``cluster``: every row version kept, sorted by (primary key, version), into one DeltaFile at the
   target level carrying ``_maintd_op`` and ``_maintd_version``;
-* ``compact``: the greatest version per key, deletes dropped, into a BaseFile.
+* ``compact``: the greatest version per key, deletes dropped, into BaseFiles of about
+  ``target_file_bytes`` each (:mod:`maintd.execution.output`).
 
-Several tasks may share one Spark task (a *pack*, :func:`run_pack_json`): each task of a pack is
-still rewritten, reported and, on failure, cleaned up on its own.
+Several units may share one Spark task (a *pack*, :func:`run_pack_json`): each is still rewritten,
+reported and, on failure, cleaned up on its own.
 
-Memory. Inputs are sorted by primary key, so a merge never needs a whole bucket in memory. When the
-estimated in-memory size of the inputs fits the task's budget (the common small-file case) every file
-is fetched whole with one read, decoded in parallel threads and the files are merged in one step,
-which is the fastest path. Otherwise the task streams: each file is read in bounded record batches
-and the files are merged one key range at a time (a k-way merge whose ranges end before the smallest
-"last buffered key" of any file), so memory stays near ``files x batch`` whatever the bucket size.
-Every version of one key falls into the same range, so the latest-row rule is exact per range.
+**Memory.** A unit stays within ``task_memory_bytes`` (the budget counts rows, read buffers and merge
+copies; the worker's own interpreter and libraries come on top), whatever the size of its inputs:
 
-Merging. Inputs are taken in version order. When their version ranges do not overlap (always so for
-level-0 files, one commit each), concatenating them in that order already puts the versions of one
-key in ascending order, so a stable sort on the primary key alone gives (key, version) order; only
-inputs whose version ranges overlap need the version as a second sort key. Compaction then keeps the
-last row of each key, unless it is a delete.
+* *memory*: inputs whose estimated decoded size (and its merged copy) fits the budget are fetched
+  whole, decoded in parallel threads and merged in one step: the fast path of the small-file case. The
+  estimate is checked against the fetched files' footers before decoding, and the decoded size is
+  measured while decoding (a dictionary-encoded column decodes to more than its footer says): past
+  the limit the unit streams instead;
+* *stream*: otherwise each input is streamed in bounded record batches through a k-way merge
+  (:func:`maintd.execution.merge.merge_streams`) in chunks of a bounded number of bytes;
+* *spill*: when even the open readers of all inputs would not fit (many inputs), the inputs are merged
+  in groups into sorted runs on local disk (``SPARK_LOCAL_DIRS``, else the temporary directory), and
+  the runs are merged in turn, as an external merge sort does. A compaction's runs keep their delete
+  rows, which must still hide older rows of other runs.
+
+The shares of the budget (open readers, buffers, one chunk, its merged copy, the writer's row group)
+are fixed below and leave about a quarter for the allocator and Python objects; ``bench/bench_memory.py``
+measures the peak RSS of a worker against the budget.
 """
 
 from __future__ import annotations
@@ -29,36 +35,61 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
+import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from maintd.execution.inputs import (
+    Layout,
+    StreamSource,
+    TooLargeError,
+    decoded_bytes,
+    fetch_all,
+    file_stream,
+    open_source,
+    read_all,
+)
+from maintd.execution.merge import in_version_order, integer_key, merge_chunk, merge_streams
+from maintd.execution.output import Outputs
 from maintd.execution.specs import TaskResult, TaskSpec
-from maintd.storage import LocalStorage, Storage, storage_for_uri
-from maintd.table.actions import AddFile, Metadata
-from maintd.table.files import WRITE_OPTIONS, data_file_path, file_schema, key_bounds, with_hidden_columns
-from maintd.table.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
+from maintd.storage import Storage, storage_for_uri
+from maintd.table.actions import AddFile
 
 EXPANSION = 6
-"""Estimated in-memory bytes (Arrow, plus sort copies) per byte of compressed Parquet input."""
-CHUNK_ROWS = 1 << 20
-"""Rows gathered before a streamed key range is merged and written."""
-OUTPUT_OPTIONS: dict[str, Any] = {**WRITE_OPTIONS, "dictionary_pagesize_limit": 64 << 10}
-"""Parquet options of merge outputs: the format's (zstd 1, statistics), and a 64 KiB dictionary page
-limit, so a high-cardinality column falls back to plain encoding early instead of hashing 1 MiB of
-values first (faster, and smaller files after zstd)."""
+"""Estimated in-memory bytes (Arrow, plus the merge copy) per byte of compressed Parquet input: the cheap
+first test of the memory path, before any footer is read."""
+MEMORY_PATH_SHARE = 0.7
+"""The memory path needs fetched bytes + 2 x decoded bytes within this share of the budget."""
+SOURCES_SHARE = 0.3
+"""The inputs of one merge pass: open readers (pages, dictionaries, read buffers) of the streamed ones, the
+rows of the small ones read whole. More inputs are merged in passes through spilled runs."""
+BUFFER_SHARE = 0.06
+"""Rows buffered ahead in the streamed inputs of one merge pass (at most half a chunk, so one merge step
+never gathers much more than a chunk)."""
+CHUNK_SHARE = 0.12
+"""One chunk of gathered rows; with a step's overshoot (half a chunk) and its merged copy, three chunks."""
+ROW_GROUP_SHARE = 0.04
+"""Rows the writer gathers into one row group. The shares add up to about three quarters of the budget:
+the rest is for the allocator's slack and Python objects."""
+ROW_GROUP_BYTES = 16 << 20
+"""At most this many compressed bytes per output row group (finer key index, smaller writer buffers)."""
+MIN_BUFFER_ROWS = 512
+SPILL_PAGE = 64 << 10
 
 
 class InjectedFaultError(RuntimeError):
     """Raised by a task that was told to fail (tests of failure handling)."""
+
+
+# -- entry points ------------------------------------------------------------------------------------------------
 
 
 def run_task_json(spec_json: str) -> str:
@@ -67,15 +98,15 @@ def run_task_json(spec_json: str) -> str:
 
 
 def run_pack_json(specs_json: Sequence[str], threads: int = 1) -> list[str]:
-    """Entry point of a Spark task running a pack of tasks: one result JSON per spec; never raises."""
+    """Entry point of a Spark task running a pack of units: one result JSON per spec; never raises."""
     return [r.model_dump_json() for r in run_pack(list(specs_json), threads)]
 
 
 def run_pack(specs: Sequence[TaskSpec | str], threads: int = 1) -> list[TaskResult]:
-    """Run several tasks in one process, ``threads`` at a time, in the order given; never raises.
+    """Run several units in one process, ``threads`` at a time, in the order given; never raises.
 
-    A task failing (or even its spec failing to parse) is reported in its own result; the other
-    tasks of the pack are unaffected.
+    A unit failing (or even its spec failing to parse) is reported in its own result; the other
+    units of the pack are unaffected.
     """
     if threads <= 1 or len(specs) <= 1:
         return [_run_json(s) if isinstance(s, str) else run_task(s) for s in specs]
@@ -100,25 +131,44 @@ def _run_json(spec_json: str) -> TaskResult:
     return run_task(spec)
 
 
+def current_attempt() -> int:
+    """The Spark attempt number of the running task (0 outside Spark)."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        return 0
+    ctx = TaskContext.get()
+    return int(ctx.attemptNumber()) if ctx is not None else 0
+
+
+def release_memory() -> None:
+    """Return the memory Arrow freed to the system after each chunk of a streamed merge, so a worker's RSS
+    follows the rows it still holds (see ``spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL`` in
+    :mod:`maintd.execution.spark`)."""
+    pa.default_memory_pool().release_unused()
+
+
 def run_task(spec: TaskSpec) -> TaskResult:
-    """Rewrite one task's inputs. A failure is reported in the result, and the partial output deleted."""
+    """Rewrite one unit. A failure is reported in the result, and the unit's partial output deleted."""
     started = time.monotonic()
-    out: _Output | None = None
+    attempt = current_attempt()
+    out: Outputs | None = None
     phases: dict[str, float] = {}
+    common: dict[str, Any] = {"task_id": spec.task_id, "kind": spec.kind, "inputs": _paths(spec), "unit": spec.unit,
+                              "units": spec.units, "token": spec.token, "attempt": attempt}
     try:
         storage = storage_for_uri(spec.table_uri)
-        out = _Output(storage, spec)
-        add, mode, rows_read = _rewrite(storage, spec, out, phases)
+        out = Outputs(storage, spec, row_group_rows=_row_group_rows(spec), attempt=attempt)
+        rows_read, mode = _rewrite(storage, spec, out, phases)
+        adds = out.close()
     except Exception as exc:  # reported, not raised: one failing bucket must not fail the others
         if out is not None:
             out.discard()
-        return TaskResult(task_id=spec.task_id, kind=spec.kind, ok=False, inputs=_paths(spec),
-                          seconds=time.monotonic() - started,
+        return TaskResult(**common, ok=False, seconds=time.monotonic() - started,
                           error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}")
-    return TaskResult(task_id=spec.task_id, kind=spec.kind, ok=True, inputs=_paths(spec), add=add,
-                      bytes_read=sum(f.bytes for f in spec.inputs), rows_read=rows_read,
-                      rows_written=add.rows if add else 0, bytes_written=add.bytes if add else 0,
-                      seconds=time.monotonic() - started, mode=mode, phases=phases)
+    return TaskResult(**common, ok=True, adds=adds, bytes_read=sum(f.bytes for f in spec.inputs), rows_read=rows_read,
+                      rows_written=sum(a.rows for a in adds), bytes_written=sum(a.bytes for a in adds),
+                      seconds=time.monotonic() - started, mode=mode, phases=phases)  # type: ignore[arg-type]
 
 
 def _paths(spec: TaskSpec) -> tuple[str, ...]:
@@ -126,42 +176,164 @@ def _paths(spec: TaskSpec) -> tuple[str, ...]:
 
 
 def fits_in_memory(spec: TaskSpec) -> bool:
+    """The cheap first test of the memory path, from the inputs' compressed sizes."""
     return sum(f.bytes for f in spec.inputs) * EXPANSION <= spec.task_memory_bytes
 
 
-def in_version_order(inputs: Sequence[AddFile]) -> tuple[list[AddFile], bool]:
-    """The inputs by ascending version, and whether their version ranges are disjoint (no overlap)."""
-    files = sorted(inputs, key=lambda f: (f.min_version, f.max_version, f.path))
-    disjoint = all(a.max_version < b.min_version for a, b in pairwise(files))
-    return files, disjoint
+def _row_group_rows(spec: TaskSpec) -> int:
+    rows = max(1, sum(f.rows for f in spec.inputs))
+    packed = max(1, sum(f.bytes for f in spec.inputs)) / rows  # compressed bytes per row
+    cap = min(ROW_GROUP_BYTES, spec.task_memory_bytes * ROW_GROUP_SHARE / EXPANSION, spec.target_file_bytes / 4)
+    return int(max(1024, min(1 << 20, cap / packed)))
 
 
-def _rewrite(storage: Storage, spec: TaskSpec, out: _Output, phases: dict[str, float]
-             ) -> tuple[AddFile | None, str, int]:
+# -- the rewrite -------------------------------------------------------------------------------------------------
+
+
+def _rewrite(storage: Storage, spec: TaskSpec, out: Outputs, phases: dict[str, float]) -> tuple[int, str]:
+    """Merge the unit's inputs into ``out``; returns (rows read, mode)."""
     keys = list(spec.metadata.primary_key)
     files, disjoint = in_version_order(spec.inputs)
     clock = _Clock(phases)
-    if fits_in_memory(spec):
-        chunks: Iterator[pa.Table] = iter([_read_all(storage, spec, files)])
-        mode = "memory"
-    else:
-        chunks = _key_range_chunks(storage, spec, files)
-        mode = "stream"
+    whole = _read_whole(storage, spec, files) if fits_in_memory(spec) else None
+    stream = _Streaming(storage, spec, files, disjoint) if whole is None else None
+    chunks: Iterator[pa.Table] = iter(whole) if whole is not None else stream.chunks()  # type: ignore[union-attr]
+    del whole
     clock.lap("read")
     rows_read = 0
-    for chunk in chunks:
-        clock.lap("read")
-        rows_read += chunk.num_rows
-        merged = merge_chunk(chunk, keys, spec.kind, version_ordered=disjoint)
-        clock.lap("merge")
-        out.write(merged)
+    try:
+        for chunk in chunks:
+            clock.lap("read")
+            rows_read += chunk.num_rows
+            merged = merge_chunk(chunk, keys, spec.kind, version_ordered=disjoint)
+            del chunk
+            clock.lap("merge")
+            out.write(merged)
+            del merged
+            if stream is not None:
+                release_memory()
+            clock.lap("write")
+            _fault(spec, out)
+        out.flush()  # the rows still gathered for a row group: part of the write
         clock.lap("write")
-        if spec.fault == "after_first_chunk":
-            raise InjectedFaultError(f"task {spec.task_id}: injected fault after writing {out.path}")
-    clock.lap("read")
-    add = out.close()
-    clock.lap("write")
-    return add, mode, rows_read
+    finally:
+        if stream is not None:
+            stream.close()
+    if stream is None:
+        return rows_read, "memory"
+    return stream.rows_read, "spill" if stream.passes > 1 else "stream"
+
+
+def _read_whole(storage: Storage, spec: TaskSpec, files: Sequence[AddFile]) -> list[pa.Table] | None:
+    """The inputs fetched and decoded whole, or None when their footers say they would not fit."""
+    data = fetch_all(storage, files, spec.read_threads)
+    packed = sum(f.bytes for f in files)
+    room = spec.task_memory_bytes * MEMORY_PATH_SHARE - packed
+    if 2 * sum(decoded_bytes(d) for d in data) > room:
+        return None
+    try:
+        return [read_all(spec.metadata, files, data, spec.read_threads, spec.key_range, limit=room / 2)]
+    except TooLargeError:  # decoded larger than the footers said (dictionary-encoded strings): stream
+        return None
+
+
+class _Streaming:
+    """The streamed merge of a unit's inputs, through spilled runs when there are too many inputs."""
+
+    def __init__(self, storage: Storage, spec: TaskSpec, files: Sequence[AddFile], disjoint: bool) -> None:
+        self.spec = spec
+        self.keys = list(spec.metadata.primary_key)
+        self.layout = Layout(spec.metadata)
+        self.disjoint = disjoint
+        self.numeric = integer_key(self.layout.schema, self.keys)
+        self.budget = spec.task_memory_bytes
+        def footer(f: AddFile) -> StreamSource:
+            return open_source(storage.full_path(f.path), storage.filesystem, f, self.layout.columns(f), self.keys,
+                               spec.key_range)
+
+        with ThreadPoolExecutor(max(1, min(spec.read_threads, len(files)))) as pool:  # one small read each
+            self.sources = list(pool.map(footer, files))
+        self.passes = 1
+        self.rows_read = 0
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    def chunks(self) -> Iterator[pa.Table]:
+        sources = self.sources
+        first = True
+        while _cost(sources) > self.budget * SOURCES_SHARE and len(sources) > 2:
+            sources = self._spill(sources, count=first)
+            first = False
+            self.passes += 1
+        for chunk in self._merge(sources):
+            if first:
+                self.rows_read += chunk.num_rows
+            yield chunk
+
+    def _merge(self, sources: list[StreamSource]) -> Iterator[pa.Table]:
+        """One k-way merge pass: buffers share ``BUFFER_SHARE`` of the budget (at least a few hundred rows
+        each), read in batches of a quarter buffer (so a wrong row-size estimate overshoots by little);
+        chunks are ``CHUNK_SHARE``. Buffer and chunk sizes are measured Arrow bytes."""
+        streamed = sum(s.streamed(MIN_BUFFER_ROWS) for s in sources) or 1
+        buffer_bytes = self.budget * BUFFER_SHARE / streamed
+        streams = []
+        for s in sources:
+            batch = int(max(64, min(1 << 16, max(buffer_bytes, MIN_BUFFER_ROWS * s.row_bytes) / 4 / s.row_bytes)))
+            streams.append(file_stream(s, self.layout, self.keys, batch, self.spec.key_range,
+                                       whole=not s.streamed(MIN_BUFFER_ROWS)))
+        return merge_streams(streams, self.keys, chunk_bytes=self.budget * CHUNK_SHARE,
+                             buffer_bytes=buffer_bytes, numeric=self.numeric)
+
+    def _spill(self, sources: list[StreamSource], *, count: bool) -> list[StreamSource]:
+        """Merge consecutive groups of sources (version order kept) into sorted runs on local disk."""
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="maintd-spill-", dir=spill_dir())
+        runs: list[StreamSource] = []
+        for group in _groups(sources, self.budget * SOURCES_SHARE):
+            path = str(Path(self._tmp.name) / f"run-{self.passes}-{len(runs)}.parquet")
+            with pq.ParquetWriter(path, self.layout.schema, compression="zstd", compression_level=1,
+                                  data_page_size=SPILL_PAGE, dictionary_pagesize_limit=SPILL_PAGE) as w:
+                for chunk in self._merge(group):
+                    if count:
+                        self.rows_read += chunk.num_rows
+                    merged = merge_chunk(chunk, self.keys, self.spec.kind, version_ordered=self.disjoint,
+                                         keep_deletes=True)
+                    w.write_table(merged, row_group_size=1 << 16)
+                    del merged, chunk
+                    release_memory()
+            runs.append(open_source(path, None, None, None, self.keys, self.spec.key_range, page_bytes=SPILL_PAGE))
+        for s in sources:
+            if s.spilled:  # a run of an earlier pass, merged: its disk space goes
+                with contextlib.suppress(OSError):
+                    os.unlink(s.location)
+        return runs
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+
+def _cost(sources: Sequence[StreamSource]) -> float:
+    """Memory of merging ``sources`` in one pass with minimal buffers: readers and a few rows, or whole rows."""
+    return sum(s.cost(MIN_BUFFER_ROWS) for s in sources)
+
+
+def _groups(sources: Sequence[StreamSource], limit: float) -> list[list[StreamSource]]:
+    """Consecutive groups of at least two sources, each within ``limit`` of :func:`_cost`."""
+    groups: list[list[StreamSource]] = [[]]
+    for s in sources:
+        if len(groups[-1]) >= 2 and _cost([*groups[-1], s]) > limit:
+            groups.append([])
+        groups[-1].append(s)
+    if len(groups) > 1 and len(groups[-1]) == 1:
+        groups[-2].append(groups.pop()[0])
+    return groups
+
+
+def spill_dir() -> str | None:
+    """Where merge runs are spilled: Spark's local directory of the executor, else the temporary directory."""
+    local = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0].strip()
+    return local if local and os.path.isdir(local) else None
 
 
 class _Clock:
@@ -177,257 +349,30 @@ class _Clock:
         self.last = now
 
 
-# -- merging -----------------------------------------------------------------------------------------------------
+# -- injected faults (tests) -------------------------------------------------------------------------------------
 
 
-def merge_chunk(t: pa.Table, keys: Sequence[str], kind: str, *, version_ordered: bool) -> pa.Table:
-    """Sort ``t`` by (key, version); for ``compact`` keep the greatest version per key, deletes dropped.
-
-    ``version_ordered``: the rows of any one key already appear in ascending version order (inputs
-    concatenated in version order, with disjoint version ranges), so a stable sort on the key suffices.
-    """
-    if t.num_rows == 0:
-        return t
-    if version_ordered and len(keys) == 1:
-        idx = pc.sort_indices(t.column(keys[0]))
-    else:
-        order = [(k, "ascending") for k in keys] + ([] if version_ordered else [(VERSION_COLUMN, "ascending")])
-        idx = pc.sort_indices(t, sort_keys=order)
-    if kind == "compact":
-        keep = _last_of_each_key([pc.take(t.column(k), idx) for k in keys])
-        keep &= pc.not_equal(pc.take(t.column(OP_COLUMN), idx), OP_DELETE).to_numpy(zero_copy_only=False)
-        idx = idx.filter(pa.array(keep))
-    return t.take(idx)
+def _claim(marker: Path) -> bool:
+    """Create ``marker`` if nobody has (atomic across processes); True if this call created it."""
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as fh:
+        fh.write(str(os.getpid()))
+    return True
 
 
-def _last_of_each_key(sorted_keys: Sequence[pa.ChunkedArray | pa.Array]) -> np.ndarray:
-    """Boolean mask of the rows that end a run of equal keys (columns already sorted)."""
-    n = len(sorted_keys[0])
-    mask = np.zeros(n, dtype=bool)
-    if n == 0:
-        return mask
-    mask[n - 1] = True
-    for col in sorted_keys:
-        c = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-        mask[: n - 1] |= pc.not_equal(c.slice(0, n - 1), c.slice(1)).to_numpy(zero_copy_only=False)
-    return mask
-
-
-# -- reading -----------------------------------------------------------------------------------------------------
-
-
-class _Layout:
-    """Per task: which columns to read from a file of a given kind and level, and the merged schema."""
-
-    def __init__(self, metadata: Metadata) -> None:
-        self.metadata = metadata
-        wanted = set(metadata.column_names) | {OP_COLUMN, VERSION_COLUMN}
-        self._wanted = wanted
-        self._columns: dict[tuple[str, int | None], list[str]] = {}
-        keys = set(metadata.primary_key) | set(metadata.partition_by)
-        names = [*metadata.column_names, OP_COLUMN, VERSION_COLUMN]
-        base = file_schema(metadata, "delta", 1)
-        self.schema = pa.schema([base.field(n) if n in keys or n in (OP_COLUMN, VERSION_COLUMN)
-                                 else base.field(n).with_nullable(True) for n in names])
-
-    def columns(self, f: AddFile) -> list[str]:
-        key = (f.kind, f.level)
-        if key not in self._columns:
-            self._columns[key] = [c for c in file_schema(self.metadata, f.kind, f.level).names if c in self._wanted]
-        return self._columns[key]
-
-    def unify(self, t: pa.Table) -> pa.Table:
-        """Columns in one order, value columns nullable: so delete-bearing and base files concat."""
-        if t.schema.equals(self.schema):
-            return t
-        return t.select(self.schema.names).cast(self.schema)
-
-
-def _fetch(storage: Storage) -> Callable[[str], bytes]:
-    """Read a whole data file by its table-relative path (plain ``open`` on local storage: no pathlib)."""
-    if isinstance(storage, LocalStorage):
-        root = str(storage.root)
-
-        def read_local(path: str) -> bytes:
-            with open(os.path.join(root, path), "rb") as fh:
-                return fh.read()
-
-        return read_local
-    return storage.read
-
-
-def _decode(data: bytes, columns: list[str] | None) -> pa.Table:
-    return pq.ParquetFile(pa.py_buffer(data), pre_buffer=False).read(columns=columns, use_threads=False)
-
-
-def _read_all(storage: Storage, spec: TaskSpec, files: Sequence[AddFile]) -> pa.Table:
-    """Read every input, in the order given, each fetched with one read and decoded from memory.
-
-    Files are decoded in parallel threads (Parquet decoding releases the GIL). When every input is a
-    level-0 file with the same columns (the small-file case), the parts are concatenated as read and
-    the version column, one constant per file, is added once for all of them.
-    """
-    layout = _Layout(spec.metadata)
-    fetch = _fetch(storage)
-    level0 = all(f.kind == "delta" and f.level == 0 for f in files)
-
-    def read(f: AddFile) -> pa.Table:
-        t = _decode(fetch(f.path), None if level0 else layout.columns(f))
-        return t if level0 else layout.unify(with_hidden_columns(t, f))
-
-    if spec.read_threads > 1 and len(files) > 1:
-        with ThreadPoolExecutor(min(spec.read_threads, len(files))) as pool:
-            parts = list(pool.map(read, files))
-    else:
-        parts = [read(f) for f in files]
-    if not level0:
-        return pa.concat_tables(parts)
-    l0 = file_schema(spec.metadata, "delta", 0)
-    if all(p.schema.equals(l0) for p in parts):
-        versions = np.repeat(np.array([f.min_version for f in files], dtype=np.int64), [p.num_rows for p in parts])
-        data = pa.concat_tables(parts).append_column(pa.field(VERSION_COLUMN, pa.int64(), nullable=False),
-                                                     pa.array(versions))
-        return layout.unify(data)
-    return pa.concat_tables([layout.unify(with_hidden_columns(p, f)) for p, f in zip(parts, files, strict=True)])
-
-
-# -- streaming: a k-way merge by key ranges ---------------------------------------------------------------------
-
-
-def _batches(storage: Storage, layout: _Layout, f: AddFile, batch_rows: int) -> Iterator[pa.Table]:
-    pf = pq.ParquetFile(storage.filesystem.open_input_file(storage.full_path(f.path)))
-    for b in pf.iter_batches(batch_size=batch_rows, columns=layout.columns(f), use_threads=False):
-        yield layout.unify(with_hidden_columns(pa.Table.from_batches([b]), f))
-
-
-class _Source:
-    """One input file read batch by batch; ``buf`` holds its rows not yet emitted (sorted by key)."""
-
-    def __init__(self, it: Iterator[pa.Table]) -> None:
-        self.it = it
-        self.buf: pa.Table | None = None
-        self.done = False
-
-    def refill(self) -> None:
-        """Append the next batch to the buffer (mark the source done at its end)."""
-        nxt = next(self.it, None)
-        if nxt is None:
-            self.done = True
-        elif nxt.num_rows:
-            self.buf = nxt if self.buf is None or self.buf.num_rows == 0 else pa.concat_tables([self.buf, nxt])
-
-    def ensure(self) -> None:
-        while not self.done and (self.buf is None or self.buf.num_rows == 0):
-            self.refill()
-
-    def take_below(self, lead: str, bound: pa.Scalar | None) -> pa.Table | None:
-        """Remove and return the buffered rows whose leading key is < bound (all if bound is None)."""
-        if self.buf is None or self.buf.num_rows == 0:
-            return None
-        n = self.buf.num_rows if bound is None else int(pc.sum(pc.less(self.buf.column(lead), bound)).as_py() or 0)
-        if n == 0:
-            return None
-        head, self.buf = self.buf.slice(0, n), self.buf.slice(n)
-        return head
-
-
-def _key_range_chunks(storage: Storage, spec: TaskSpec, files: Sequence[AddFile]) -> Iterator[pa.Table]:
-    """Yield the inputs' rows in ascending, disjoint ranges of the leading key column, each bounded in size.
-
-    Within a range, the rows of each file come in the order of ``files``, so a stable sort on the key
-    keeps the files' order between versions of one key.
-    """
-    md = spec.metadata
-    layout = _Layout(md)
-    lead = md.primary_key[0]
-    row_bytes = max(1, sum(f.bytes for f in files) * EXPANSION // max(1, sum(f.rows for f in files)))
-    budget_rows = max(4096, spec.task_memory_bytes // row_bytes)
-    batch_rows = max(1024, budget_rows // (2 * len(files)))
-    chunk_rows = max(batch_rows, min(CHUNK_ROWS, budget_rows // 2))
-    sources = [_Source(_batches(storage, layout, f, batch_rows)) for f in files]
-    pending: list[pa.Table] = []
-    pending_rows = 0
-    while True:
-        for s in sources:
-            s.ensure()
-        live = [s for s in sources if s.buf is not None and s.buf.num_rows]
-        if not live:
-            break
-        open_ = [s for s in live if not s.done]
-        bound = min((s.buf.column(lead)[-1] for s in open_), key=lambda x: x.as_py()) if open_ else None  # type: ignore[union-attr]
-        taken = [t for t in (s.take_below(lead, bound) for s in live) if t is not None]
-        if not taken:  # every open buffer ends at the bound: read further in those files
-            for s in open_:
-                if s.buf is not None and s.buf.column(lead)[-1] == bound:
-                    s.refill()
-            continue
-        pending += taken
-        pending_rows += sum(t.num_rows for t in taken)
-        if pending_rows >= chunk_rows:
-            yield pa.concat_tables(pending)
-            pending, pending_rows = [], 0
-    if pending:
-        yield pa.concat_tables(pending)
-
-
-# -- output -----------------------------------------------------------------------------------------------------
-
-
-class _Output:
-    """The one output file of a task, written chunk by chunk (chunks arrive in key order)."""
-
-    def __init__(self, storage: Storage, spec: TaskSpec) -> None:
-        self.storage = storage
-        self.spec = spec
-        self.kind = "base" if spec.kind == "compact" else "delta"
-        self.level = None if self.kind == "base" else spec.target_level
-        self.path = data_file_path(spec.metadata, spec.partition, spec.bucket, self.kind, self.level)  # type: ignore[arg-type]
-        self.schema = file_schema(spec.metadata, self.kind, self.level)  # type: ignore[arg-type]
-        self._writer: pq.ParquetWriter | None = None
-        self.rows = 0
-        self.deletes = 0
-        self.first: pa.Table | None = None
-        self.last: pa.Table | None = None
-
-    def write(self, t: pa.Table) -> None:
-        if t.num_rows == 0:
-            return
-        t = t.select(self.schema.names)
-        if not t.schema.equals(self.schema):
-            t = t.cast(self.schema)
-        if self._writer is None:
-            self.storage.makedirs(self.path.rsplit("/", 1)[0])
-            self._writer = pq.ParquetWriter(self.storage.full_path(self.path), self.schema,
-                                            filesystem=self.storage.filesystem, **OUTPUT_OPTIONS)
-            self.first = t.slice(0, 1)
-        self._writer.write_table(t, row_group_size=CHUNK_ROWS)
-        self.rows += t.num_rows
-        if self.kind == "delta":
-            self.deletes += int(pc.sum(pc.equal(t.column(OP_COLUMN), OP_DELETE)).as_py() or 0)
-        self.last = t.slice(t.num_rows - 1, 1)
-
-    def close(self) -> AddFile | None:
-        """Finish the file and describe it; None when no row survived (the inputs are removed all the same)."""
-        if self._writer is None:
-            return None
-        self._writer.close()
-        self._writer = None
-        size = self.storage.filesystem.get_file_info(self.storage.full_path(self.path)).size or 0
-        assert self.first is not None and self.last is not None
-        pk = self.spec.metadata.primary_key
-        kmin, _ = key_bounds(self.first, pk)
-        _, kmax = key_bounds(self.last, pk)
-        ins: Sequence[AddFile] = self.spec.inputs
-        return AddFile(path=self.path, partition=dict(self.spec.partition), bucket=self.spec.bucket,
-                       kind=self.kind, level=self.level, rows=self.rows, bytes=size,  # type: ignore[arg-type]
-                       min_version=min(f.min_version for f in ins), max_version=max(f.max_version for f in ins),
-                       min_commit_time=min(f.min_commit_time for f in ins),
-                       max_commit_time=max(f.max_commit_time for f in ins), delete_rows=self.deletes,
-                       key_min=kmin, key_max=kmax, data_change=False)
-
-    def discard(self) -> None:
-        if self._writer is not None:
-            with contextlib.suppress(Exception):
-                self._writer.close()
-            self._writer = None
-        self.storage.delete(self.path)
+def _fault(spec: TaskSpec, out: Outputs) -> None:
+    """An injected fault, after the unit wrote its first chunk (tests of failure handling)."""
+    name, _, arg = (spec.fault or "").partition(":")
+    if name == "after_first_chunk":
+        raise InjectedFaultError(f"task {spec.task_id}: injected fault after writing output")
+    if name in ("kill_once", "hold_once") and _claim(Path(arg) / ("killed" if name == "kill_once" else "held")):
+        out.flush()  # the attempt leaves a file behind when it dies
+        if name == "kill_once":
+            os.kill(os.getpid(), signal.SIGKILL)
+        deadline = time.monotonic() + 300
+        while not (Path(arg) / "release").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)

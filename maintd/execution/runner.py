@@ -1,8 +1,10 @@
 """One-shot maintenance of tables: plan, execute on Spark, commit, and summarise (``maintd run``).
 
-Each table is independent: a failure in one is recorded in its summary and the others still run. The
-SparkSession is created only when some table has work, so ``maintd run`` on healthy tables (or with
-``--dry-run``) never starts a JVM.
+Each table is independent: a failure in one is recorded in its summary and the others still run.
+Within a table, finished buckets are committed in groups while the run goes on (``commit.group_*``
+settings), so a failing or conflicting bucket costs only itself. The SparkSession is created only
+when some table has work, so ``maintd run`` on healthy tables (or with ``--dry-run``) never starts a
+JVM; the summary names the Spark master and application a run used.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from typing import Any
 
 from loguru import logger
 
-from maintd.execution.commit import commit_rewrites
-from maintd.execution.spark import execute, options_from_settings, spark_session
+from maintd.execution.driver import run_plan
+from maintd.execution.spark import options_from_settings, spark_session
 from maintd.execution.specs import ExecutionOptions
 from maintd.table import RetryPolicy, Snapshot, Table
 
@@ -76,6 +78,16 @@ class TableRunSummary:
     """The planner's decision for every (partition, bucket): action, rule and message."""
     reclaim: dict[str, Any] | None = None
     """The reclamation that followed maintenance (a :class:`~maintd.reclaim.ReclaimReport`), if one ran."""
+    spark_master: str | None = None
+    """The master URL of the Spark application that ran the tasks (None: none ran, or local threads)."""
+    spark_app_id: str | None = None
+    """The id of that Spark application (``app-...`` on a standalone cluster, ``local-...`` in local mode)."""
+    spark_tasks: int = 0
+    """Spark tasks the run was split into (units packed by input size, at least one per core)."""
+    spark_retries: int = 0
+    """Units that succeeded only in a retried attempt (an executor or Python worker lost, an attempt failed)."""
+    commits: list[int] = field(default_factory=list)
+    """The versions the run committed: one per group of finished tasks."""
 
     @property
     def ok(self) -> bool:
@@ -114,6 +126,14 @@ def tables_from_settings(settings: Any) -> list[str]:
     return list(dict.fromkeys(uris))
 
 
+def commit_groups(settings: Any) -> dict[str, Any]:
+    """The commit group bounds of the ``commit`` settings group, as execution options (none without settings)."""
+    c = getattr(settings, "commit", None)
+    if c is None:
+        return {}
+    return {"commit_max_tasks": c.group_max_tasks, "commit_interval_seconds": c.group_interval_seconds}
+
+
 def retry_policy(settings: Any) -> RetryPolicy | None:
     """The commit retry bounds of the ``commit`` settings group (None without settings: the table default)."""
     c = getattr(settings, "commit", None)
@@ -135,7 +155,7 @@ class Runner:
         path = policy_path if policy_path is not None else getattr(getattr(settings, "policy", None), "path", None)
         self.policy_file = load_policy_file(path)
         spark_settings = getattr(settings, "spark", None)
-        self.options = options or options_from_settings(spark_settings)
+        self.options = options or options_from_settings(spark_settings, **commit_groups(settings))
         self._spark = spark
         self._use_spark = use_spark
         self.retry = retry_policy(settings)
@@ -208,9 +228,13 @@ class Runner:
             self._progress(uri, "done")
             return
         self._progress(uri, "executing")
-        results = execute(plan, table, self.spark if self._use_spark else None, self.options)
-        self._progress(uri, "committing")
-        outcome = commit_rewrites(table, plan, results)
+        report = run_plan(plan, table, self.spark if self._use_spark else None, self.options, commit=True,
+                          before_commit=lambda: self._progress(uri, "committing"))
+        results, outcome = report.results, report.outcome
+        assert outcome is not None
+        summary.spark_master, summary.spark_app_id = report.master, report.app_id
+        summary.spark_tasks, summary.commits = report.spark_tasks, list(outcome.versions)
+        summary.spark_retries = report.retried
         summary.version, summary.conflicts = outcome.version, outcome.conflicts
         summary.tasks_committed, summary.tasks_dropped = len(outcome.committed), len(outcome.dropped)
         summary.tasks_failed = len(outcome.failed)

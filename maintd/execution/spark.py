@@ -1,19 +1,18 @@
-"""The SparkSession from maintd's settings, and running a plan's tasks on it.
+"""The SparkSession maintd runs on, and what its Python workers need (options, warm-up, zip caches).
 
-A plan's tasks are packed into a few Spark tasks (``numSlices`` = Spark's default parallelism, one
-per core, balanced by input size): a Python Spark task has a fixed cost (scheduling, the worker's
-per-task set-up), so it is paid once per core rather than once per bucket, while the buckets still
-run in parallel on every core. Inside a Spark task the pack's tasks run one after the other (or
-``pack_threads`` at a time), each reading, merging, writing and reporting on its own. A task receives
-its spec (input ``add`` actions and the table metadata, so no schema inference and no listing) and
-returns only the ``add`` action of the file it wrote: the rows never travel through the driver.
+maintd runs on the session the user runs it with:
 
-Three ways to reach Spark, from the ``spark`` settings group:
+* **an existing session** (a notebook, an application embedding maintd, a test): used as it is;
+* **under** ``spark-submit`` (``jobs/maintenance_job.py``): the session the submission configured,
+  master and deploy settings included; maintd's own ``spark`` settings do not override any of them;
+* **otherwise** maintd builds one from its ``spark`` settings: ``master`` (``local[*]``,
+  ``spark://host:7077``, ``k8s://https://...``) or ``remote`` (Spark Connect), ``app_name``,
+  ``driver_memory`` and ``conf``. A local master without a failure count gets one (``local[*]`` runs
+  as ``local[*,F]`` with F = ``spark.task.maxFailures``, default 4), because Spark retries nothing in
+  local mode otherwise, and a killed Python worker would fail the run.
 
-* ``master: local[*]`` (default), ``spark://host:7077`` or ``k8s://https://...``: a classic session;
-  packs run through ``SparkContext.parallelize(packs).flatMap(run_pack_json)``.
-* ``remote: sc://host:15002`` (Spark Connect): there is no SparkContext, so the same function runs in
-  ``spark.range(n).mapInArrow(...)``, one partition per pack.
+Execution options of maintd itself are read from ``spark.conf`` of the settings in every mode
+(``spark.maintd.task.memory``, ``...readThreads``, ``...inputBytes``, ``...packThreads``).
 
 Executors need maintd installed (the Docker image has it; elsewhere ship it with ``--py-files``).
 """
@@ -21,54 +20,72 @@ Executors need maintd installed (the Docker image has it; elsewhere ship it with
 from __future__ import annotations
 
 import functools
+import json
 import os
+import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from maintd.execution.rewrite import run_pack_json, run_task
-from maintd.execution.specs import ExecutionOptions, PlanDoc, TaskResult, TaskSpec, task_specs
+from loguru import logger
+
+from maintd.execution.rewrite import run_pack_json
+from maintd.execution.specs import ExecutionOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from maintd.table import Table
-
 TASK_MEMORY_CONF = "spark.maintd.task.memory"
 """Spark conf key (in ``spark.conf`` of the settings) for the per-task memory budget, e.g. ``512m``."""
 READ_THREADS_CONF = "spark.maintd.task.readThreads"
-SLICES_CONF = "spark.maintd.task.slices"
-"""Spark tasks per run (packs of plan tasks); default: Spark's default parallelism (one per core)."""
+INPUT_BYTES_CONF = "spark.maintd.task.inputBytes"
+"""Input bytes of one Spark task, e.g. ``256m``: large compactions split into key ranges of this size, small
+plan tasks packed up to it."""
 PACK_THREADS_CONF = "spark.maintd.task.packThreads"
 """Plan tasks run at once inside one Spark task (default 1)."""
-FILE_COST_BYTES = 64 << 10
-"""Fixed cost of one input file, in bytes of input, when balancing packs (opening and decoding a small
-file costs about as much as reading 64 KiB)."""
+FAULTS_CONF = "spark.maintd.faults"
+"""Fault injection for tests: JSON object of plan task id (or ``*``) to fault (:class:`ExecutionOptions`)."""
+MAX_FAILURES_CONF = "spark.task.maxFailures"
+DEFAULT_MAX_FAILURES = 4
 
 _DEFAULT_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "16",
     "spark.python.worker.reuse": "true",
+    # Arrow allocates from jemalloc in the Python workers: with the release after every merged chunk it
+    # hands freed memory back promptly, where mimalloc (pyarrow's default) kept up to twice a small budget
+    # (bench/bench_memory.py). The variable must be set before the worker first allocates.
+    "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
 }
+_LOCAL = re.compile(r"local(?:\[(\*|\d+)\])?")
 
 
 def spark_session(spark_settings: Any = None, *, conf: Mapping[str, str] | None = None) -> SparkSession:
-    """Get or create the SparkSession described by the ``spark`` settings group (None: local defaults)."""
+    """The session to run on: an existing one, the one ``spark-submit`` configured, or one built from the
+    ``spark`` settings group (None: local defaults) with ``conf`` on top."""
     from pyspark.sql import SparkSession
 
+    existing = existing_session()
+    if existing is not None:
+        return existing
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # launched by spark-submit: its configuration stands
+        logger.info("running under spark-submit: the submitted master and configuration are used as they are")
+        return SparkSession.builder.getOrCreate()
     s = spark_settings
+    merged = {**_DEFAULT_CONF, **dict(getattr(s, "conf", {}) or {}), **dict(conf or {})}
     builder = SparkSession.builder.appName(getattr(s, "app_name", "maintd"))
     remote = getattr(s, "remote", None)
     if remote:
         builder = builder.remote(remote)
     else:
-        builder = builder.master(getattr(s, "master", "local[*]"))
+        failures = int(merged.get(MAX_FAILURES_CONF, DEFAULT_MAX_FAILURES))
+        builder = builder.master(with_task_retries(merged.pop("spark.master", None)
+                                                   or getattr(s, "master", "local[*]"), failures))
         builder = builder.config("spark.driver.memory", getattr(s, "driver_memory", "2g"))
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = builder.config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
-    for k, v in {**_DEFAULT_CONF, **dict(getattr(s, "conf", {}) or {}), **dict(conf or {})}.items():
+    for k, v in merged.items():
         if not remote or not k.startswith("spark.ui"):
             builder = builder.config(k, v)
     session = builder.getOrCreate()
@@ -80,19 +97,55 @@ def spark_session(spark_settings: Any = None, *, conf: Mapping[str, str] | None 
     return session
 
 
+def existing_session() -> SparkSession | None:
+    """The session this process already runs (in this thread or another), if any."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    if SparkContext._active_spark_context is not None:
+        return SparkSession.builder.getOrCreate()
+    return None
+
+
+def with_task_retries(master: str, failures: int = DEFAULT_MAX_FAILURES) -> str:
+    """``local[N]`` -> ``local[N,F]``: local mode retries a failed task only when told how often."""
+    m = _LOCAL.fullmatch(master.strip())
+    if m is None:
+        return master
+    return f"local[{m.group(1) or 1},{max(1, failures)}]"
+
+
+def spark_info(spark: Any) -> tuple[str | None, str | None]:
+    """(master URL, application id) of a session, for run summaries."""
+    if spark is None:
+        return None, None
+    try:
+        if is_connect(spark):
+            return spark.conf.get("spark.master", None), spark.conf.get("spark.app.id", None)
+        sc = spark.sparkContext
+        return str(sc.master), str(sc.applicationId)
+    except Exception:  # a session that is going away: the summary does without
+        return None, None
+
+
 def options_from_settings(spark_settings: Any = None, **overrides: Any) -> ExecutionOptions:
-    """Execution options from ``spark.conf`` (``spark.maintd.task.memory``, ``...readThreads``, ``...slices``,
-    ``...packThreads``)."""
+    """Execution options from ``spark.conf`` (``spark.maintd.task.memory``, ``...readThreads``,
+    ``...inputBytes``, ``...packThreads``, ``spark.maintd.faults``)."""
     conf = dict(getattr(spark_settings, "conf", {}) or {})
     values: dict[str, Any] = {}
     if TASK_MEMORY_CONF in conf:
         values["task_memory_bytes"] = parse_size(conf[TASK_MEMORY_CONF])
     if READ_THREADS_CONF in conf:
         values["read_threads"] = int(conf[READ_THREADS_CONF])
-    if SLICES_CONF in conf:
-        values["slices"] = int(conf[SLICES_CONF])
+    if INPUT_BYTES_CONF in conf:
+        values["task_input_bytes"] = parse_size(conf[INPUT_BYTES_CONF])
     if PACK_THREADS_CONF in conf:
         values["pack_threads"] = int(conf[PACK_THREADS_CONF])
+    if FAULTS_CONF in conf:
+        values["faults"] = json.loads(conf[FAULTS_CONF])
     return ExecutionOptions(**(values | overrides))
 
 
@@ -103,76 +156,6 @@ def parse_size(text: str) -> int:
     return int(float(t[:-1] if mult > 1 else t) * mult)
 
 
-def execute(plan: Any, table: Table, spark: SparkSession | None = None,
-            options: ExecutionOptions | None = None) -> list[TaskResult]:
-    """Run every task of ``plan`` (on Spark, or in local threads when ``spark`` is None).
-
-    Returns one result per task, in plan order. A task that fails is reported (``ok=False``) and its
-    partial output deleted; the other tasks are unaffected.
-    """
-    doc = PlanDoc.of(plan)
-    if not doc.tasks:
-        return []
-    specs = task_specs(doc, table.snapshot(doc.read_version), options)
-    if spark is None:
-        return run_local(specs)
-    return run_on_spark(spark, specs, options)
-
-
-def run_local(specs: Sequence[TaskSpec], threads: int = 2) -> list[TaskResult]:
-    """Run tasks in this process (tests, and tables too small to be worth a Spark job)."""
-    with ThreadPoolExecutor(threads) as pool:
-        return list(pool.map(run_task, specs))
-
-
-def task_cost(spec: TaskSpec) -> int:
-    """The relative cost of a task, for balancing packs: input bytes plus a fixed cost per file."""
-    return sum(f.bytes for f in spec.inputs) + FILE_COST_BYTES * len(spec.inputs)
-
-
-def pack_tasks(specs: Sequence[TaskSpec], slices: int) -> list[list[int]]:
-    """Split tasks (by index) into at most ``slices`` packs of about equal cost, biggest tasks first.
-
-    Longest-processing-time-first: each task, from the costliest, goes to the pack with the least cost
-    so far. Deterministic; packs are never empty.
-    """
-    n = max(1, min(slices, len(specs)))
-    costs = [task_cost(s) for s in specs]
-    packs: list[list[int]] = [[] for _ in range(n)]
-    loads = [0] * n
-    for i in sorted(range(len(specs)), key=lambda i: (-costs[i], i)):
-        j = min(range(n), key=lambda j: (loads[j], j))
-        packs[j].append(i)
-        loads[j] += costs[i]
-    return [p for p in packs if p]
-
-
-def run_on_spark(spark: SparkSession, specs: Sequence[TaskSpec],
-                 options: ExecutionOptions | None = None) -> list[TaskResult]:
-    """Run tasks as packs, one Spark task per pack; results in the order of ``specs``."""
-    if not specs:
-        return []
-    opts = options or ExecutionOptions()
-    connect = _is_connect(spark)
-    slices = opts.slices or (len(specs) if connect else spark.sparkContext.defaultParallelism)
-    packs = [[specs[i].model_dump_json() for i in p] for p in pack_tasks(specs, slices)]
-    run = functools.partial(run_pack_in_worker, threads=opts.pack_threads, freeze=opts.freeze_zip_caches)
-    if connect:
-        out = _run_connect(spark, packs, run)
-    else:
-        sc = spark.sparkContext
-        sc.setJobDescription(f"maintd: {len(specs)} rewrite task(s) in {len(packs)} Spark task(s) of "
-                             f"{specs[0].table_uri}")
-        out = sc.parallelize(packs, numSlices=len(packs)).flatMap(run).collect()
-    by_id = {r.task_id: r for r in (TaskResult.model_validate_json(x) for x in out)}
-    return [by_id.get(s.task_id) or _lost(s) for s in specs]
-
-
-def _lost(spec: TaskSpec) -> TaskResult:
-    return TaskResult(task_id=spec.task_id, kind=spec.kind, ok=False, inputs=tuple(f.path for f in spec.inputs),
-                      error="no result came back for this task")
-
-
 def run_pack_in_worker(pack: Sequence[str], threads: int = 1, freeze: bool = True) -> list[str]:
     """What one Spark task runs: a pack of task specs (JSON) in, one result JSON per task out."""
     if freeze:
@@ -181,15 +164,15 @@ def run_pack_in_worker(pack: Sequence[str], threads: int = 1, freeze: bool = Tru
 
 
 def warm_up(spark: SparkSession, options: ExecutionOptions | None = None) -> None:
-    """Start the Python workers of every slice and prepare them (import maintd, freeze zip caches).
+    """Start the Python workers of every core and prepare them (import maintd, freeze zip caches).
 
     A long-lived session pays this once; call it after creating the session so the first run does not.
     """
     opts = options or ExecutionOptions()
-    if _is_connect(spark):
+    if is_connect(spark):
         return
     sc = spark.sparkContext
-    n = opts.slices or sc.defaultParallelism
+    n = sc.defaultParallelism
     run = functools.partial(run_pack_in_worker, threads=1, freeze=opts.freeze_zip_caches)
     sc.parallelize([[] for _ in range(n)], numSlices=n).flatMap(run).collect()
 
@@ -229,18 +212,6 @@ def freeze_zip_caches() -> None:
     zipimport.zipimporter.invalidate_caches = invalidate_caches  # type: ignore[method-assign]
 
 
-def _is_connect(spark: Any) -> bool:
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no SparkContext)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
-def _run_connect(spark: Any, packs: list[list[str]], run: Any) -> list[str]:
-    import pyarrow as pa
-
-    def run_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            ids = b.column(0).to_pylist()
-            yield pa.RecordBatch.from_pydict({"result": [r for i in ids for r in run(packs[i])]})
-
-    n = len(packs)
-    df = spark.range(0, n, 1, numPartitions=n).mapInArrow(run_batches, "result string")
-    return [row[0] for row in df.collect()]

@@ -1,9 +1,12 @@
 """What travels between the driver and the Spark tasks: task specs in, task results out (JSON both ways).
 
-A :class:`TaskSpec` is self-contained: the table URI, the table metadata and the ``add`` action of
-every input file. A Spark task therefore never opens the log, never infers a schema and never lists a
-directory; it reads exactly the files it is given. A :class:`TaskResult` holds only the ``add`` of the
-file written (a few hundred bytes), so rows never pass through the driver.
+A plan task (one bucket's rewrite, the unit of commit) runs as one or more *units*, each a
+:class:`TaskSpec`: a large compaction is split into key ranges (:mod:`maintd.execution.units`), every
+other task is one unit. A spec is self-contained: the table URI, the table metadata, the key range and
+the ``add`` action of every input file. A Spark task therefore never opens the log, never infers a
+schema and never lists a directory; it reads exactly the files it is given. A :class:`TaskResult`
+holds only the ``add`` actions of the files written (a few hundred bytes each), so rows never pass
+through the driver.
 
 :class:`PlanDoc` is the part of a maintenance plan execution needs. It validates the planner's
 ``MaintenancePlan`` (or its JSON, for ``spark-submit``) while ignoring fields execution does not use,
@@ -17,13 +20,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from maintd.errors import InvalidInputError
-from maintd.table.actions import AddFile, Metadata
-from maintd.table.snapshot import Snapshot
+from maintd.table.actions import AddFile, KeyValue, Metadata
+from maintd.table.keyranges import KeyRange
 
 TaskKind = Literal["cluster", "compact"]
 DEFAULT_TASK_MEMORY = 512 * 1024 * 1024
-"""Memory one task may use for rows (bytes) before it switches from an in-memory merge to streaming."""
+"""Memory one task may use (bytes): rows, read buffers and merge copies, above the worker's own footprint."""
+DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
+"""Size of the BaseFiles a compaction writes, unless the plan says otherwise (``compaction.target_file_bytes``)."""
+DEFAULT_TASK_INPUT_BYTES = 256 * 1024 * 1024
+"""Input bytes of one Spark task: large compactions are split into key ranges of about this size and small
+plan tasks are packed together up to it."""
 
 
 class _Model(BaseModel):
@@ -42,6 +49,7 @@ class PlanTaskDoc(BaseModel):
     target_level: int | None = None
     inputs: tuple[str, ...]
     input_bytes: int = 0
+    target_file_bytes: int | None = None
 
 
 class PlanDoc(BaseModel):
@@ -69,25 +77,36 @@ class PlanDoc(BaseModel):
 
 
 class ExecutionOptions(_Model):
-    """How tasks run: memory budget per task (bytes), read threads per task, how tasks are packed into
-    Spark tasks, injected faults (tests)."""
+    """How tasks run: memory budget per task (bytes), read threads per task, how much input one Spark task
+    takes, how results are committed, injected faults (tests)."""
 
     task_memory_bytes: int = Field(default=DEFAULT_TASK_MEMORY, ge=1)
     read_threads: int = Field(default=4, ge=1)
-    slices: int | None = Field(default=None, ge=1)
-    """Spark tasks per run, each running a pack of plan tasks (None: Spark's default parallelism, i.e.
-    one per core; never more than the plan's tasks)."""
+    task_input_bytes: int = Field(default=DEFAULT_TASK_INPUT_BYTES, ge=1)
+    """Input bytes of one Spark task (large compactions split into key ranges of this size, small plan tasks
+    packed up to it); a run has at least one Spark task per executor core when it has enough units."""
     pack_threads: int = Field(default=1, ge=1)
     """Plan tasks of one pack run at once (each holds up to ``task_memory_bytes``)."""
+    commit_max_tasks: int = Field(default=64, ge=1)
+    """A group of finished plan tasks is committed once it holds this many..."""
+    commit_interval_seconds: float = Field(default=30.0, ge=0)
+    """...or once its first task has waited this long (0: commit every task as it finishes)."""
     freeze_zip_caches: bool = True
     """Stop Python workers from re-reading Spark's zip archives before every Spark task (see
     :func:`maintd.execution.spark.freeze_zip_caches`)."""
     faults: dict[str, str] = Field(default_factory=dict)
-    """task_id -> fault name (``after_first_chunk``): raise inside the task, after output was written."""
+    """Plan task id (``<task id>#<unit>`` for one key range of it, ``*`` for every task) -> fault, for tests of
+    failure handling: ``after_first_chunk``
+    (raise after output was written), ``kill_once:<dir>`` (the first attempt to claim ``<dir>`` kills its
+    own Python worker after writing output), ``hold_once:<dir>`` (the first attempt to claim ``<dir>``
+    writes output, records its pid in ``<dir>/held`` and waits until ``<dir>/release`` exists)."""
+
+    def fault_of(self, task_id: str, unit: int = 0) -> str | None:
+        return self.faults.get(f"{task_id}#{unit}") or self.faults.get(task_id) or self.faults.get("*")
 
 
 class TaskSpec(_Model):
-    """Everything one Spark task needs to rewrite one bucket's files."""
+    """Everything one Spark task needs to rewrite one unit (a key range, or all) of one bucket's files."""
 
     table_uri: str
     task_id: str
@@ -97,59 +116,47 @@ class TaskSpec(_Model):
     target_level: int | None
     metadata: Metadata
     inputs: tuple[AddFile, ...]
+    unit: int = 0
+    units: int = 1
+    key_lo: tuple[KeyValue, ...] | None = None
+    """The unit's keys are ``key_lo <= key < key_hi`` (None: unbounded)."""
+    key_hi: tuple[KeyValue, ...] | None = None
+    target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES
+    token: str = Field(default="0" * 16, pattern=r"^[0-9a-f]{16}$")
+    """Starts the name of every file the unit writes, in every attempt (so failed attempts can be found)."""
     task_memory_bytes: int = DEFAULT_TASK_MEMORY
     read_threads: int = 4
     fault: str | None = None
 
+    @property
+    def key_range(self) -> KeyRange:
+        return KeyRange(self.key_lo, self.key_hi)
+
 
 class TaskResult(_Model):
-    """What a task reports back: the file it wrote (if any) and what it read and wrote."""
+    """What a unit (or, combined, a whole plan task) reports back: the files it wrote and what it read and wrote."""
 
     task_id: str
     kind: TaskKind
     ok: bool
     inputs: tuple[str, ...]
-    add: AddFile | None = None
+    adds: tuple[AddFile, ...] = ()
+    unit: int = 0
+    units: int = 1
     bytes_read: int = 0
     rows_read: int = 0
     rows_written: int = 0
     bytes_written: int = 0
     seconds: float = 0.0
-    mode: Literal["memory", "stream", "none"] = "none"
+    mode: Literal["memory", "stream", "spill", "none"] = "none"
+    """How the inputs were merged: read whole, streamed in one k-way merge, or merged in passes through
+    spilled runs (more inputs than the memory budget can stream at once)."""
     error: str | None = None
     phases: dict[str, float] = Field(default_factory=dict)
     """Seconds of the task spent reading (fetch and decode), merging and writing."""
-
-
-def task_specs(plan: PlanDoc, snapshot: Snapshot, options: ExecutionOptions | None = None) -> list[TaskSpec]:
-    """Resolve every task's input paths to their ``add`` actions at the plan's read version.
-
-    Raises:
-        InvalidInputError: the snapshot is not the plan's read version, or an input is not live in it.
-    """
-    opts = options or ExecutionOptions()
-    if snapshot.version != plan.read_version:
-        raise InvalidInputError(
-            f"table {plan.table_uri}: the plan was made at version {plan.read_version}, "
-            f"not {snapshot.version}; load the snapshot at the plan's read version"
-        )
-    return [_spec(plan.table_uri, t, snapshot, opts) for t in plan.tasks]
-
-
-def _spec(uri: str, t: PlanTaskDoc, snapshot: Snapshot, opts: ExecutionOptions) -> TaskSpec:
-    missing = [p for p in t.inputs if p not in snapshot.files]
-    if missing:
-        raise InvalidInputError(
-            f"table {uri}: task {t.task_id} reads {missing[0]} (and {len(missing) - 1} more), which is not live "
-            f"at version {snapshot.version}; re-plan"
-        )
-    if not t.inputs:
-        raise InvalidInputError(f"table {uri}: task {t.task_id} has no input files")
-    level = None if t.kind == "compact" else (t.target_level if t.target_level is not None else 1)
-    return TaskSpec(table_uri=uri, task_id=t.task_id, kind=t.kind, partition=dict(t.partition), bucket=t.bucket,
-                    target_level=level, metadata=snapshot.metadata, inputs=tuple(snapshot.files[p] for p in t.inputs),
-                    task_memory_bytes=opts.task_memory_bytes, read_threads=opts.read_threads,
-                    fault=opts.faults.get(t.task_id))
+    token: str = "0" * 16
+    attempt: int = 0
+    """The Spark attempt number of the attempt that produced this result (0: the first)."""
 
 
 def results_json(results: Iterable[TaskResult]) -> str:

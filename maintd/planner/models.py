@@ -20,11 +20,11 @@ class _Model(BaseModel):
 
 
 class PlanTask(_Model):
-    """One rewrite: the inputs of one (partition, bucket) merged into one output file.
+    """One rewrite: the inputs of one (partition, bucket) merged into new files, committed together.
 
-    ``cluster`` writes a DeltaFile at ``target_level`` (1 or 2) holding every row version of the inputs;
-    ``compact`` writes one BaseFile (``target_level`` None) from the bucket's BaseFile and all its
-    DeltaFiles as of ``read_version``.
+    ``cluster`` writes one DeltaFile at ``target_level`` (1 or 2) holding every row version of the inputs;
+    ``compact`` writes BaseFiles of about ``target_file_bytes`` (``target_level`` None) from all the
+    bucket's DeltaFiles and the BaseFiles whose key ranges they touch, as of ``read_version``.
     """
 
     task_id: str
@@ -37,6 +37,8 @@ class PlanTask(_Model):
     input_rows: int = Field(ge=0)
     input_files: int = Field(ge=1)
     expected_output_bytes: int = Field(ge=0)
+    target_file_bytes: int | None = Field(default=None, gt=0)
+    """Compaction: the size of each BaseFile written (None for clustering)."""
     reason: str
     score: float = Field(ge=0)
 

@@ -61,12 +61,14 @@ def task_id(table_uri: str, read_version: int, cand: Candidate) -> str:
     return f"{cand.kind}-{read_version}-{h}"
 
 
-def _task(r: _Ranked, table_uri: str, read_version: int) -> PlanTask:
+def _task(r: _Ranked, table_uri: str, read_version: int, target_file_bytes: int) -> PlanTask:
     c = r.cand
     return PlanTask(task_id=task_id(table_uri, read_version, c), kind=c.kind, partition=dict(r.stats.partition),
                     bucket=r.stats.bucket, target_level=c.target_level, inputs=tuple(f.path for f in c.inputs),
                     input_bytes=c.input_bytes, input_rows=c.input_rows, input_files=len(c.inputs),
-                    expected_output_bytes=c.expected_output_bytes, reason=c.reason, score=r.score)
+                    expected_output_bytes=c.expected_output_bytes,
+                    target_file_bytes=target_file_bytes if c.kind == "compact" else None, reason=c.reason,
+                    score=r.score)
 
 
 def _decision(s: BucketStats, action: str, rule: str, message: str) -> BucketDecision:
@@ -118,7 +120,8 @@ def plan_buckets(stats: Sequence[BucketStats], policy: Policy, *, table_uri: str
     decisions = tuple(by_bucket.get(id(s)) or _decision(s, "skip", skips[i].rule, skips[i].message)
                       for i, s in enumerate(stats))
     return MaintenancePlan(table_uri=table_uri, read_version=read_version, created_at=now, policy_name=policy_name,
-                           tasks=tuple(_task(r, table_uri, read_version) for r in chosen), decisions=decisions)
+                           tasks=tuple(_task(r, table_uri, read_version, policy.compaction.target_file_bytes)
+                                       for r in chosen), decisions=decisions)
 
 
 def plan(snapshot: Snapshot, policy: Policy, now: datetime, table_uri: str = "", *,

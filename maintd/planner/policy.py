@@ -73,9 +73,12 @@ class ClusteringPolicy(_Model):
 
 
 class CompactionPolicy(_Model):
-    """Compaction: a bucket's BaseFile and all its DeltaFiles rewritten into one BaseFile."""
+    """Compaction: a bucket's DeltaFiles folded into BaseFiles of a target size (latest row per key)."""
 
     enabled: bool
+    target_file_bytes: Bytes = Field(description="size of the BaseFiles compaction writes, cut between keys; "
+                                                 "only BaseFiles whose key ranges DeltaFiles touch are rewritten "
+                                                 "when the others hold at least this much (bytes)")
     max_delta_files: int = Field(ge=1, description="DeltaFiles on top of the base that trigger compaction")
     delta_base_ratio: float = Field(gt=0, description="delta bytes / base bytes that trigger compaction")
     max_interval_hours: Hours = Field(description="hours since the last compaction that trigger compaction (h)")

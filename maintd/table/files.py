@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from maintd.storage import Storage
 from maintd.table.actions import AddFile, FileKind, KeyValue, Metadata
+from maintd.table.keyranges import key_value
 from maintd.table.schema import OP_COLUMN, OP_DELETE, OP_UPSERT, VERSION_COLUMN, to_arrow
 from maintd.table.snapshot import partition_path
 
@@ -29,11 +30,17 @@ WRITE_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 1, 
 
 
 def data_file_path(metadata: Metadata, partition: Mapping[str, str | None], bucket: int, kind: FileKind,
-                   level: int | None) -> str:
-    """A new, unique relative path for a data file."""
+                   level: int | None, *, unique: str | None = None) -> str:
+    """A new, unique relative path for a data file.
+
+    ``unique`` (32 lowercase hex digits) replaces the random part of the name, for writers that name
+    their files so they can find them again (maintenance attempts); default: a random UUID.
+    """
     part = partition_path(partition, metadata.partition_by)
     tag = "base" if kind == "base" else f"delta-L{level}"
-    name = f"bucket-{bucket:05d}/{tag}-{uuid.uuid4().hex}.parquet"
+    if unique is not None and (len(unique) != 32 or unique.strip("0123456789abcdef")):
+        raise ValueError(f"unique part of a data file name must be 32 lowercase hex digits, got {unique!r}")
+    name = f"bucket-{bucket:05d}/{tag}-{unique or uuid.uuid4().hex}.parquet"
     return f"{part}/{name}" if part else name
 
 
@@ -49,20 +56,12 @@ def file_schema(metadata: Metadata, kind: FileKind, level: int | None) -> pa.Sch
     return schema
 
 
-def _scalar(v: Any) -> KeyValue:
-    if isinstance(v, int | float | str | bool) or v is None:
-        return v
-    if isinstance(v, bytes):
-        return v.hex()
-    return str(v)
-
-
 def key_bounds(data: pa.Table, primary_key: Sequence[str]) -> tuple[tuple[KeyValue, ...] | None, ...]:
     """(first key, last key) of data sorted by primary key; (None, None) when empty."""
     if data.num_rows == 0:
         return None, None
-    first = tuple(_scalar(data.column(c)[0].as_py()) for c in primary_key)
-    last = tuple(_scalar(data.column(c)[data.num_rows - 1].as_py()) for c in primary_key)
+    first = tuple(key_value(data.column(c)[0].as_py()) for c in primary_key)
+    last = tuple(key_value(data.column(c)[data.num_rows - 1].as_py()) for c in primary_key)
     return first, last
 
 

@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 from maintd.storage import Storage
 from maintd.table.actions import AddFile, Metadata
 from maintd.table.files import read_data_file
+from maintd.table.keyranges import sort_key
 from maintd.table.merge import latest_rows
 from maintd.table.schema import HIDDEN_COLUMNS, OP_COLUMN, VERSION_COLUMN, to_arrow
 from maintd.table.snapshot import PartitionKey, Snapshot
@@ -31,11 +32,14 @@ def read_bucket(storage: Storage, metadata: Metadata, files: Sequence[AddFile], 
     need = list(dict.fromkeys([*_key_columns(metadata), *cols]))
     if not files:
         return _empty(metadata, need, keep_hidden)
-    parts = [read_data_file(storage, metadata, f, need) for f in files]
     lone = files[0] if len(files) == 1 else None
-    if lone is not None and (lone.kind == "base" or (lone.level == 0 and lone.delete_rows == 0)):
-        t = parts[0]  # a writer's file without deletes, or a BaseFile: every key appears once already
+    if all(f.kind == "base" for f in files):  # BaseFiles of a bucket hold disjoint key ranges: nothing to merge
+        ordered = sorted(files, key=lambda f: (f.key_min is not None, sort_key(f.key_min or ()), f.path))
+        t = pa.concat_tables([read_data_file(storage, metadata, f, need) for f in ordered])
+    elif lone is not None and lone.level == 0 and lone.delete_rows == 0:
+        t = read_data_file(storage, metadata, lone, need)  # a writer's file without deletes: keys appear once
     else:
+        parts = [read_data_file(storage, metadata, f, need) for f in files]
         t = latest_rows(pa.concat_tables(parts, promote_options="default"), _key_columns(metadata))
     if not keep_hidden:
         t = t.drop_columns([c for c in HIDDEN_COLUMNS if c in t.column_names])

@@ -67,7 +67,7 @@ def test_tasks_whose_inputs_were_removed_concurrently_are_dropped_and_the_others
     assert outcome.dropped == [victim] and outcome.conflicts == 1
     assert sorted(outcome.committed) == sorted(t.task_id for t in plan.tasks[1:])
     dropped = next(r for r in results if r.task_id == victim)
-    assert dropped.add is not None and not table.storage.exists(dropped.add.path)
+    assert dropped.adds and not any(table.storage.exists(a.path) for a in dropped.adds)
     assert sorted_read(table).equals(model.table())
 
 
@@ -78,7 +78,7 @@ def test_a_concurrent_metadata_change_aborts_the_run_and_deletes_its_outputs(tmp
     table.set_properties({"log.checkpoint.interval": "50"})
     outcome = commit_rewrites(table, plan, results)
     assert outcome.version is None and "MetadataChangedError" in (outcome.error or "")
-    assert all(not table.storage.exists(r.add.path) for r in results if r.add)
+    assert all(not table.storage.exists(a.path) for r in results for a in r.adds)
     assert sorted_read(table).equals(model.table())
 
 
@@ -94,5 +94,5 @@ def test_an_ambiguous_commit_error_leaves_outputs_for_orphan_cleanup(tmp_path: P
     monkeypatch.setattr(table.log, "try_commit", broken)
     outcome = commit_rewrites(table, plan, results)
     assert outcome.version is None and "OSError" in (outcome.error or "")
-    assert sorted(outcome.outputs_left) == sorted(r.add.path for r in results if r.add)
+    assert sorted(outcome.outputs_left) == sorted(a.path for r in results for a in r.adds)
     assert all(table.storage.exists(p) for p in outcome.outputs_left)

@@ -23,10 +23,11 @@ from maintd.execution import (
     run_pack,
     run_pack_json,
     run_task,
+    scheduler,
     task_specs,
 )
 from maintd.execution import spark as spark_mod
-from maintd.execution.rewrite import in_version_order, merge_chunk
+from maintd.execution.merge import in_version_order, merge_chunk
 from maintd.execution.specs import PlanDoc, PlanTaskDoc, TaskResult
 from maintd.table.merge import latest_rows, sort_by_key_version
 
@@ -34,8 +35,8 @@ from .helpers import Model, batch, make_table, plan_all, sorted_read
 
 
 def _rows(table: Table, r: TaskResult) -> pa.Table:
-    assert r.add is not None
-    return pq.read_table(table.storage.full_path(r.add.path))
+    [add] = r.adds
+    return pq.read_table(table.storage.full_path(add.path))
 
 
 def _specs(table: Table, kind: str, **update: Any) -> list[TaskSpec]:
@@ -51,12 +52,23 @@ def test_packs_cover_every_task_once_and_balance_the_cost(tmp_path: Path) -> Non
         assert sorted(i for p in packs for i in p) == list(range(len(specs)))
         assert len(packs) == min(slices, len(specs)) and all(packs)
         assert pack_tasks(specs, slices) == packs  # deterministic
-    costs = [spark_mod.task_cost(s) for s in specs]
+    costs = [scheduler.task_cost(s) for s in specs]
     loads = [sum(costs[i] for i in p) for p in pack_tasks(specs, 2)]
     assert max(loads) - min(loads) <= max(costs)  # LPT: never off by more than one task
-    # the costliest task goes first in its pack
-    for p in pack_tasks(specs, 3):
+    # the costliest task goes first in its pack, and the costliest pack first
+    packs = pack_tasks(specs, 3)
+    for p in packs:
         assert [costs[i] for i in p] == sorted((costs[i] for i in p), reverse=True)
+    assert [sum(costs[i] for i in p) for p in packs] == sorted((sum(costs[i] for i in p) for p in packs), reverse=True)
+
+
+def test_spark_tasks_are_sized_by_input_and_cover_every_core(tmp_path: Path) -> None:
+    table, _ = make_table(tmp_path, commits=6, buckets=8)
+    specs = _specs(table, "compact")
+    total = sum(scheduler.task_cost(s) for s in specs)
+    assert scheduler.pack_count(specs, total * 10, cores=3) == 3  # small input: one per core
+    assert scheduler.pack_count(specs, total * 10, cores=64) == len(specs)  # never more than the units
+    assert scheduler.pack_count(specs, total // 4, cores=1) in (4, 5)  # large input: one per task_input_bytes
 
 
 @pytest.mark.parametrize("kind", ["cluster", "compact"])
@@ -71,8 +83,9 @@ def test_a_pack_writes_what_one_task_each_writes(tmp_path: Path, kind: str, thre
         assert a.ok and b.ok and a.mode == b.mode == "memory"
         assert (a.rows_read, a.rows_written) == (b.rows_read, b.rows_written)
         assert _rows(table, a).equals(_rows(table, b))
-        assert a.add is not None and b.add is not None and a.add.path != b.add.path
-        assert a.add.model_dump(exclude={"path", "bytes"}) == b.add.model_dump(exclude={"path", "bytes"})
+        [aa], [ba] = a.adds, b.adds
+        assert aa.path != ba.path
+        assert aa.model_dump(exclude={"path", "bytes"}) == ba.model_dump(exclude={"path", "bytes"})
         assert set(b.phases) == {"read", "merge", "write"}
 
 
@@ -91,18 +104,20 @@ def test_a_failing_task_in_a_pack_does_not_fail_the_others(tmp_path: Path, threa
     assert not by_id["broken"].ok and by_id["broken"].inputs == ("x.parquet",)
     assert "invalid task spec" in (by_id["broken"].error or "")
     others = [r for r in results if r.task_id not in (victim, "broken")]
-    assert len(others) == len(specs) - 1 and all(r.ok and r.add is not None for r in others)
+    assert len(others) == len(specs) - 1 and all(r.ok and len(r.adds) == 1 for r in others)
     for r in others:  # the others' outputs are there, the victim's partial output is gone
-        assert table.storage.exists(r.add.path)  # type: ignore[union-attr]
+        assert table.storage.exists(r.adds[0].path)
     written = {f.path for f in table.storage.walk() if f.path.startswith("bucket-")}
-    assert written == set(table.snapshot().files) | {r.add.path for r in others if r.add is not None}
+    assert written == set(table.snapshot().files) | {a.path for r in others for a in r.adds}
 
 
 def test_execute_with_options_from_spark_conf() -> None:
     opts = spark_mod.options_from_settings(type("S", (), {"conf": {
-        "spark.maintd.task.memory": "64m", "spark.maintd.task.slices": "3", "spark.maintd.task.packThreads": "2"}})())
-    assert (opts.task_memory_bytes, opts.slices, opts.pack_threads) == (64 << 20, 3, 2)
-    assert ExecutionOptions().slices is None and ExecutionOptions().pack_threads == 1
+        "spark.maintd.task.memory": "64m", "spark.maintd.task.inputBytes": "1g", "spark.maintd.task.packThreads": "2",
+        "spark.maintd.faults": '{"*": "after_first_chunk"}'}})())
+    assert (opts.task_memory_bytes, opts.task_input_bytes, opts.pack_threads) == (64 << 20, 1 << 30, 2)
+    assert opts.fault_of("any") == "after_first_chunk"
+    assert ExecutionOptions().task_input_bytes == 256 << 20 and ExecutionOptions().pack_threads == 1
 
 
 # -- the merge ---------------------------------------------------------------------------------------------------
@@ -209,7 +224,7 @@ def test_streaming_and_in_memory_clustering_write_the_same_rows(tmp_path: Path) 
     for spec in task_specs(plan_all(table, "cluster"), table.snapshot()):
         a = run_task(spec.model_copy(update={"task_memory_bytes": 10**9}))
         b = run_task(spec.model_copy(update={"task_memory_bytes": 20_000}))
-        assert (a.mode, b.mode) == ("memory", "stream")
+        assert a.mode == "memory" and b.mode in ("stream", "spill")
         assert _rows(table, a).equals(_rows(table, b))
 
 
@@ -251,3 +266,56 @@ def test_frozen_archives_skip_the_reread_and_new_archives_do_not(tmp_path: Path,
     imp_new.invalidate_caches()
     assert imp_old.find_spec("c") is None  # frozen: the directory was not re-read
     assert imp_new.find_spec("d") is not None  # not frozen: re-read as usual
+
+
+class _GrowingCluster:
+    """A backend whose cluster grows from one core to four while a run goes on; jobs block until released."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+        self.release = threading.Event()
+        self.n_cores = 1
+        self.active = 0
+        self.peak: dict[int, int] = {}
+
+    def cores(self) -> int:
+        return self.n_cores
+
+    def slots(self) -> int:
+        return 2 * self.n_cores
+
+    def run(self, packs: Any) -> list[str]:
+        with self.lock:
+            self.active += len(packs)
+            self.peak[self.n_cores] = max(self.peak.get(self.n_cores, 0), self.active)
+        assert self.release.wait(120), "never released"
+        with self.lock:
+            self.active -= len(packs)
+        return [r.model_dump_json() for p in packs for r in run_pack(list(p))]
+
+    def cancel(self) -> None:
+        self.release.set()
+
+    def describe(self) -> tuple[None, None]:
+        return None, None
+
+
+def test_spark_tasks_in_flight_follow_the_cores_the_cluster_has_now(tmp_path: Path) -> None:
+    table, _ = make_table(tmp_path, commits=3, buckets=12)
+    specs = _specs(table, "compact")
+    backend = _GrowingCluster()
+    results: list[TaskResult] = []
+
+    def tick() -> float:
+        if backend.n_cores == 1 and backend.active == 2:  # two tasks per core: the cluster grows
+            backend.n_cores = 4
+        elif backend.n_cores == 4 and backend.active == 8:
+            backend.release.set()
+        return 0.05
+
+    n = scheduler.run_units(specs, backend, ExecutionOptions(task_input_bytes=1), on_result=results.append,
+                            on_tick=tick)
+    assert n == len(specs) == 12 and all(r.ok for r in results) and len(results) == 12
+    assert backend.peak == {1: 2, 4: 8}

@@ -87,6 +87,8 @@ def test_maintd_run_prints_json_and_exits_non_zero_naming_failing_tables(tmp_pat
     assert result.exit_code == 0, result.output
     [summary] = json.loads(result.stdout)
     assert summary["status"] == "ok" and summary["tasks_committed"] > 0
+    assert summary["spark_master"] == spark.sparkContext.master and summary["spark_app_id"].startswith("local-")
+    assert summary["spark_tasks"] >= 2 and summary["commits"] == [summary["version"]]
     assert summary["reclaim"]["oldest_retained_version"] <= summary["version"]
     assert sorted_read(table).equals(model.table())
     missing = str(tmp_path / "missing")

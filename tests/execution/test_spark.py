@@ -10,14 +10,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from maintd.execution import ExecutionOptions, commit_rewrites, discard_outputs, execute
+from maintd.execution import ExecutionOptions, commit_rewrites, discard_outputs, execute, run_plan
 
 from .helpers import make_table, plan_all, sorted_read
 
 pytestmark = pytest.mark.spark
+
+
+def _rows(table, result) -> pa.Table:  # type: ignore[no-untyped-def]
+    """Every row a task wrote, in key order (its files hold consecutive key ranges)."""
+    adds = sorted(result.adds, key=lambda a: a.key_min)
+    return pa.concat_tables([pq.read_table(table.storage.full_path(a.path)) for a in adds])
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 
@@ -64,32 +71,53 @@ def test_the_spark_submit_job_runs_a_plan_from_json_and_commits(tmp_path: Path) 
     plan_file, out_file = tmp_path / "plan.json", tmp_path / "results.json"
     plan_file.write_text(plan.model_dump_json())
     submit = Path(sys.executable).parent / "spark-submit"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "MAINTD_SPARK__MASTER": "local[1]",
-           "MAINTD_SPARK__DRIVER_MEMORY": "512m", "MAINTD_STATE_DIR": str(tmp_path / "state")}
+    # maintd's own settings name another master: under spark-submit, the submitted one must stand
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "MAINTD_SPARK__MASTER": "spark://127.0.0.1:9",
+           "MAINTD_SPARK__DRIVER_MEMORY": "512m", "MAINTD_STATE_DIR": str(tmp_path / "state"),
+           "MAINTD_COMMIT__GROUP_INTERVAL_SECONDS": "3600"}
     started = time.monotonic()
-    proc = subprocess.run([str(submit), "--master", "local[1]", str(ROOT / "jobs" / "maintenance_job.py"),
+    proc = subprocess.run([str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                           str(ROOT / "jobs" / "maintenance_job.py"),
                            "--plan", str(plan_file), "--output", str(out_file), "--commit"],
                           env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(out_file.read_text())
+    assert out["spark_master"] == "local[1]" and out["spark_app_id"].startswith("local-")
     assert [r["ok"] for r in out["results"]] == [True, True]
-    assert out["commit"]["version"] == plan.read_version + 1, time.monotonic() - started
+    assert out["commit"]["versions"] == [plan.read_version + 1], time.monotonic() - started
     assert sorted_read(table).equals(model.table())
 
 
-@pytest.mark.parametrize("options", [ExecutionOptions(slices=1), ExecutionOptions(slices=2, pack_threads=2)],
-                         ids=["one-pack", "two-packs-threads"])
+def test_a_killed_python_worker_costs_one_retry_not_the_run(tmp_path: Path, spark: Any) -> None:
+    """Local mode retries (local[N,F]); the killed attempt's partial output is deleted by the driver."""
+    assert spark.sparkContext.master == "local[2,4]"
+    table, model = make_table(tmp_path, commits=10, buckets=4)
+    plan = plan_all(table, "compact")
+    markers = tmp_path / "markers"
+    report = run_plan(plan, table, spark, ExecutionOptions(faults={"*": f"kill_once:{markers}"}), commit=True)
+    assert (markers / "killed").exists(), "no worker was killed"
+    assert [r.ok for r in report.results] == [True] * 4 and max(r.attempt for r in report.results) == 1
+    assert report.outcome is not None and len(report.outcome.committed) == 4
+    assert report.master == "local[2,4]" and report.app_id == spark.sparkContext.applicationId
+    assert report.retried >= 1
+    snap = table.snapshot()
+    on_disk = {f.path for f in table.storage.walk() if f.path.startswith("bucket-")}
+    assert on_disk == set(snap.files) | set(snap.tombstones), "the killed attempt's output was left behind"
+    assert sorted_read(table).equals(model.table())
+
+
+@pytest.mark.parametrize("options", [ExecutionOptions(), ExecutionOptions(pack_threads=2)],
+                         ids=["packs", "packs-threads"])
 def test_packed_spark_tasks_write_what_one_spark_task_per_task_writes(tmp_path: Path, spark: Any,
                                                                        options: ExecutionOptions) -> None:
     table, model = make_table(tmp_path, commits=12, buckets=4)
     plan = plan_all(table, "compact")
-    one_each = execute(plan, table, spark, ExecutionOptions(slices=len(plan.tasks)))
+    one_each = execute(plan, table, spark, ExecutionOptions(task_input_bytes=1))
     packed = execute(plan, table, spark, options)
     assert [r.task_id for r in packed] == [t.task_id for t in plan.tasks] and all(r.ok for r in packed)
-    for a, b in zip(one_each, packed, strict=True):
-        assert a.add is not None and b.add is not None
-        assert pq.read_table(table.storage.full_path(a.add.path)).equals(
-            pq.read_table(table.storage.full_path(b.add.path)))
+    for a, b in zip(one_each, packed, strict=True):  # one split into key ranges, one Spark task per range
+        assert a.units > 1 and len(a.adds) > 1 and b.units == 1
+        assert _rows(table, a).equals(_rows(table, b))
     discard_outputs(table, one_each)
     assert commit_rewrites(table, plan, packed).committed
     assert sorted_read(table).equals(model.table())
@@ -99,7 +127,8 @@ def test_a_failing_task_fails_alone_in_its_spark_pack(tmp_path: Path, spark: Any
     table, model = make_table(tmp_path, commits=10, buckets=4)
     plan = plan_all(table, "compact")
     victim = plan.tasks[2].task_id
-    results = execute(plan, table, spark, ExecutionOptions(slices=1, faults={victim: "after_first_chunk"}))
+    results = execute(plan, table, spark, ExecutionOptions(task_input_bytes=1 << 40,
+                                                            faults={victim: "after_first_chunk"}))
     assert [r.task_id for r in results if not r.ok] == [victim]
     outcome = commit_rewrites(table, plan, results)
     assert outcome.failed == [victim] and len(outcome.committed) == len(plan.tasks) - 1
@@ -123,3 +152,12 @@ def test_spark_workers_freeze_their_zip_caches(spark: Any) -> None:
 
     archives = spark.sparkContext.parallelize([[]], 1).flatMap(probe).collect()
     assert any(a.endswith("pyspark.zip") for a in archives), archives
+
+
+def test_spark_workers_allocate_arrow_memory_from_jemalloc(spark: Any) -> None:
+    def pool(_: Any) -> list[str]:
+        import pyarrow as pa
+
+        return [pa.default_memory_pool().backend_name]
+
+    assert spark.sparkContext.parallelize([0], 1).flatMap(pool).collect() == ["jemalloc"]

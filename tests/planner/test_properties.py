@@ -11,6 +11,7 @@ from planner_helpers import HOUR, NOW, NOW_MS, MiB, snapshot
 
 from maintd.planner import MaintenancePlan, Policy, default_policy, plan, with_overrides
 from maintd.table.actions import AddFile
+from maintd.table.keyranges import overlaps
 from maintd.table.snapshot import Snapshot
 
 STEP_MS = 7 * 60_000  # one commit every 7 minutes
@@ -20,15 +21,33 @@ def _time(v: int, top: int) -> int:
     return NOW_MS - (top - v) * STEP_MS
 
 
+KEYS_PER_BASE = 1000
+
+
+@st.composite
+def key_span(draw: st.DrawFn, bases: int) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """A DeltaFile's keys: unknown, spread over every base, or within a narrow band (growing keys)."""
+    kind = draw(st.sampled_from(["none", "wide", "narrow", "narrow"]))
+    if kind == "none":
+        return None, None
+    top = max(1, bases) * KEYS_PER_BASE + 500
+    if kind == "wide":
+        return (0,), (top,)
+    lo = draw(st.integers(0, top))
+    return (lo,), (lo + draw(st.integers(0, 300)),)
+
+
 @st.composite
 def buckets(draw: st.DrawFn, bucket: int, top: int) -> list[AddFile]:
     files: list[AddFile] = []
     v = draw(st.integers(0, 5))
-    if v and draw(st.booleans()):
-        files.append(AddFile(path=f"b{bucket}/base", bucket=bucket, kind="base", level=None, rows=1000,
+    bases = draw(st.integers(1, 4)) if v and draw(st.booleans()) else 0
+    for k in range(bases):  # BaseFiles of disjoint key ranges, with gaps between them
+        files.append(AddFile(path=f"b{bucket}/base{k}", bucket=bucket, kind="base", level=None, rows=1000,
                              bytes=draw(st.integers(1, 400)) * MiB, min_version=0, max_version=v - 1,
                              min_commit_time=_time(0, top), max_commit_time=_time(v - 1, top),
-                             modification_time=_time(v - 1, top) + draw(st.integers(0, 3)) * HOUR))
+                             modification_time=_time(v - 1, top) + draw(st.integers(0, 3)) * HOUR,
+                             key_min=(k * KEYS_PER_BASE,), key_max=(k * KEYS_PER_BASE + 700,)))
     for i in range(draw(st.integers(0, 25))):
         level = draw(st.sampled_from([0, 0, 0, 1, 2]))
         same = level == 0 and files and files[-1].kind == "delta" and files[-1].level == 0 and draw(st.booleans())
@@ -37,10 +56,11 @@ def buckets(draw: st.DrawFn, bucket: int, top: int) -> list[AddFile]:
         v = hi + 1
         size = draw(st.sampled_from([1, 4, 30, 100, 300])) * MiB + draw(st.integers(0, 1000))
         rows = draw(st.integers(1, 1000))
+        kmin, kmax = draw(key_span(bases))
         files.append(AddFile(path=f"b{bucket}/d{i}", bucket=bucket, kind="delta", level=level, rows=rows,
                              bytes=size, min_version=lo, max_version=hi, min_commit_time=_time(lo, top),
                              max_commit_time=_time(hi, top), delete_rows=draw(st.integers(0, rows)),
-                             modification_time=_time(hi, top)))
+                             modification_time=_time(hi, top), key_min=kmin, key_max=kmax))
     return files
 
 
@@ -90,7 +110,8 @@ def policy_overrides(draw: st.DrawFn) -> dict[str, Any]:
                        "max_input_files": max_input_files,
                        "level1": draw(levels(max_input_files, target1)),
                        "level2": draw(levels(max_input_files, target2))},
-        "compaction": {"enabled": draw(st.booleans()), "max_delta_files": draw(st.integers(1, 40)),
+        "compaction": {"enabled": draw(st.booleans()), "target_file_bytes": draw(_mib(1, 512)),
+                       "max_delta_files": draw(st.integers(1, 40)),
                        "delta_base_ratio": draw(_grid(0.01, 3, 100)), "max_interval_hours": max_interval,
                        "min_interval_hours": draw(st.one_of(st.just(0.0), _grid(0.1, max_interval))),
                        "update_delete_share": draw(_grid(0.01, 1, 100)), "retention_pressure": draw(st.booleans())},
@@ -125,7 +146,13 @@ def _check_invariants(s: Snapshot, p: MaintenancePlan, pol: Policy) -> None:
         ins = [s.files[x] for x in t.inputs]
         assert len({f.bucket for f in ins}) == 1
         if t.kind == "compact":
-            assert set(t.inputs) == {f.path for f in s.files.values() if f.bucket == t.bucket}
+            bucket = [f for f in s.files.values() if f.bucket == t.bucket]
+            assert {f.path for f in bucket if f.kind == "delta"} <= set(t.inputs), "a DeltaFile is left out"
+            kept = [f for f in bucket if f.kind == "base" and f.path not in t.inputs]
+            assert not kept or sum(f.bytes for f in kept) >= pol.compaction.target_file_bytes
+            assert not any(overlaps(k.key_min, k.key_max, f.key_min, f.key_max) for k in kept for f in ins
+                           if f.kind == "delta"), "a kept BaseFile's key range is touched by a DeltaFile"
+            assert t.target_file_bytes == pol.compaction.target_file_bytes
             continue
         assert len(ins) >= 2
         assert all(f.bytes <= pol.clustering.isolation_bytes for f in ins), "an isolated file is merged"
@@ -144,16 +171,47 @@ def _check_invariants(s: Snapshot, p: MaintenancePlan, pol: Policy) -> None:
 
 
 def _apply(s: Snapshot, p: MaintenancePlan) -> Snapshot:
+    """The snapshot after the plan's tasks, each writing one file per key segment (as execution does: a
+    compaction's outputs never span a BaseFile it keeps)."""
     files = dict(s.files)
     for k, t in enumerate(p.tasks):
         ins = [files.pop(x) for x in t.inputs]
         kind = "base" if t.kind == "compact" else "delta"
-        files[f"out{s.version}-{k}"] = AddFile(
-            path=f"out{s.version}-{k}", bucket=t.bucket, kind=kind, level=t.target_level,
-            rows=t.input_rows, bytes=max(1, t.expected_output_bytes), min_version=min(f.min_version for f in ins),
-            max_version=max(f.max_version for f in ins), min_commit_time=min(f.min_commit_time for f in ins),
-            max_commit_time=max(f.max_commit_time for f in ins), modification_time=NOW_MS)
+        kept = [f for f in files.values() if f.bucket == t.bucket and f.kind == "base"] if kind == "base" else []
+        for j, seg in enumerate(_segments(ins, kept)):
+            share = max(1, t.expected_output_bytes * len(seg) // len(ins))
+            files[f"out{s.version}-{k}-{j}"] = AddFile(
+                path=f"out{s.version}-{k}-{j}", bucket=t.bucket, kind=kind, level=t.target_level,
+                rows=t.input_rows, bytes=share, min_version=min(f.min_version for f in ins),
+                max_version=max(f.max_version for f in ins), min_commit_time=min(f.min_commit_time for f in ins),
+                max_commit_time=max(f.max_commit_time for f in ins), modification_time=NOW_MS,
+                key_min=_hull(seg)[0], key_max=_hull(seg)[1])
     return snapshot(files.values(), version=s.version + 1, retain_hours=s.retain_hours)
+
+
+def _hull(fs: list[AddFile]) -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]:
+    if any(f.key_min is None or f.key_max is None for f in fs):
+        return None, None
+    return min(f.key_min for f in fs if f.key_min), max(f.key_max for f in fs if f.key_max)
+
+
+def _segments(ins: list[AddFile], kept: list[AddFile]) -> list[list[AddFile]]:
+    """Inputs grouped by the gaps between kept BaseFiles (inputs with unknown keys: one group)."""
+    if not kept or any(f.key_min is None for f in ins):
+        return [ins]
+    cuts = sorted(k.key_min for k in kept if k.key_min is not None)
+    groups: dict[int, list[AddFile]] = {}
+    for f in ins:
+        groups.setdefault(sum(1 for c in cuts if f.key_min is not None and c <= f.key_min), []).append(f)
+    return [groups[i] for i in sorted(groups)]
+
+
+def _bases_are_disjoint(s: Snapshot) -> bool:
+    for b in {f.bucket for f in s.files.values()}:
+        bases = [f for f in s.files.values() if f.bucket == b and f.kind == "base"]
+        if any(overlaps(x.key_min, x.key_max, y.key_min, y.key_max) for x, y in itertools.combinations(bases, 2)):
+            return False
+    return True
 
 
 def _ranges_do_not_interleave(s: Snapshot) -> bool:
@@ -205,4 +263,5 @@ def test_applying_plans_converges_and_never_replans_the_same_inputs(s: Snapshot,
         done |= {frozenset(t.inputs) for t in p.tasks}
         s = _apply(s, p)
         assert _ranges_do_not_interleave(s), "a merge broke the version-order invariant"
+        assert _bases_are_disjoint(s), "a compaction made BaseFiles whose key ranges overlap"
     raise AssertionError("planning did not converge")

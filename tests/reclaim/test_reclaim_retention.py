@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from reclaim_helpers import T0, History, build, data_files_on_disk, orphan, rows
 
 from maintd import InvalidInputError, Table, VersionNotFoundError
+from maintd.execution import execute
 from maintd.execution.commit import commit_rewrites
-from maintd.execution.spark import execute
 from maintd.planner import load_policy_file, plan
 from maintd.reclaim import plan_reclamation, reclaim_table
 from maintd.table.log import checkpoint_path, commit_path

@@ -1,0 +1,111 @@
+"""Executing a plan: its units on Spark (or local threads), results combined per plan task, committed in groups.
+
+:func:`run_plan` is the whole of execution for one plan: it resolves the plan's inputs at the read
+version, splits large compactions into key ranges (:mod:`maintd.execution.units`), runs the units as
+Spark tasks that follow the cluster (:mod:`maintd.execution.scheduler`), combines each plan task's
+units once the last one reports, and (with ``commit=True``) hands finished tasks to an
+:class:`~maintd.execution.commit.IncrementalCommitter`, which lands them in groups while the run goes
+on. A commit that fails for good stops the run: nothing more starts and running Spark jobs are cancelled.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from maintd.execution.commit import CommitOutcome, IncrementalCommitter
+from maintd.execution.scheduler import Backend, LocalBackend, SparkBackend, run_units
+from maintd.execution.specs import ExecutionOptions, PlanDoc, TaskResult
+from maintd.execution.units import combine, task_specs
+
+if TYPE_CHECKING:
+    from maintd.table import Table
+
+
+@dataclass
+class ExecutionReport:
+    """What running a plan did: one result per plan task (plan order), the commits, and where it ran."""
+
+    results: list[TaskResult] = field(default_factory=list)
+    outcome: CommitOutcome | None = None
+    units: int = 0
+    """Units run (a plan task split into key ranges counts each range)."""
+    spark_tasks: int = 0
+    """Spark tasks (packs of units) the run was split into."""
+    retried: int = 0
+    """Units whose accepted result came from a retry (a lost executor or Python worker, a failed attempt)."""
+    master: str | None = None
+    app_id: str | None = None
+
+
+def execute(plan: Any, table: Table, spark: Any = None, options: ExecutionOptions | None = None) -> list[TaskResult]:
+    """Run every task of ``plan`` (on Spark, or in local threads when ``spark`` is None), committing nothing.
+
+    Returns one result per plan task, in plan order. A task that fails is reported (``ok=False``); its
+    units' outputs stay until the caller commits or discards them (:func:`~maintd.execution.commit.commit_rewrites`
+    deletes them).
+    """
+    return run_plan(plan, table, spark, options).results
+
+
+def run_plan(plan: Any, table: Table, spark: Any = None, options: ExecutionOptions | None = None, *,
+             commit: bool = False, before_commit: Callable[[], None] | None = None,
+             backend: Backend | None = None) -> ExecutionReport:
+    """Run ``plan`` and, with ``commit``, commit finished tasks in groups as they finish.
+
+    Args:
+        plan: the plan (a ``MaintenancePlan``, :class:`PlanDoc`, dict or JSON).
+        table: the table it was made for.
+        spark: the session to run on; None runs in local threads.
+        options: memory, split and pack sizes, commit group bounds, faults.
+        commit: commit finished tasks (``options.commit_max_tasks`` / ``commit_interval_seconds`` per group).
+        before_commit: called before each group's commit (see :class:`IncrementalCommitter`).
+        backend: where units run (tests); default from ``spark``.
+    """
+    doc = PlanDoc.of(plan)
+    opts = options or ExecutionOptions()
+    report = ExecutionReport()
+    if not doc.tasks:
+        return report
+    snapshot = table.snapshot(doc.read_version)
+    specs = task_specs(doc, snapshot, opts, storage=table.storage, run_id=uuid.uuid4().hex)
+    run = backend or (LocalBackend(pack_threads=opts.pack_threads) if spark is None else
+                      SparkBackend(spark, opts, f"maintd: {len(doc.tasks)} task(s) of {doc.table_uri}"))
+    report.master, report.app_id = run.describe()
+    report.units = len(specs)
+    committer = IncrementalCommitter(table, doc, max_tasks=opts.commit_max_tasks,
+                                     interval_seconds=opts.commit_interval_seconds,
+                                     before_commit=before_commit) if commit else None
+    tasks = {t.task_id: t for t in doc.tasks}
+    sizes = {t.task_id: sum(snapshot.files[p].bytes for p in t.inputs) for t in doc.tasks}
+    units: dict[str, list[TaskResult]] = {}
+    done: dict[str, TaskResult] = {}
+
+    def on_result(r: TaskResult) -> None:
+        report.retried += int(r.ok and r.attempt > 0)
+        got = units.setdefault(r.task_id, [])
+        got.append(r)
+        if len(got) == r.units:
+            done[r.task_id] = combine(tasks[r.task_id], got, sizes[r.task_id])
+            if committer is not None:
+                committer.add(done[r.task_id])
+
+    def on_tick() -> float | None:
+        if committer is None:
+            return None
+        if committer.due():
+            committer.flush()
+        return committer.seconds_to_due()
+
+    try:
+        report.spark_tasks = run_units(specs, run, opts, on_result=on_result, on_tick=on_tick,
+                                       stop=lambda: committer is not None and committer.abandoned,
+                                       storage=table.storage)
+    finally:
+        if committer is not None:
+            report.outcome = committer.finish()
+    report.results = [done.get(t.task_id) or combine(t, units.get(t.task_id, []), sizes[t.task_id])
+                      for t in doc.tasks]
+    return report

@@ -1,0 +1,321 @@
+"""Reading a task's inputs: whole files from memory (small inputs) or sorted streams within a key range.
+
+Two ways to read, chosen by the task's memory budget (:mod:`maintd.execution.rewrite`):
+
+* **whole** (:func:`read_all`): every input fetched with one read and decoded from memory in parallel
+  threads (Parquet decoding releases the GIL); the fast path of the small-file case;
+* **streams** (:func:`file_stream`): a Parquet reader per input with a small read buffer and no
+  pre-buffering, so an open input costs about two pages per column, not a row group; only the row
+  groups that can hold keys of the task's range are read (the ``maintd.key_index`` footer entry of
+  files maintd wrote, else the leading key column's statistics).
+
+Both restrict rows to the task's key range and add the hidden columns (``_maintd_op``,
+``_maintd_version``) that a file's kind leaves implicit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from maintd.execution.merge import key_at, restrict
+from maintd.storage import LocalStorage, Storage
+from maintd.table.actions import AddFile, Metadata
+from maintd.table.files import file_schema, with_hidden_columns
+from maintd.table.keyranges import Key, KeyRange, key_value, sort_key
+from maintd.table.schema import OP_COLUMN, VERSION_COLUMN
+
+KEY_INDEX = "maintd.key_index"
+"""Footer key-value entry of files maintd writes: JSON list of the first key of every row group."""
+READ_BUFFER = 64 << 10
+"""Read buffer of a streamed column chunk (bytes)."""
+DEFAULT_PAGE = 1 << 20
+"""Page size assumed for files not written by maintd (pyarrow's default data page size)."""
+OWN_PAGE = 128 << 10
+"""Data page size of the files maintd writes (:mod:`maintd.execution.output`)."""
+
+
+class Layout:
+    """Per task: which columns to read from a file of a given kind and level, and the merged schema."""
+
+    def __init__(self, metadata: Metadata) -> None:
+        self.metadata = metadata
+        wanted = set(metadata.column_names) | {OP_COLUMN, VERSION_COLUMN}
+        self._wanted = wanted
+        self._columns: dict[tuple[str, int | None], list[str]] = {}
+        keys = set(metadata.primary_key) | set(metadata.partition_by)
+        names = [*metadata.column_names, OP_COLUMN, VERSION_COLUMN]
+        base = file_schema(metadata, "delta", 1)
+        self.schema = pa.schema([base.field(n) if n in keys or n in (OP_COLUMN, VERSION_COLUMN)
+                                 else base.field(n).with_nullable(True) for n in names])
+
+    def columns(self, f: AddFile) -> list[str]:
+        key = (f.kind, f.level)
+        if key not in self._columns:
+            self._columns[key] = [c for c in file_schema(self.metadata, f.kind, f.level).names if c in self._wanted]
+        return self._columns[key]
+
+    def unify(self, t: pa.Table) -> pa.Table:
+        """Columns in one order, value columns nullable: so delete-bearing and base files concat."""
+        if t.schema.equals(self.schema):
+            return t
+        return t.select(self.schema.names).cast(self.schema)
+
+
+# -- whole files --------------------------------------------------------------------------------------------------
+
+
+def fetch(storage: Storage) -> Callable[[str], bytes]:
+    """Read a whole data file by its table-relative path (plain ``open`` on local storage: no pathlib)."""
+    if isinstance(storage, LocalStorage):
+        root = str(storage.root)
+
+        def read_local(path: str) -> bytes:
+            with open(os.path.join(root, path), "rb") as fh:
+                return fh.read()
+
+        return read_local
+    return storage.read
+
+
+def decoded_bytes(pf: pq.ParquetFile) -> int:
+    """The uncompressed size of a Parquet file's row groups, from its footer (a proxy of its Arrow size)."""
+    md = pf.metadata
+    return sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+
+
+def fetch_all(storage: Storage, files: Sequence[AddFile], threads: int) -> list[pq.ParquetFile]:
+    """Every file fetched with one read (``threads`` at once) and opened from memory (its footer parsed)."""
+    get = fetch(storage)
+
+    def open_one(f: AddFile) -> pq.ParquetFile:
+        return pq.ParquetFile(pa.py_buffer(get(f.path)), pre_buffer=False)
+
+    if threads > 1 and len(files) > 1:
+        with ThreadPoolExecutor(min(threads, len(files))) as pool:
+            return list(pool.map(open_one, files))
+    return [open_one(f) for f in files]
+
+
+class TooLargeError(Exception):
+    """The decoded inputs outgrew the limit given to :func:`read_all` (they are streamed instead)."""
+
+
+def read_all(metadata: Metadata, files: Sequence[AddFile], data: Sequence[pq.ParquetFile], threads: int,
+             key_range: KeyRange, limit: float | None = None) -> pa.Table:
+    """Decode fetched inputs, in the order given, restricted to ``key_range``.
+
+    Files are decoded in parallel threads. When every input is a level-0 file with the same columns
+    (the small-file case), the parts are concatenated as read and the version column, one constant
+    per file, is added once for all of them.
+
+    Raises:
+        TooLargeError: the decoded parts hold more than ``limit`` bytes of Arrow memory. Footers do not
+            tell the Arrow size of every column (a dictionary-encoded string column decodes to far more),
+            so the size is measured as the files are decoded, and decoding stops once it is exceeded.
+    """
+    layout = Layout(metadata)
+    keys = list(metadata.primary_key)
+    level0 = all(f.kind == "delta" and f.level == 0 for f in files)
+    decoded = [0]
+    lock = threading.Lock()
+
+    def read(i: int) -> pa.Table:
+        if limit is not None and decoded[0] > limit:
+            raise TooLargeError
+        f = files[i]
+        t = data[i].read(columns=None if level0 else layout.columns(f), use_threads=False)
+        with lock:
+            decoded[0] += t.nbytes
+        t = restrict(t, keys, key_range)
+        return t if level0 else layout.unify(with_hidden_columns(t, f))
+
+    if threads > 1 and len(files) > 1:
+        with ThreadPoolExecutor(min(threads, len(files))) as pool:
+            parts = list(pool.map(read, range(len(files))))
+    else:
+        parts = [read(i) for i in range(len(files))]
+    if limit is not None and decoded[0] > limit:
+        raise TooLargeError
+    if not level0:
+        return pa.concat_tables(parts)
+    l0 = file_schema(metadata, "delta", 0)
+    if all(p.schema.equals(l0) for p in parts):
+        versions = np.repeat(np.array([f.min_version for f in files], dtype=np.int64), [p.num_rows for p in parts])
+        merged = pa.concat_tables(parts).append_column(pa.field(VERSION_COLUMN, pa.int64(), nullable=False),
+                                                       pa.array(versions))
+        return layout.unify(merged)
+    return pa.concat_tables([layout.unify(with_hidden_columns(p, f)) for p, f in zip(parts, files, strict=True)])
+
+
+# -- streams ------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StreamSource:
+    """One input to stream, with what a memory plan needs to know about it (the file is opened only when
+    it is streamed, so a task with thousands of inputs never holds thousands of open files)."""
+
+    location: str
+    """A path for ``filesystem`` (or a local path when ``filesystem`` is None)."""
+    filesystem: pafs.FileSystem | None
+    metadata: pq.FileMetaData
+    columns: list[str] | None
+    hidden: AddFile | None
+    """The ``add`` whose implicit hidden columns are filled in (None: the file holds them, a spilled run)."""
+    row_groups: list[int]
+    row_bytes: int
+    """Estimated Arrow bytes of one row, hidden columns included."""
+    overhead: int
+    """Estimated bytes of an open reader: pages, dictionaries and read buffers of the columns read."""
+
+    @property
+    def rows(self) -> int:
+        return sum(self.metadata.row_group(i).num_rows for i in self.row_groups)
+
+    @property
+    def whole_bytes(self) -> int:
+        """Estimated memory of its rows read at once (what a small input costs: less than a reader)."""
+        return self.rows * self.row_bytes
+
+    def cost(self, buffer_rows: int) -> int:
+        """Memory of taking part in a merge: read whole, or a reader plus ``buffer_rows`` buffered rows."""
+        return min(self.whole_bytes, self.overhead + int(1.5 * buffer_rows * self.row_bytes))
+
+    def streamed(self, buffer_rows: int) -> bool:
+        return self.whole_bytes > self.overhead + 1.5 * buffer_rows * self.row_bytes
+
+    @property
+    def spilled(self) -> bool:
+        return self.filesystem is None
+
+    def open(self) -> pq.ParquetFile:
+        src = self.location if self.filesystem is None else self.filesystem.open_input_file(self.location)
+        return pq.ParquetFile(src, metadata=self.metadata, buffer_size=READ_BUFFER, pre_buffer=False)
+
+
+def open_source(location: str, filesystem: pafs.FileSystem | None, f: AddFile | None, columns: list[str] | None,
+                keys: Sequence[str], key_range: KeyRange, page_bytes: int | None = None) -> StreamSource:
+    """Read a Parquet file's footer for streaming: its row groups in ``key_range`` and its memory figures."""
+    if filesystem is None:
+        md = pq.read_metadata(location)
+    else:
+        with filesystem.open_input_file(location) as fh:
+            md = pq.read_metadata(fh)
+    index = key_index(md)
+    groups = row_groups_in(md, keys, key_range, index)
+    names = columns or md.schema.names
+    page = page_bytes or (OWN_PAGE if index is not None else DEFAULT_PAGE)
+    return StreamSource(location, filesystem, md, columns, f, groups, _row_bytes(md, names),
+                        _overhead(md, names, page))
+
+
+def _row_bytes(md: pq.FileMetaData, names: Sequence[str]) -> int:
+    """Estimated Arrow bytes per row of the columns read, from the largest row group's footer.
+
+    A column's uncompressed Parquet size is a fair estimate, except for dictionary-encoded strings,
+    whose Arrow form repeats every value: for those the longer of the min and max statistics (plus an
+    offset) is used when it says more.
+    """
+    if md.num_row_groups == 0:
+        return 32
+    wanted = set(names)
+    group = md.row_group(max(range(md.num_row_groups), key=lambda i: md.row_group(i).total_byte_size))
+    rows = max(1, group.num_rows)
+    total = 24.0  # validity and offsets, and the hidden columns a level-0 file lacks
+    for c in range(group.num_columns):
+        col = group.column(c)
+        if col.path_in_schema not in wanted:
+            continue
+        per_row = col.total_uncompressed_size / rows
+        stats = col.statistics
+        if col.physical_type == "BYTE_ARRAY" and stats is not None and stats.has_min_max:
+            longest = max(len(str(stats.min).encode()), len(str(stats.max).encode()))
+            per_row = max(per_row, longest + 4.0)
+        total += per_row
+    return int(total * 1.25)
+
+
+def _overhead(md: pq.FileMetaData, names: Sequence[str], page: int) -> int:
+    """Per column read: a page compressed and decoded, or a dictionary, and a read buffer."""
+    if md.num_row_groups == 0:
+        return 0
+    wanted = set(names)
+    rg = max(range(md.num_row_groups), key=lambda i: md.row_group(i).total_byte_size)
+    group = md.row_group(rg)
+    total = 0
+    for c in range(group.num_columns):
+        col = group.column(c)
+        if col.path_in_schema in wanted:
+            chunk = col.total_uncompressed_size
+            total += 2 * min(chunk, page) + min(chunk, READ_BUFFER)
+    return total
+
+
+def key_index(md: pq.FileMetaData) -> list[Key] | None:
+    """The first key of every row group, from the footer of a file maintd wrote (None: not recorded)."""
+    raw = (md.metadata or {}).get(KEY_INDEX.encode())
+    if raw is None:
+        return None
+    try:
+        keys = [tuple(k) for k in json.loads(raw)]
+    except (ValueError, TypeError):
+        return None
+    return keys if len(keys) == md.num_row_groups else None
+
+
+def row_groups_in(md: pq.FileMetaData, keys: Sequence[str], r: KeyRange, index: list[Key] | None) -> list[int]:
+    """The row groups that may hold keys of ``r``: by the key index, else by the leading key's statistics."""
+    groups = list(range(md.num_row_groups))
+    if not r.bounded:
+        return groups
+    if index is not None:  # row group i holds keys from index[i] up to index[i + 1] (inclusive: a key's
+        # versions may straddle the boundary), the last one up to the file's end
+        ends: list[Key | None] = [*index[1:], None]
+        return [i for i in groups
+                if (r.hi is None or sort_key(index[i]) < sort_key(r.hi))
+                and (r.lo is None or (end := ends[i]) is None or sort_key(end) >= sort_key(r.lo))]
+    lead = md.schema.names.index(keys[0]) if keys[0] in md.schema.names else None
+    return [i for i in groups if lead is None or _lead_overlaps(md.row_group(i).column(lead).statistics, r)]
+
+
+def _lead_overlaps(stats: pq.Statistics | None, r: KeyRange) -> bool:
+    if stats is None or not stats.has_min_max:
+        return True
+    lo, hi = key_value(stats.min), key_value(stats.max)
+    return (r.hi is None or sort_key((lo,)) <= sort_key(r.hi[:1])) and (
+        r.lo is None or sort_key((hi,)) >= sort_key(r.lo[:1]))
+
+
+def file_stream(src: StreamSource, layout: Layout | None, keys: Sequence[str], batch_rows: int,
+                key_range: KeyRange, *, whole: bool = False) -> Iterator[pa.Table]:
+    """The rows of ``src`` in ``key_range``, in sorted tables of up to ``batch_rows`` rows (read at once
+    when ``whole``: the rows stay in memory until the last of them is merged)."""
+    if not src.row_groups:
+        return
+    pf = src.open()
+    if whole:
+        rows = pf.read_row_groups(src.row_groups, columns=src.columns, use_threads=False)
+        batches: Iterator[Any] = (rows.slice(i, batch_rows) for i in range(0, rows.num_rows, batch_rows))
+    else:
+        batches = pf.iter_batches(batch_size=batch_rows, row_groups=src.row_groups, columns=src.columns,
+                                  use_threads=False)
+    for b in batches:
+        t = b if isinstance(b, pa.Table) else pa.Table.from_batches([b])
+        if src.hidden is not None and layout is not None:
+            t = layout.unify(with_hidden_columns(t, src.hidden))
+        if key_range.hi is not None and t.num_rows and sort_key(key_at(t, keys, 0)) >= sort_key(key_range.hi):
+            break
+        t = restrict(t, keys, key_range)
+        if t.num_rows:
+            yield t

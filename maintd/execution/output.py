@@ -1,0 +1,187 @@
+"""The files a unit writes: one DeltaFile (clustering), or BaseFiles of a target size (compaction).
+
+Rows arrive in key order, chunk by chunk, and are written in row groups of a bounded size. A
+compaction closes its current BaseFile once it holds ``target_file_bytes`` and goes on in a new one:
+a BaseFile has one row per key, so every row boundary is a key boundary and the files of one unit hold
+disjoint, consecutive key ranges. A clustering output keeps every version of the keys it holds and
+stays one file (its version range is what clustering's contiguity rule is about).
+
+Every file records the first key of each row group in its footer (``maintd.key_index``), so a later
+task reading one key range of it skips the other row groups, and the driver can split a large bucket
+into key ranges without reading any rows. Pages are small (128 KiB), so a file streamed later costs
+its reader little memory per column.
+
+A file's name starts with the unit's token and carries the Spark attempt number
+(``<kind>-<token><attempt><random>.parquet``): every attempt writes under its own names, and the
+driver can find what a failed attempt left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from maintd.execution.inputs import KEY_INDEX, OWN_PAGE
+from maintd.execution.merge import key_at
+from maintd.execution.specs import TaskSpec
+from maintd.storage import Storage
+from maintd.table.actions import AddFile, FileKind
+from maintd.table.files import WRITE_OPTIONS, data_file_path, file_schema
+from maintd.table.keyranges import Key
+from maintd.table.schema import OP_COLUMN, OP_DELETE
+
+OUTPUT_OPTIONS: dict[str, Any] = {**WRITE_OPTIONS, "dictionary_pagesize_limit": 64 << 10, "data_page_size": OWN_PAGE}
+"""Parquet options of merge outputs: the format's (zstd 1, statistics), a 64 KiB dictionary page limit (a
+high-cardinality column falls back to plain encoding early instead of hashing 1 MiB of values first:
+faster, and smaller files after zstd) and 128 KiB data pages (cheap to stream)."""
+
+
+def file_unique(token: str, attempt: int) -> str:
+    """The 32 hex digits of an output file name: the unit's token, the attempt number, 12 random digits."""
+    return f"{token}{min(attempt, 0xFFFF):04x}{secrets.token_hex(6)}"
+
+
+def name_prefix(kind: FileKind, level: int | None, token: str) -> str:
+    """How the names of a unit's files start (below its bucket directory), whatever the attempt."""
+    return f"{'base' if kind == 'base' else f'delta-L{level}'}-{token}"
+
+
+class _File:
+    """One output file being written."""
+
+    def __init__(self, storage: Storage, path: str, schema: pa.Schema) -> None:
+        self.path = path
+        storage.makedirs(path.rsplit("/", 1)[0])
+        self.sink = storage.filesystem.open_output_stream(storage.full_path(path))
+        self.writer = pq.ParquetWriter(self.sink, schema, **OUTPUT_OPTIONS)
+        self.rows = 0
+        self.deletes = 0
+        self.index: list[Key] = []
+        self.first: Key | None = None
+        self.last: Key | None = None
+
+    def write_group(self, t: pa.Table, keys: Sequence[str], count_deletes: bool) -> None:
+        self.writer.write_table(t, row_group_size=t.num_rows)
+        first = key_at(t, keys, 0)
+        self.index.append(first)
+        self.first = self.first or first
+        self.last = key_at(t, keys, t.num_rows - 1)
+        self.rows += t.num_rows
+        if count_deletes:
+            self.deletes += int(pc.sum(pc.equal(t.column(OP_COLUMN), OP_DELETE)).as_py() or 0)
+
+    @property
+    def size(self) -> int:
+        return int(self.sink.tell())
+
+    def close(self) -> int:
+        self.writer.add_key_value_metadata({KEY_INDEX: json.dumps(self.index)})
+        self.writer.close()
+        size = self.size
+        self.sink.close()
+        return size
+
+    def abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.close()
+        with contextlib.suppress(Exception):
+            self.sink.close()
+
+
+class Outputs:
+    """The output files of one unit, written row group by row group (chunks arrive in key order)."""
+
+    def __init__(self, storage: Storage, spec: TaskSpec, *, row_group_rows: int, attempt: int = 0) -> None:
+        self.storage = storage
+        self.spec = spec
+        self.kind: FileKind = "base" if spec.kind == "compact" else "delta"
+        self.level = None if self.kind == "base" else spec.target_level
+        self.schema = file_schema(spec.metadata, self.kind, self.level)
+        self.keys = list(spec.metadata.primary_key)
+        self.row_group_rows = max(1, row_group_rows)
+        self.attempt = attempt
+        self.target = spec.target_file_bytes if self.kind == "base" else None
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+        self._current: _File | None = None
+        self._done: list[tuple[_File, int]] = []
+
+    @property
+    def paths(self) -> list[str]:
+        """Every file this unit has started, finished or not."""
+        return [f.path for f, _ in self._done] + ([self._current.path] if self._current else [])
+
+    def write(self, t: pa.Table) -> None:
+        """Append rows (sorted, all keys above those written before)."""
+        if t.num_rows == 0:
+            return
+        t = t.select(self.schema.names)
+        if not t.schema.equals(self.schema):
+            t = t.cast(self.schema)
+        self._pending.append(t)
+        self._pending_rows += t.num_rows
+        if self._pending_rows >= self.row_group_rows:
+            self._flush(final=False)
+
+    def flush(self) -> None:
+        """Write the rows gathered so far as a row group now (a file exists on storage afterwards)."""
+        if self._pending:
+            self._flush(final=True)
+
+    def _flush(self, *, final: bool) -> None:
+        data = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
+        start = 0
+        while data.num_rows - start >= self.row_group_rows or (final and start < data.num_rows):
+            group = data.slice(start, min(self.row_group_rows, data.num_rows - start))
+            self._write_group(group)
+            start += group.num_rows
+        rest = data.slice(start)
+        self._pending, self._pending_rows = ([rest], rest.num_rows) if rest.num_rows else ([], 0)
+
+    def _write_group(self, group: pa.Table) -> None:
+        if self._current is None:
+            s = self.spec
+            path = data_file_path(s.metadata, s.partition, s.bucket, self.kind, self.level,
+                                  unique=file_unique(s.token, self.attempt))
+            self._current = _File(self.storage, path, self.schema)
+        self._current.write_group(group, self.keys, self.kind == "delta")
+        if self.target is not None and self._current.size >= self.target:
+            self._finish_current()
+
+    def _finish_current(self) -> None:
+        assert self._current is not None
+        size = self._current.close()
+        self._done.append((self._current, size))
+        self._current = None
+
+    def close(self) -> tuple[AddFile, ...]:
+        """Finish every file and describe them; no file when no row survived (the inputs go all the same)."""
+        self.flush()
+        if self._current is not None:
+            self._finish_current()
+        return tuple(self._add(f, size) for f, size in self._done)
+
+    def _add(self, f: _File, size: int) -> AddFile:
+        s, ins = self.spec, self.spec.inputs
+        return AddFile(path=f.path, partition=dict(s.partition), bucket=s.bucket, kind=self.kind, level=self.level,
+                       rows=f.rows, bytes=size, min_version=min(i.min_version for i in ins),
+                       max_version=max(i.max_version for i in ins),
+                       min_commit_time=min(i.min_commit_time for i in ins),
+                       max_commit_time=max(i.max_commit_time for i in ins), delete_rows=f.deletes,
+                       key_min=f.first, key_max=f.last, data_change=False)
+
+    def discard(self) -> None:
+        """Delete every file of this unit (a failed attempt)."""
+        if self._current is not None:
+            self._current.abort()
+        for path in self.paths:
+            with contextlib.suppress(Exception):
+                self.storage.delete(path)
+        self._current, self._done = None, []

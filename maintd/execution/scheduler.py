@@ -1,0 +1,272 @@
+"""Running units as Spark tasks that follow the cluster, with results as each Spark task finishes.
+
+**Packs.** Units are packed into Spark tasks of about ``task_input_bytes`` of input each (balanced by
+input bytes plus a fixed cost per file, biggest first), and into at least one Spark task per core the
+cluster has when the run starts: so a large run has as many Spark tasks as its input calls for (which
+is what dynamic allocation scales on), and a small one still uses every core while paying the fixed
+cost of a Python Spark task (scheduling, the worker's set-up) once per core rather than once per bucket.
+
+**Jobs.** Each pack runs as its own Spark job (one task), submitted from a driver thread, with about
+two Spark tasks in flight per core the cluster has *now*: the limit is read again every time a job
+ends, so executors that join (dynamic allocation, a node added) get work and executors that leave
+do not hold any back. A job's results reach the driver when its task ends, so the commit step can
+land finished buckets while the run goes on, and a job that fails (a task out of retries) loses only
+its own pack. All jobs of a run share a job group, so an abandoned run cancels what is still running.
+
+**Attempts.** Spark retries a failed task (a killed Python worker, a lost executor) in a new attempt,
+which writes under its own file names (:mod:`maintd.execution.output`). When a pack's job ends, the
+files of any attempt other than the one whose result was accepted are deleted: no commit ever
+references them. What cannot be listed or deleted then is left to orphan cleanup.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any, Protocol
+
+from loguru import logger
+
+from maintd.execution.output import name_prefix
+from maintd.execution.rewrite import run_pack
+from maintd.execution.spark import is_connect, run_pack_in_worker
+from maintd.execution.specs import ExecutionOptions, TaskResult, TaskSpec
+from maintd.storage import Storage
+from maintd.table.files import data_file_path
+
+FILE_COST_BYTES = 64 << 10
+"""Fixed cost of one input file, in bytes of input, when balancing packs (opening and decoding a small
+file costs about as much as reading 64 KiB)."""
+MAX_JOBS = 64
+"""Spark jobs in flight at once (driver threads); with more slots than that a job carries several packs."""
+TICK_SECONDS = 1.0
+
+
+class Backend(Protocol):
+    """Where packs run: Spark (classic or Connect) or threads of this process."""
+
+    def cores(self) -> int:
+        """Cores able to run a task now."""
+
+    def slots(self) -> int:
+        """Spark tasks to keep in flight now."""
+
+    def run(self, packs: Sequence[Sequence[str]]) -> list[str]:
+        """Run packs of unit specs (JSON), one task each, and return every unit's result JSON."""
+
+    def cancel(self) -> None:
+        """Cancel what is running (best effort)."""
+
+    def describe(self) -> tuple[str | None, str | None]:
+        """(master, application id)."""
+
+
+class LocalBackend:
+    """Packs run in threads of this process (tests, and tables too small to be worth a Spark job)."""
+
+    def __init__(self, threads: int = 2, pack_threads: int = 1) -> None:
+        self.threads = threads
+        self.pack_threads = pack_threads
+
+    def cores(self) -> int:
+        return self.threads
+
+    def slots(self) -> int:
+        return self.threads  # nothing queues behind a thread: more in flight would only share the cores
+
+    def run(self, packs: Sequence[Sequence[str]]) -> list[str]:
+        return [r.model_dump_json() for p in packs for r in run_pack(list(p), self.pack_threads)]
+
+    def cancel(self) -> None:
+        return None
+
+    def describe(self) -> tuple[str | None, str | None]:
+        return None, None
+
+
+class SparkBackend:
+    """Packs run as Spark jobs of a session (classic: ``parallelize``; Connect: ``mapInArrow``)."""
+
+    def __init__(self, spark: Any, options: ExecutionOptions, description: str) -> None:
+        self.spark = spark
+        self.connect = is_connect(spark)
+        self.group = f"maintd-{uuid.uuid4().hex[:12]}"
+        self.description = description
+        self.fn = functools.partial(run_pack_in_worker, threads=options.pack_threads, freeze=options.freeze_zip_caches)
+
+    def cores(self) -> int:
+        if self.connect:
+            return 2
+        return max(1, int(self.spark.sparkContext.defaultParallelism))
+
+    def slots(self) -> int:
+        return 2 * self.cores()  # a task queued per core: no core waits for the driver between two tasks
+
+    def run(self, packs: Sequence[Sequence[str]]) -> list[str]:
+        if self.connect:
+            return _run_connect(self.spark, [list(p) for p in packs], self.fn)
+        sc = self.spark.sparkContext
+        sc.setJobGroup(self.group, self.description, interruptOnCancel=True)
+        return list(sc.parallelize([list(p) for p in packs], numSlices=len(packs)).flatMap(self.fn).collect())
+
+    def cancel(self) -> None:
+        if not self.connect:
+            self.spark.sparkContext.cancelJobGroup(self.group)
+
+    def describe(self) -> tuple[str | None, str | None]:
+        from maintd.execution.spark import spark_info
+
+        return spark_info(self.spark)
+
+
+def _run_connect(spark: Any, packs: list[list[str]], run: Any) -> list[str]:
+    import pyarrow as pa
+
+    def run_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            ids = b.column(0).to_pylist()
+            yield pa.RecordBatch.from_pydict({"result": [r for i in ids for r in run(packs[i])]})
+
+    n = len(packs)
+    df = spark.range(0, n, 1, numPartitions=n).mapInArrow(run_batches, "result string")
+    return [row[0] for row in df.collect()]
+
+
+def task_cost(spec: TaskSpec) -> int:
+    """The relative cost of a unit, for balancing packs: input bytes plus a fixed cost per file."""
+    return sum(f.bytes for f in spec.inputs) + FILE_COST_BYTES * len(spec.inputs)
+
+
+def pack_count(specs: Sequence[TaskSpec], task_input_bytes: int, cores: int) -> int:
+    """Spark tasks for ``specs``: as many as the input calls for, at least one per core, at most one per unit."""
+    total = sum(task_cost(s) for s in specs)
+    return max(1, min(len(specs), max(cores, math.ceil(total / max(1, task_input_bytes)))))
+
+
+def pack_tasks(specs: Sequence[TaskSpec], slices: int) -> list[list[int]]:
+    """Split units (by index) into at most ``slices`` packs of about equal cost, costliest packs first.
+
+    Longest-processing-time-first: each unit, from the costliest, goes to the pack with the least cost
+    so far. Deterministic; packs are never empty.
+    """
+    n = max(1, min(slices, len(specs)))
+    costs = [task_cost(s) for s in specs]
+    packs: list[list[int]] = [[] for _ in range(n)]
+    loads = [0] * n
+    for i in sorted(range(len(specs)), key=lambda i: (-costs[i], i)):
+        j = min(range(n), key=lambda j: (loads[j], j))
+        packs[j].append(i)
+        loads[j] += costs[i]
+    order = sorted(range(n), key=lambda j: (-loads[j], j))
+    return [packs[j] for j in order if packs[j]]
+
+
+def run_units(specs: Sequence[TaskSpec], backend: Backend, options: ExecutionOptions, *,
+              on_result: Callable[[TaskResult], None], on_tick: Callable[[], float | None] = lambda: None,
+              stop: Callable[[], bool] = lambda: False, storage: Storage | None = None) -> int:
+    """Run every unit and report each result as its Spark task ends; returns the number of Spark tasks.
+
+    Args:
+        specs: the units.
+        backend: where they run.
+        options: ``task_input_bytes`` sizes the packs.
+        on_result: called in the calling thread with each unit's result.
+        on_tick: called at least every second; returns the seconds until it wants to be called again.
+        stop: when true, no further pack is started and running ones are cancelled; their units are
+            reported as failed.
+        storage: the table's storage, to delete the files of attempts whose result was not accepted.
+    """
+    if not specs:
+        return 0
+    packs = [[specs[i] for i in p] for p in pack_tasks(specs, pack_count(specs, options.task_input_bytes,
+                                                                          backend.cores()))]
+    queue = deque(packs)
+    running: dict[Future[list[str]], list[list[TaskSpec]]] = {}
+    cancelled = False
+    with ThreadPoolExecutor(MAX_JOBS, thread_name_prefix="maintd-job") as pool:
+        while queue or running:
+            if stop() and not cancelled:
+                cancelled = True
+                backend.cancel()
+            while queue and not cancelled and _in_flight(running) < backend.slots():
+                batch = [queue.popleft() for _ in range(min(len(queue), _per_job(backend.slots())))]
+                running[pool.submit(backend.run, [[s.model_dump_json() for s in p] for p in batch])] = batch
+            if cancelled:
+                for p in queue:
+                    _report_failed(p, "not started: the run was abandoned", on_result)
+                queue.clear()
+            wait_s = on_tick()
+            done, _ = wait(running, timeout=TICK_SECONDS if wait_s is None else max(0.0, min(TICK_SECONDS, wait_s)),
+                           return_when=FIRST_COMPLETED)
+            for fut in done:
+                _finish(running.pop(fut), fut, on_result, storage)
+    return len(packs)
+
+
+def _in_flight(running: dict[Future[list[str]], list[list[TaskSpec]]]) -> int:
+    return sum(len(b) for b in running.values())
+
+
+def _per_job(slots: int) -> int:
+    return max(1, math.ceil(slots / MAX_JOBS))
+
+
+def _finish(batch: list[list[TaskSpec]], fut: Future[list[str]], on_result: Callable[[TaskResult], None],
+            storage: Storage | None) -> None:
+    specs = [s for p in batch for s in p]
+    try:
+        results = [TaskResult.model_validate_json(x) for x in fut.result()]
+    except Exception as exc:  # the job failed: a task out of retries, or cancelled
+        logger.warning("a Spark job of {} unit(s) failed: {}", len(specs), _first_line(exc))
+        for p in batch:
+            _report_failed(p, f"Spark task failed: {type(exc).__name__}: {_first_line(exc)}", on_result, storage)
+        return
+    by_key = {(r.task_id, r.unit): r for r in results}
+    for s in specs:
+        r = by_key.get((s.task_id, s.unit)) or _lost(s, "no result came back for this unit")
+        if storage is not None and (not r.ok or r.attempt > 0):
+            remove_attempts(storage, s, keep={a.path for a in r.adds})
+        on_result(r)
+
+
+def _report_failed(pack: Sequence[TaskSpec], error: str, on_result: Callable[[TaskResult], None],
+                   storage: Storage | None = None) -> None:
+    for s in pack:
+        if storage is not None:
+            remove_attempts(storage, s, keep=set())
+        on_result(_lost(s, error))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _lost(spec: TaskSpec, error: str) -> TaskResult:
+    return TaskResult(task_id=spec.task_id, kind=spec.kind, ok=False, inputs=tuple(f.path for f in spec.inputs),
+                      unit=spec.unit, units=spec.units, token=spec.token, error=error)
+
+
+def remove_attempts(storage: Storage, spec: TaskSpec, keep: set[str]) -> list[str]:
+    """Delete the files that attempts of ``spec`` wrote, except ``keep`` (the accepted attempt's); returns them."""
+    kind = "base" if spec.kind == "compact" else "delta"
+    level = None if kind == "base" else spec.target_level
+    probe = data_file_path(spec.metadata, spec.partition, spec.bucket, kind, level, unique="0" * 32)  # type: ignore[arg-type]
+    directory = probe.rsplit("/", 1)[0]
+    prefix = f"{directory}/{name_prefix(kind, level, spec.token)}"  # type: ignore[arg-type]
+    removed = []
+    try:
+        for f in storage.list_dir(directory):
+            path = f.path if "/" in f.path else f"{directory}/{f.path}"
+            if path.startswith(prefix) and path not in keep:
+                storage.delete(path)
+                removed.append(path)
+    except Exception as exc:  # orphan cleanup will find them
+        logger.warning("files of failed attempts of {} left for orphan cleanup: {}", spec.task_id, exc)
+    if removed:
+        logger.info("deleted {} file(s) of failed attempts of task {} (unit {})", len(removed), spec.task_id, spec.unit)
+    return removed

@@ -1,0 +1,94 @@
+"""Splitting a bucket's files into key ranges: coverage, order, fences and sizes (pure, stats only)."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from maintd.table.actions import AddFile
+from maintd.table.keyranges import KeyRange, key_value, overlaps, sort_key, split_key_ranges
+
+
+def _file(name: str, lo: int, hi: int, size: int, kind: str = "delta") -> AddFile:
+    return AddFile(path=name, bucket=0, kind=kind, level=None if kind == "base" else 1, rows=10, bytes=size,  # type: ignore[arg-type]
+                   min_version=1, max_version=1, min_commit_time=0, max_commit_time=0, key_min=(lo,), key_max=(hi,))
+
+
+def test_base_files_are_cut_points_and_ranges_join_up_to_the_size() -> None:
+    bases = [_file(f"b{i}", i * 100, i * 100 + 99, 100, "base") for i in range(6)]
+    delta = _file("d", 0, 599, 60)  # spread evenly: 10 bytes per base range
+    splits = split_key_ranges([*bases, delta], 220)
+    assert [s.range for s in splits] == [KeyRange(None, (200,)), KeyRange((200,), (400,)), KeyRange((400,), None)]
+    assert [s.bytes for s in splits] == [220, 220, 220]
+    assert all(delta in s.files for s in splits)
+    assert [[f.path for f in s.files if f.kind == "base"] for s in splits] == [["b0", "b1"], ["b2", "b3"], ["b4", "b5"]]
+
+
+def test_no_range_spans_a_fence() -> None:
+    inputs = [_file("b0", 0, 99, 10, "base"), _file("b2", 200, 299, 10, "base"), _file("d", 0, 99, 1),
+              _file("e", 250, 260, 1)]
+    kept = [_file("b1", 100, 199, 10, "base")]
+    splits = split_key_ranges(inputs, 10**9, fences=kept)
+    assert [s.range for s in splits] == [KeyRange(None, (100,)), KeyRange((100,), None)]
+    for s in splits:  # every file written from a range lies inside it, so outside the fence's keys
+        assert not any(f.key_min is not None and f.key_min < (100,) < (f.key_max or ()) for f in s.files)
+
+
+def test_points_inside_a_file_split_it_by_its_row_groups() -> None:
+    big = _file("big", 0, 999, 1000)
+    points = {"big": [((0,), 250), ((250,), 250), ((500,), 250), ((750,), 250)]}
+    splits = split_key_ranges([big], 500, points=points)
+    assert [s.range for s in splits] == [KeyRange(None, (500,)), KeyRange((500,), None)]
+    assert [s.bytes for s in splits] == [500, 500]
+    assert split_key_ranges([big], 500) == split_key_ranges([big], 10**6)  # no point: one range
+
+
+def test_key_values_of_every_key_type_order_as_their_values() -> None:
+    import datetime as dt
+
+    pairs = [(b"\x00\xff", b"\x01"), (b"ab", b"abc"), (dt.date(2023, 12, 31), dt.date(2024, 1, 1)),
+             (dt.datetime(2024, 1, 1), dt.datetime(2024, 1, 1, 0, 0, 0, 500)),
+             (dt.datetime(2024, 1, 1, tzinfo=dt.UTC), dt.datetime(2024, 1, 1, 0, 0, 1, tzinfo=dt.UTC)),
+             (-5, 3), ("a", "ab"), (False, True)]
+    for lo, hi in pairs:
+        assert sort_key((key_value(lo),)) < sort_key((key_value(hi),)), (lo, hi)
+
+
+@st.composite
+def _buckets(draw: st.DrawFn) -> tuple[list[AddFile], list[AddFile], int]:
+    n = draw(st.integers(0, 6))
+    edges = sorted(draw(st.lists(st.integers(0, 10_000), min_size=2 * n, max_size=2 * n, unique=True)))
+    bases = [_file(f"b{i}", edges[2 * i], edges[2 * i + 1], draw(st.integers(1, 500)), "base") for i in range(n)]
+    fenced = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    fences = [b for b, f in zip(bases, fenced, strict=True) if f]
+    inputs = [b for b, f in zip(bases, fenced, strict=True) if not f]
+    for i in range(draw(st.integers(1, 8))):  # deltas never overlap a fence (the planner keeps only such)
+        lo = draw(st.integers(0, 10_000))
+        hi = lo + draw(st.integers(0, 3000))
+        if not any(overlaps((lo,), (hi,), k.key_min, k.key_max) for k in fences):
+            inputs.append(_file(f"d{i}", lo, hi, draw(st.integers(1, 500))))
+    return inputs, fences, draw(st.integers(1, 1500))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_buckets())
+def test_ranges_are_ordered_disjoint_cover_every_file_and_never_span_a_fence(case: tuple) -> None:  # type: ignore[type-arg]
+    inputs, fences, size = case
+    splits = split_key_ranges(inputs, size, fences=fences)
+    if not inputs:
+        assert splits == []
+        return
+    for a, b in itertools.pairwise(splits):
+        assert a.range.hi is not None and b.range.lo is not None and sort_key(a.range.hi) <= sort_key(b.range.lo)
+    for f in inputs:  # a file is in exactly the ranges its keys overlap, and those hold all of its keys
+        mine = [s for s in splits if f in s.files]
+        assert mine and all(s.range.overlaps(f.key_min, f.key_max) for s in mine)
+        assert not [s for s in splits if f not in s.files and s.range.overlaps(f.key_min, f.key_max)]
+    for k in fences:  # a range lies wholly below a fence or starts at or above it: no output spans one
+        assert k.key_min is not None
+        for s in splits:
+            below = s.range.hi is not None and sort_key(s.range.hi) <= sort_key(k.key_min)
+            above = s.range.lo is not None and sort_key(s.range.lo) >= sort_key(k.key_min)
+            assert below or above, (s.range, k.key_min)
