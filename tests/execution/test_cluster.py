@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from maintd import Table
+from maintd.service.store import StateStore
 
 from .cluster import QUICK_JVM, Cluster, descendants, parent_of, standalone_cluster
 from .helpers import make_table, sorted_read
@@ -69,6 +70,8 @@ def test_maintd_run_on_a_standalone_cluster_completes_when_an_executor_is_killed
     table, model = make_table(tmp_path, commits=8, buckets=4)
     markers = tmp_path / "markers"
     env = _env(spark_cluster, tmp_path, **{"spark.maintd.faults": json.dumps({"*": f"hold_once:{markers}"})})
+    store_url = f"sqlite:///{tmp_path / 'store.db'}"
+    env["MAINTD_STORE__URL"] = store_url
     proc = _maintd_run(table, tmp_path, env)
     try:
         held = markers / "held"
@@ -95,6 +98,13 @@ def test_maintd_run_on_a_standalone_cluster_completes_when_an_executor_is_killed
     assert app["state"] == "FINISHED", app
     assert sorted_read(table).equals(model.table())
     assert _no_stray_files(table), "the killed attempt's output was left behind"
+    store = StateStore(store_url)
+    try:  # the state store's record of the run names the cluster and the application too
+        [run] = store.history(table.uri, kind="maintenance")
+    finally:
+        store.close()
+    assert run.metrics["spark_master"] == spark_cluster.master_url
+    assert run.metrics["spark_app_id"] == summary["spark_app_id"] and run.metrics["spark_retries"] >= 1
 
 
 def test_spark_submit_runs_the_maintenance_job_on_the_cluster(tmp_path: Path, spark_cluster: Cluster) -> None:
