@@ -49,13 +49,17 @@ TAIL = 5
 
 
 class _NoSyncStorage(LocalStorage):
-    """Builds benchmark logs fast: the storage's own atomic publication, with its temporary file not ``fsync``ed."""
+    """Builds benchmark logs fast: the storage's own atomic publication, with neither its temporary file nor the
+    log directory ``fsync``ed."""
 
     def _write_temp(self, target: Path, data: bytes) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.parent / f".tmp-{uuid.uuid4().hex}"
         tmp.write_bytes(data)
         return tmp
+
+    def _sync_dir(self, directory: Path) -> None:
+        return None
 
 
 def median_time(fn: Callable[[], Any], repeat: int) -> float:
