@@ -11,6 +11,7 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from maintd.errors import MaintdError
 
@@ -20,8 +21,8 @@ err_console = Console(stderr=True, soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    """Print ``error: message`` on stderr and exit with ``code``."""
-    err_console.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    """Print ``error: message`` on stderr (one line, the message taken literally) and exit with ``code``."""
+    err_console.print(f"[red]error:[/red] {escape(message)}", markup=True, highlight=False)
     raise typer.Exit(code)
 
 

@@ -6,9 +6,12 @@ concurrent removal of one of its inputs conflicts (``ConcurrentDeleteDeleteError
 paths); the tasks that read those paths are dropped and the others are committed in a fresh
 transaction at the same read version, which is checked again against every winning commit.
 
-Files written by tasks that do not land are deleted only when the commit certainly did not land
-(a conflict, or the retry budget exhausted after every attempt was refused); after an unknown error
-(an I/O error while publishing is ambiguous) they are left for orphan cleanup, as pyiceberg does.
+Files written by tasks that do not land are deleted only when the commit certainly did not land: a
+conflict, or the retry budget exhausted (the transaction raises those only once it has settled that no
+attempt landed, :mod:`maintd.table.landing`). When the outcome is unknown
+(:class:`~maintd.errors.CommitStateUnknownError`: the storage failed while publishing and kept failing),
+or after any other error, they are left for orphan cleanup, as pyiceberg does: the commit may have landed
+and may reference them.
 """
 
 from __future__ import annotations
@@ -90,7 +93,7 @@ def commit_rewrites(table: Table, plan: Any, results: Sequence[TaskResult]) -> C
             logger.warning("table {}: maintenance commit abandoned: {}", table.uri, exc)
             _discard(table, pending, outcome)
             return outcome
-        except Exception as exc:  # ambiguous: the commit may have landed; leave the outputs to orphan cleanup
+        except Exception as exc:  # CommitStateUnknownError or another error: it may have landed; keep the outputs
             outcome.error, outcome.error_type = f"{type(exc).__name__}: {exc}", type(exc).__name__
             outcome.dropped += [r.task_id for r in pending]
             outcome.outputs_left += [r.add.path for r in pending if r.add is not None]

@@ -1,9 +1,10 @@
 """Reclamation by ``acid.data.retain.hours``: expire old versions, delete what no retained version needs.
 
-A version is **retained** while its commit is younger than the table's ``acid.data.retain.hours`` at
-``now``, and the latest version always is; ``0`` keeps the latest version only. The oldest retained
-version ``R`` is the first version committed at or after ``now - retain hours`` (as the reader's
-``VersionNotFoundError`` check computes it, :func:`maintd.table.timeline.oldest_retained_version`).
+Every moment of the last ``acid.data.retain.hours`` before ``now`` stays readable, so the oldest retained
+version ``R`` is the newest version committed at or before ``now - retain hours`` (the state of the table
+at that moment; Delta Lake's rule), and every version after it; ``0`` keeps the latest version only. The
+reader's ``VersionNotFoundError`` check computes ``R`` the same way
+(:func:`maintd.table.timeline.oldest_retained_version`).
 The property is read from the latest version at each run, so a change takes effect at the next one.
 
 DeltaFiles the current state still reads are live, never tombstones, so they are never reclaimed however

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from maintd import ConcurrentDeleteDeleteError, MetadataChangedError, Table
+from maintd import ConcurrentDeleteDeleteError, MetadataChangedError, Table, Transaction
 from maintd.reclaim import reclaim_table
-from maintd.table.log import commit_path
+from maintd.table.log import TableLog, checkpoint_path, commit_path
 from maintd.table.writer import prepare_changes, split_and_write
 
 
@@ -21,7 +22,7 @@ def table_with_history(root: Path) -> Table:
     return table
 
 
-def pending_upsert(table: Table, rows: pa.Table):  # type: ignore[no-untyped-def]
+def pending_upsert(table: Table, rows: pa.Table) -> Transaction:
     """A writer's transaction with its data written, read at the current version, not committed yet."""
     snap = table.snapshot()
     txn = table.new_transaction("UPSERT", read_snapshot=snap)
@@ -95,9 +96,76 @@ def test_a_commit_that_landed_is_recognised_even_once_reclamation_passed_it(tmp_
         version = txn.commit()
     else:
         version = table.set_properties({"log.checkpoint.interval": 4})
-    actions = table.log.read_commit(version)
-    assert actions is not None
+    txn_id = table.log.read_commit_txn(version)
+    assert txn_id is not None
     advance_and_reclaim(table, commits=2)
     assert not table.log.commit_exists(version - 1) and not table.log.commit_exists(version)
 
-    assert table.log.landed(version, actions)
+    assert table.log.txn_in_history(version) == txn_id, "the checkpoint records the commit it summarises"
+
+
+# -- publishing into removed history (a writer behind a reclamation) ------------------------------------------------
+
+
+def table_behind(root: Path) -> tuple[Table, Transaction, pa.Table]:
+    """A table (retention 0, a checkpoint every 2 versions) with a writer that read version 3 and will try 4,
+    a checkpoint version, while others commit versions 4 to 7."""
+    table = Table.create(str(root), "id:int64!,name:string", primary_key="id", buckets=1,
+                         properties={"acid.data.retain.hours": 0, "log.checkpoint.interval": 2})
+    for i in range(3):
+        table.upsert(pa.table({"id": [i], "name": [f"n{i}"]}))
+    rows = pa.table({"id": [42], "name": ["late"]})
+    txn = pending_upsert(Table.open(table.uri), rows)
+    other = Table.open(table.uri)
+    for i in range(4):
+        other.upsert(pa.table({"id": [100 + i], "name": ["other"]}))
+    assert txn.read_snapshot.version == 3 and other.version == 7 and other.log.checkpoint_exists(4)
+    return table, txn, rows
+
+
+def test_a_writer_committing_right_after_reclamation_deleted_its_next_commit_lands_in_the_history(
+        tmp_path: Path) -> None:
+    """Reclamation (retention 0) deletes the commits before version 7; right after commit 4 (the version the
+    writer will try) is gone, the writer commits. Its rows must be in the table, whatever it is told."""
+    table, txn, _ = table_behind(tmp_path / "t")
+    acknowledged: list[int] = []
+
+    def commit_after_version_4_is_deleted(step: str) -> None:
+        if step == "log" and not acknowledged and not table.log.commit_exists(4):
+            acknowledged.append(txn.commit())
+
+    reclaim_table(Table.open(table.uri), on_step=commit_after_version_4_is_deleted)
+
+    assert acknowledged, "the writer committed during the reclamation"
+    final = Table.open(table.uri)
+    assert {r["id"]: r["name"] for r in final.read().to_pylist()}.get(42) == "late", "acknowledged rows are visible"
+    assert acknowledged[0] == 8
+    assert final.log.txn_in_history(acknowledged[0]) == txn.txn_id, "the acknowledged version holds the commit"
+
+
+def test_a_commit_published_into_removed_history_is_taken_back_though_a_stale_checkpoint_names_its_version(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer checks that the commit it builds on exists, then reclamation runs before its publish: the
+    publish of version 4 succeeds (the old commit 4 is gone) below the checkpoint at 7, where no reader
+    looks. A checkpoint of the old version 4 is left behind (a reclamation that stopped between its steps
+    would leave one): it records the old commit's transaction, not ours, so it proves nothing for us."""
+    table, txn, _ = table_behind(tmp_path / "t")
+    stale = (tmp_path / "t" / checkpoint_path(4)).read_bytes()
+    real = TableLog.try_commit
+    published: list[int] = []
+
+    def reclaim_then_publish(self: TableLog, version: int, actions: Any, **kwargs: Any) -> bool:
+        if not published:
+            reclaim_table(Table.open(table.uri))
+            (tmp_path / "t" / checkpoint_path(4)).write_bytes(stale)
+        published.append(version)
+        return real(self, version, actions, **kwargs)
+
+    monkeypatch.setattr(TableLog, "try_commit", reclaim_then_publish)
+    version = txn.commit()
+
+    assert published[0] == 4 and version == 8
+    final = Table.open(table.uri)
+    assert final.log.read_commit_txn(4) != txn.txn_id, "the commit published into removed history was taken back"
+    assert final.log.txn_in_history(8) == txn.txn_id
+    assert {r["id"]: r["name"] for r in final.read().to_pylist()}[42] == "late"
