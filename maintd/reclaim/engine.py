@@ -13,7 +13,9 @@ between any two steps (docs/reclamation.md, "Why it is safe"):
 5. the watermark ``_log/_reclaimed`` records that the data files of every tombstone up to ``R`` are gone,
    so later checkpoints leave those tombstones out.
 
-Every step is idempotent; a run that stops anywhere is finished by the next one.
+Every step is idempotent; a run that stops anywhere is finished by the next one. A log file that cannot be
+deleted stops the log step there (what is left of the log must stay one unbroken range of commits) and the
+data step is left to the next run.
 
 A damaged table is never reclaimed: a log that fails its check stops the plan before anything is deleted
 (:class:`~maintd.errors.CorruptLogError`), and so does a live data file missing from storage
@@ -152,15 +154,20 @@ class _Deleter:
         self.hook = hook
         self.complete = True
 
-    def delete(self, files: tuple[FileRef, ...] | list[FileRef], step: str) -> tuple[int, int]:
+    def delete(self, files: tuple[FileRef, ...] | list[FileRef], step: str, *, in_order: bool = False
+               ) -> tuple[int, int]:
+        """Delete ``files``; with ``in_order``, stop at the first that cannot be deleted (the log: what is left
+        of it must stay one unbroken range, or a committer could take a commit left behind for its own base)."""
         count = size = 0
         for f in files:
             try:
                 gone = self.table.storage.delete(f.path)
-            except OSError as exc:
+            except (OSError, StorageError) as exc:
                 self.complete = False
-                logger.warning("table {}: could not delete {} ({}); the next reclamation retries", self.table.uri,
-                               f.path, exc)
+                logger.warning("table {}: could not delete {} ({}); the next reclamation retries{}", self.table.uri,
+                               f.path, exc, ", and deletes nothing after it now" if in_order else "")
+                if in_order:
+                    break
                 continue
             if gone:
                 count, size = count + 1, size + f.bytes
@@ -175,8 +182,9 @@ def execute_plan(table: Table, plan: ReclaimPlan, *, on_step: StepHook | None = 
     hook = on_step or (lambda step: None)
     deleter = _Deleter(table, hook)
     checkpoint, log_files = _checkpoint(table, plan, hook)
-    log = deleter.delete(log_files, "log")
-    data = deleter.delete(plan.data_files, "data")
+    log = deleter.delete(log_files, "log", in_order=True)
+    # Data files go only once no version before R can be loaded any more: after the whole log step.
+    data = deleter.delete(plan.data_files, "data") if deleter.complete else (0, 0)
     orphan = deleter.delete(_still_orphans(table, plan), "orphan")
     if advance_watermark and deleter.complete and plan.partitions == ():
         table.log.advance_reclaimed_watermark(plan.oldest_retained_version, plan.retained_timestamp)

@@ -169,3 +169,26 @@ def test_a_commit_published_into_removed_history_is_taken_back_though_a_stale_ch
     assert final.log.read_commit_txn(4) != txn.txn_id, "the commit published into removed history was taken back"
     assert final.log.txn_in_history(8) == txn.txn_id
     assert {r["id"]: r["name"] for r in final.read().to_pylist()}[42] == "late"
+
+
+def test_a_commit_that_cannot_be_deleted_stops_the_log_step_so_the_log_left_stays_unbroken(tmp_path: Path) -> None:
+    """Were later commits deleted past one that could not be, a writer that built on the one left behind
+    would find it there and take its own publish (into removed history) for a landed commit."""
+    from maintd.storage import LocalStorage
+    from maintd.storage.faulty import Fault, FaultPlan
+
+    table = table_with_history(tmp_path / "t")
+    other = Table.open(table.uri)
+    for i in range(3):
+        other.upsert(pa.table({"id": [100 + i], "name": ["other"]}))
+    plan = FaultPlan([Fault("fail", op="delete", path=commit_path(2), times=1)])
+    files = {p.name for p in (tmp_path / "t").rglob("*.parquet") if "_log" not in p.parts}
+
+    report = reclaim_table(Table(plan.wrap(LocalStorage(table.uri))))
+
+    assert not report.complete and report.data_files_deleted == 0
+    left = sorted(v for v in range(other.version + 1) if table.log.commit_exists(v))
+    assert left == list(range(2, other.version + 1)), "nothing after the commit that could not be deleted went"
+    assert {p.name for p in (tmp_path / "t").rglob("*.parquet") if "_log" not in p.parts} == files
+    again = reclaim_table(Table.open(table.uri))
+    assert again.complete and [v for v in range(other.version + 1) if table.log.commit_exists(v)] == [other.version]
