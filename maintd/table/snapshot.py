@@ -30,8 +30,9 @@ TxnRecord = tuple[str, int]
 TXN_WINDOW_MS = 10 * 60_000
 """Transaction records younger than this (by commit time, from the snapshot's) are always kept, so a
 committer that stalls for minutes between publishing and checking still finds its own record."""
-TXN_RECORDS_MAX = 20_000
-"""At most this many transaction records are kept (the newest), whatever the commit rate."""
+TXN_RECORDS_MAX = 2_000
+"""At most this many transaction records are kept (the newest; two checkpoint intervals if that is more),
+whatever the commit rate: about 100 KB in a checkpoint."""
 
 
 def partition_key(partition: Mapping[str, str | None], partition_by: Iterable[str]) -> PartitionKey:
@@ -188,15 +189,14 @@ class SnapshotBuilder:
     def kept_txns(self) -> dict[int, TxnRecord]:
         """The transaction records worth keeping: every version since the base checkpoint or within the last
         two checkpoint intervals, and every commit of the last :data:`TXN_WINDOW_MS`; at most the newest
-        :data:`TXN_RECORDS_MAX`. Versions and times increase together, so what is kept stays dense."""
+        :data:`TXN_RECORDS_MAX` (or two intervals). Versions and times increase together, so what is kept
+        stays dense."""
         assert self.metadata is not None
         interval = props.get_int(self.metadata.properties, props.CHECKPOINT_INTERVAL)
-        floor = min(self.base_checkpoint, self.version - 2 * interval)
-        oldest = self.timestamp - TXN_WINDOW_MS
-        kept = {v: r for v, r in self.txns.items() if v > floor or r[1] >= oldest}
-        if len(kept) > TXN_RECORDS_MAX:
-            kept = {v: kept[v] for v in sorted(kept)[-TXN_RECORDS_MAX:]}
-        return kept
+        always = min(self.base_checkpoint, self.version - 2 * interval)  # versions above it are always kept
+        at_most = self.version - max(TXN_RECORDS_MAX, 2 * interval)  # versions at or below it never are
+        recent = self.timestamp - TXN_WINDOW_MS
+        return {v: r for v, r in self.txns.items() if v > at_most and (v > always or r[1] >= recent)}
 
 
 def check_readable(protocol: Protocol) -> None:
