@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from loguru import logger
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "model"))
 
 from model_harness import Result, run
@@ -27,16 +29,20 @@ def main() -> int:
     parser.add_argument("--dir", type=Path, default=None, help="where the tables go (default: a temporary dir)")
     parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     args = parser.parse_args()
+    logger.remove()  # the reclamation log of every scenario's final check would drown the progress lines
     started = time.monotonic()
+    shown = 0
 
     def progress(r: Result) -> None:
+        nonlocal shown
+        for mismatch in r.mismatches[shown:]:
+            print(f"mismatch: {mismatch}", file=sys.stderr, flush=True)
+        shown = len(r.mismatches)
         if not args.quiet:
             print(f"  {r.line()} ({time.monotonic() - started:.0f} s) {r.stats}", file=sys.stderr, flush=True)
 
     with tempfile.TemporaryDirectory(dir=args.dir) as base:
         result = run(args.scenarios, args.seed, Path(base), progress=progress)
-    for mismatch in result.mismatches:
-        print(f"mismatch: {mismatch}", file=sys.stderr)
     print(f"outcomes: {result.stats}", file=sys.stderr)
     print(result.line())
     return 1 if result.mismatches else 0
