@@ -60,15 +60,31 @@ def decode_commit(data: bytes, *, uri: str, path: str, version: int | None) -> l
             holds a line that is not a valid action (naming the file, the version and the line).
         UnsupportedProtocolError: the file is in a format newer than this code reads.
     """
+    where, body, first_lineno = _checked_body(data, uri, path, version)
+    return decode_lines(body, where, first_lineno)
+
+
+def decode_commit_txn_id(data: bytes, *, uri: str, path: str, version: int | None) -> str:
+    """The transaction id of a commit file, after the same self-check, parsing only its first action when that
+    is the ``commit_info`` (as maintd writes it): what a committer reads to check the commit it built on."""
+    where, body, first_lineno = _checked_body(data, uri, path, version)
+    first = body.lstrip().partition(b"\n")[0]
+    if first.startswith(b'{"commit_info":'):
+        return commit_txn_id(decode_lines(first, where, first_lineno))
+    return commit_txn_id(decode_lines(body, where, first_lineno))
+
+
+def _checked_body(data: bytes, uri: str, path: str, version: int | None) -> tuple[Where, bytes, int]:
+    """The action lines of a commit file once its header (if any) checked out, and the number of the first."""
     where = Where(uri, path, version)
     if not data.strip():
         raise where.corrupt("is empty (truncated)")
     first, _, rest = data.partition(b"\n")
     header = _header(first)
     if header is None:
-        return decode_lines(data, where, 1)
+        return where, data, 1
     _check(header, rest, where)
-    return decode_lines(rest, where, 2)
+    return where, rest, 2
 
 
 def _header(line: bytes) -> dict[str, Any] | None:
@@ -124,5 +140,5 @@ def commit_txn_id(actions: Sequence[Action]) -> str:
     return next((a.txn_id for a in actions if isinstance(a, CommitInfo)), "")
 
 
-__all__ = ["FORMAT", "HEADER_KEY", "RECOVER", "Where", "commit_txn_id", "decode_commit", "decode_lines",
-           "encode_commit"]
+__all__ = ["FORMAT", "HEADER_KEY", "RECOVER", "Where", "commit_txn_id", "decode_commit", "decode_commit_txn_id",
+           "decode_lines", "encode_commit"]
