@@ -36,12 +36,14 @@ from maintd.reclaim.files import (
     PartitionFilter,
     expired_data_files,
     find_orphans,
+    in_log,
     log_files_below,
     missing_live_files,
 )
 from maintd.reclaim.models import FileRef, ReclaimPlan, ReclaimReport
 from maintd.storage import FileInfo
 from maintd.table import Snapshot, Table, timeline
+from maintd.table.log import parse_log_name
 
 StepHook = Callable[[str], None]
 """Called after each step and each deleted file with the step's name: ``checkpoint``, ``log``, ``data``,
@@ -83,6 +85,12 @@ def list_files(table: Table) -> Listed:
         raise StorageError(f"table {table.uri}: cannot list its files ({exc}); check the storage and retry") from exc
 
 
+def listed_commits(listing: Listing) -> list[int]:
+    """The versions of the commit files in a listing of the table."""
+    return [parsed[1] for path in listing if in_log(path) and (parsed := parse_log_name(path)) is not None
+            and parsed[0] == "commit"]
+
+
 def check_intact(table: Table, snapshot: Snapshot, listing: Listing) -> None:
     """Refuse to reclaim a table this code cannot write, or whose live data files are missing from storage."""
     snapshot.check_writable(table.uri)
@@ -104,7 +112,9 @@ def build_plan(table: Table, snapshot: Snapshot, listing: Listing, *, now: datet
     """
     check_intact(table, snapshot, listing)
     orphans = find_orphans(snapshot, listing, to_ms(now), int(grace.total_seconds() * 1000), where)
-    expiring = floor > oldest_available
+    # Expired commits and checkpoints, and log files left below the unbroken run of commits (a commit
+    # published into removed history by a writer that died before taking it back): no version needs them.
+    log_files = tuple(log_files_below(listing, floor))
     return ReclaimPlan(
         table=table.uri,
         now=now,
@@ -115,8 +125,8 @@ def build_plan(table: Table, snapshot: Snapshot, listing: Listing, *, now: datet
         oldest_retained_version=floor,
         retained_timestamp=floor_ms,
         partitions=where.specs,
-        checkpoint_needed=expiring and not table.log.checkpoint_exists(floor),
-        log_files=tuple(log_files_below(listing, floor)) if expiring else (),
+        checkpoint_needed=bool(log_files) and not table.log.checkpoint_exists(floor),
+        log_files=log_files,
         data_files=tuple(expired_data_files(snapshot, listing, floor_ms, where)),
         orphan_files=orphans.files,
         orphans_within_grace=orphans.within_grace,
@@ -225,4 +235,4 @@ def _still_orphans(table: Table, plan: ReclaimPlan) -> tuple[FileRef, ...]:
 
 
 __all__ = ["MIN_GRACE", "Listed", "StepHook", "build_plan", "check_grace", "check_intact", "execute_plan",
-           "list_files", "report_of", "to_ms"]
+           "list_files", "listed_commits", "report_of", "to_ms"]

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 
-from maintd.reclaim.engine import StepHook, build_plan, check_grace, execute_plan, list_files, report_of
+from maintd.reclaim.engine import StepHook, build_plan, check_grace, execute_plan, list_files, listed_commits, report_of
 from maintd.reclaim.files import PartitionFilter
 from maintd.reclaim.models import ReclaimPlan, ReclaimReport
 from maintd.reclaim.retention import DEFAULT_ORPHAN_GRACE
@@ -47,8 +47,8 @@ def _plan(table: Table, snapshot: Snapshot, *, now: datetime, floor: int, grace:
           where: PartitionFilter) -> ReclaimPlan:
     listing = list_files(table)
     return build_plan(table, snapshot, listing, now=now, floor=floor, floor_ms=snapshot.timestamp,
-                      oldest_available=timeline.oldest_available(table.log, snapshot.version), grace=grace,
-                      where=where)
+                      oldest_available=timeline.oldest_in_listing(listed_commits(listing), snapshot.version),
+                      grace=grace, where=where)
 
 
 def plan_purge(table: Table, *, now: datetime | None = None, partitions: Iterable[Mapping[str, object]] = (),

@@ -18,7 +18,16 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from maintd.errors import StorageError
-from maintd.reclaim.engine import StepHook, build_plan, check_grace, execute_plan, list_files, report_of, to_ms
+from maintd.reclaim.engine import (
+    StepHook,
+    build_plan,
+    check_grace,
+    execute_plan,
+    list_files,
+    listed_commits,
+    report_of,
+    to_ms,
+)
 from maintd.reclaim.files import PartitionFilter
 from maintd.reclaim.models import ReclaimPlan, ReclaimReport
 from maintd.table import Table, timeline
@@ -35,8 +44,9 @@ def plan_reclamation(table: Table, *, now: datetime | None = None,
         listing = list_files(table)  # before the snapshot: see find_orphans
         snapshot = table.snapshot()
         latest = snapshot.version
-        oldest_available = timeline.oldest_available(table.log, latest)
-        floor = timeline.oldest_retained_version(table.log, latest, snapshot.retain_hours, to_ms(now))
+        oldest_available = timeline.oldest_in_listing(listed_commits(listing), latest)
+        floor = timeline.oldest_retained_version(table.log, latest, snapshot.retain_hours, to_ms(now),
+                                                 start=oldest_available)
         floor_ms = timeline.commit_time(table.log, floor)
         if floor_ms is not None:
             return build_plan(table, snapshot, listing, now=now, floor=floor, floor_ms=floor_ms,

@@ -106,14 +106,26 @@ class TableLog:
 
     # -- latest version ----------------------------------------------------------------------
     def latest_version(self, hint: int | None = None) -> int:
-        """The newest committed version; raises :class:`TableNotFoundError` if there is none."""
+        """The newest committed version; raises :class:`TableNotFoundError` if there is none.
+
+        ``hint`` is a version this process knows to exist; it is used only from the newest checkpoint on.
+        Below the newest checkpoint a commit file may be one published into history reclamation removed and
+        left there (its writer died before taking it back): probing forward from it would stop at the gap
+        after it. So the probe starts at ``_last_checkpoint`` when that checkpoint still exists (reclamation
+        deletes checkpoints before commits: then no commit from it on was removed), else at the newest
+        commit listed.
+        """
         if self.storage.lists_in_order:
             return self._first_listed_commit()
-        start = max(hint if hint is not None else -1, self.last_checkpoint_hint() or -1)
-        if start < 0 or not self.commit_exists(start):
-            # The newest listed commit, not the oldest: a commit left below the reclaimed history (published
-            # there by a writer that crashed before taking it back) must never be mistaken for the latest.
-            start = 0 if self.commit_exists(0) else self._newest_commit_listed()
+        checkpoint = self.last_checkpoint_hint()
+        if checkpoint is not None and self.checkpoint_exists(checkpoint) and self.commit_exists(checkpoint):
+            start = max(checkpoint, hint if hint is not None else -1)
+        elif self.commit_exists(0):  # nothing was ever reclaimed (commits go oldest first): no gap anywhere
+            start = max(0, hint if hint is not None else -1)
+        else:
+            start = self._newest_commit_listed()
+        if not self.commit_exists(start):  # the hint was reclaimed meanwhile
+            start = self._newest_commit_listed()
         return self._probe_forward(start)
 
     def _first_listed_commit(self) -> int:

@@ -9,6 +9,7 @@ offset) is UTC, as every time in the log is (:func:`to_epoch_ms`); aware ones ar
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from maintd.errors import InvalidInputError, VersionNotFoundError
@@ -46,8 +47,26 @@ def commit_info(log: TableLog, version: int) -> CommitInfo | None:
     return next((a for a in actions if isinstance(a, CommitInfo)), None)
 
 
+def oldest_in_listing(commits: Iterable[int], latest: int) -> int:
+    """The oldest version of the unbroken run of commits ending at ``latest``, from a listing of the log.
+
+    What reclamation plans from: a commit left below that run (published into removed history by a writer
+    that died before taking it back) is no version of the table, and its commit time says nothing about the
+    table's history, so it must never be taken for the oldest version (nor for the oldest retained one).
+    """
+    present = set(commits)
+    oldest = latest
+    while oldest - 1 in present:
+        oldest -= 1
+    return oldest
+
+
 def oldest_available(log: TableLog, latest: int) -> int:
-    """The oldest version whose commit file exists (log reclamation removes the older ones)."""
+    """The oldest version whose commit file exists (log reclamation removes the older ones).
+
+    A binary search, for readers (a few ``stat`` calls); reclamation, which lists the log anyway, uses
+    :func:`oldest_in_listing`, which no commit left in removed history can mislead.
+    """
     if log.commit_exists(0):
         return 0
     lo, hi = 0, latest  # hi exists, lo does not
@@ -74,13 +93,15 @@ def first_version_at_or_after(log: TableLog, lo: int, hi: int, ts: int) -> int |
     return lo
 
 
-def oldest_retained_version(log: TableLog, latest: int, retain_hours: int, now_ms: int) -> int:
+def oldest_retained_version(log: TableLog, latest: int, retain_hours: int, now_ms: int,
+                            start: int | None = None) -> int:
     """The oldest version that is still retained (Delta Lake's rule): the newest version committed at or before
     ``now - retain hours``, which was the table's state at that moment, so every time in the window can be
-    read; the oldest version still in the log when none was committed that early; the latest when 0."""
+    read; the oldest version still in the log (``start``, found by :func:`oldest_available` if not given)
+    when none was committed that early; the latest when 0."""
     if retain_hours == 0:
         return latest
-    start = oldest_available(log, latest)
+    start = oldest_available(log, latest) if start is None else start
     after = first_version_at_or_after(log, start, latest, now_ms - retain_hours * HOUR_MS + 1)
     return latest if after is None else max(start, after - 1)
 

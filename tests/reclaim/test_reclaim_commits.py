@@ -192,3 +192,33 @@ def test_a_commit_that_cannot_be_deleted_stops_the_log_step_so_the_log_left_stay
     assert {p.name for p in (tmp_path / "t").rglob("*.parquet") if "_log" not in p.parts} == files
     again = reclaim_table(Table.open(table.uri))
     assert again.complete and [v for v in range(other.version + 1) if table.log.commit_exists(v)] == [other.version]
+
+
+def test_a_commit_left_in_removed_history_is_never_taken_for_the_latest_or_the_oldest_version(tmp_path: Path) -> None:
+    """A writer that dies right after publishing into removed history leaves its file there; with a hint that
+    names a checkpoint reclamation deleted, probing from the hint would stop at that file, and a binary
+    search for the oldest commit could land on it (its recent commit time then passing for the oldest
+    retained version's). The latest version, and reclamation's oldest version, come from the unbroken run
+    of commits ending at the latest."""
+    from maintd.reclaim import plan_reclamation
+    from maintd.table.actions import CommitInfo
+    from maintd.table.commitfile import encode_commit
+    from maintd.table.log import LAST_CHECKPOINT
+
+    table = table_with_history(tmp_path / "t")
+    other = Table.open(table.uri)
+    for i in range(4):
+        other.upsert(pa.table({"id": [100 + i], "name": ["other"]}))
+    reclaim_table(Table.open(table.uri))
+    expected = sorted(Table.open(table.uri).read().to_pylist(), key=lambda r: r["id"])
+    left = CommitInfo(operation="UPSERT", timestamp=2**41, txn_id="published-into-removed-history")
+    (tmp_path / "t" / commit_path(3)).write_bytes(encode_commit([left], version=3))
+    (tmp_path / "t" / LAST_CHECKPOINT).write_text('{"version": 3, "files": 1}')
+
+    reopened = Table.open(table.uri)
+    assert reopened.version == other.version == 7
+    assert sorted(reopened.read().to_pylist(), key=lambda r: r["id"]) == expected
+    plan = plan_reclamation(reopened)
+    assert plan.oldest_available_version == 7 and commit_path(3) in [f.path for f in plan.log_files]
+    reclaim_table(reopened)
+    assert not reopened.log.commit_exists(3)
