@@ -43,7 +43,7 @@ from maintd.reclaim.files import (
 from maintd.reclaim.models import FileRef, ReclaimPlan, ReclaimReport
 from maintd.storage import FileInfo
 from maintd.table import Snapshot, Table, timeline
-from maintd.table.log import parse_log_name
+from maintd.table.log import oldest_buildable, parse_log_name
 
 StepHook = Callable[[str], None]
 """Called after each step and each deleted file with the step's name: ``checkpoint``, ``log``, ``data``,
@@ -85,10 +85,15 @@ def list_files(table: Table) -> Listed:
         raise StorageError(f"table {table.uri}: cannot list its files ({exc}); check the storage and retry") from exc
 
 
-def listed_commits(listing: Listing) -> list[int]:
-    """The versions of the commit files in a listing of the table."""
-    return [parsed[1] for path in listing if in_log(path) and (parsed := parse_log_name(path)) is not None
-            and parsed[0] == "commit"]
+def oldest_listed(listing: Listing, latest: int) -> int:
+    """The oldest version that can still be built, from the log files of a listing (``oldest_buildable``)."""
+    commits: list[int] = []
+    checkpoints: list[int] = []
+    for path in listing:
+        parsed = parse_log_name(path) if in_log(path) else None
+        if parsed is not None:
+            (commits if parsed[0] == "commit" else checkpoints).append(parsed[1])
+    return oldest_buildable(commits, checkpoints, latest)
 
 
 def check_intact(table: Table, snapshot: Snapshot, listing: Listing) -> None:
@@ -235,4 +240,4 @@ def _still_orphans(table: Table, plan: ReclaimPlan) -> tuple[FileRef, ...]:
 
 
 __all__ = ["MIN_GRACE", "Listed", "StepHook", "build_plan", "check_grace", "check_intact", "execute_plan",
-           "list_files", "listed_commits", "report_of", "to_ms"]
+           "list_files", "oldest_listed", "report_of", "to_ms"]

@@ -24,7 +24,7 @@ from maintd.reclaim.engine import (
     check_grace,
     execute_plan,
     list_files,
-    listed_commits,
+    oldest_listed,
     report_of,
     to_ms,
 )
@@ -44,7 +44,7 @@ def plan_reclamation(table: Table, *, now: datetime | None = None,
         listing = list_files(table)  # before the snapshot: see find_orphans
         snapshot = table.snapshot()
         latest = snapshot.version
-        oldest_available = timeline.oldest_in_listing(listed_commits(listing), latest)
+        oldest_available = oldest_listed(listing, latest)
         floor = timeline.oldest_retained_version(table.log, latest, snapshot.retain_hours, to_ms(now),
                                                  start=oldest_available)
         floor_ms = timeline.commit_time(table.log, floor)

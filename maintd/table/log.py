@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from types import MappingProxyType
 
 from loguru import logger
@@ -48,6 +48,25 @@ def parse_log_name(name: str) -> tuple[str, int] | None:
         if base.endswith(suffix) and len(stem) == 20 and stem.isdigit():
             return kind, U64_MAX - int(stem)
     return None
+
+
+def oldest_buildable(commits: Iterable[int], checkpoints: Iterable[int], latest: int) -> int:
+    """The oldest version that can still be built, from a listing of the log: 0 while commit 0 exists, else the
+    oldest checkpoint within the unbroken run of commits ending at ``latest``.
+
+    What reclamation plans from. A commit left below that run (published into removed history by a writer
+    that died before taking it back) is no version of the table, and its commit time says nothing about the
+    table's history, so it is never taken for the oldest version (nor for the oldest retained one); nor is a
+    commit whose checkpoints are gone (a reclamation stopped between its steps): it can no longer be built.
+    """
+    present = set(commits)
+    run = latest
+    while run - 1 in present:
+        run -= 1
+    if run == 0:
+        return 0
+    usable = [c for c in checkpoints if run <= c <= latest]
+    return min(usable) if usable else run
 
 
 class TableLog:
@@ -177,14 +196,12 @@ class TableLog:
         return max(commits)
 
     def oldest_reconstructible_version(self) -> int:
-        """The oldest version whose snapshot can still be rebuilt (commit 0, or the oldest checkpoint)."""
+        """The oldest version whose snapshot can still be rebuilt (commit 0, or the oldest checkpoint within the
+        unbroken run of commits up to the newest listed one)."""
         commits, checkpoints = self._listed()
-        if 0 in commits:
-            return 0
-        usable = [c for c in checkpoints if c <= max(commits, default=-1)]
-        if not usable:
+        if not commits:
             raise TableNotFoundError(f"no table at {self.storage.uri}")
-        return min(usable)
+        return oldest_buildable(commits, checkpoints, max(commits))
 
     # -- checkpoints -------------------------------------------------------------------------
     def last_checkpoint_hint(self) -> int | None:

@@ -9,7 +9,6 @@ offset) is UTC, as every time in the log is (:func:`to_epoch_ms`); aware ones ar
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from maintd.errors import InvalidInputError, VersionNotFoundError
@@ -47,25 +46,11 @@ def commit_info(log: TableLog, version: int) -> CommitInfo | None:
     return next((a for a in actions if isinstance(a, CommitInfo)), None)
 
 
-def oldest_in_listing(commits: Iterable[int], latest: int) -> int:
-    """The oldest version of the unbroken run of commits ending at ``latest``, from a listing of the log.
-
-    What reclamation plans from: a commit left below that run (published into removed history by a writer
-    that died before taking it back) is no version of the table, and its commit time says nothing about the
-    table's history, so it must never be taken for the oldest version (nor for the oldest retained one).
-    """
-    present = set(commits)
-    oldest = latest
-    while oldest - 1 in present:
-        oldest -= 1
-    return oldest
-
-
 def oldest_available(log: TableLog, latest: int) -> int:
     """The oldest version whose commit file exists (log reclamation removes the older ones).
 
     A binary search, for readers (a few ``stat`` calls); reclamation, which lists the log anyway, uses
-    :func:`oldest_in_listing`, which no commit left in removed history can mislead.
+    :func:`maintd.table.log.oldest_buildable`, which no commit left in removed history can mislead.
     """
     if log.commit_exists(0):
         return 0

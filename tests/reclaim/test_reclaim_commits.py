@@ -222,3 +222,34 @@ def test_a_commit_left_in_removed_history_is_never_taken_for_the_latest_or_the_o
     assert plan.oldest_available_version == 7 and commit_path(3) in [f.path for f in plan.log_files]
     reclaim_table(reopened)
     assert not reopened.log.commit_exists(3)
+
+
+def test_commits_a_stopped_purge_left_unbuildable_expire_at_the_next_reclamation(tmp_path: Path) -> None:
+    """A PURGE that could not delete one commit stops its log step there: the commits after it stay, but
+    their checkpoints are gone, so those versions cannot be built. The next reclamation (whatever the
+    retention) counts the table's oldest version from what can be built, and finishes the PURGE's work."""
+    from datetime import timedelta
+
+    from maintd.reclaim import purge_table
+    from maintd.storage import LocalStorage
+    from maintd.storage.faulty import Fault, FaultPlan
+
+    table = Table.create(str(tmp_path / "t"), "id:int64!,name:string", primary_key="id", buckets=1,
+                         properties={"acid.data.retain.hours": 24, "log.checkpoint.interval": 3})
+    for i in range(8):
+        table.upsert(pa.table({"id": [i], "name": [f"n{i}"]}))
+        if i % 3 == 2:
+            table.overwrite(table.read())
+    expected = sorted(table.read().to_pylist(), key=lambda r: r["id"])
+    plan = FaultPlan([Fault("fail", op="delete", path=commit_path(2))])
+
+    stopped = purge_table(Table(plan.wrap(LocalStorage(table.uri))), user="test")
+
+    assert not stopped.complete and table.log.commit_exists(2) and table.log.commit_exists(5)
+    report = reclaim_table(Table.open(table.uri), orphan_grace=timedelta(hours=1))
+    assert report.complete and report.oldest_retained_version == stopped.purge_version
+    assert [v for v in range(table.version + 1) if table.log.commit_exists(v)] == [stopped.purge_version]
+    live = set(Table.open(table.uri).snapshot().files)
+    assert {p.relative_to(tmp_path / "t").as_posix() for p in (tmp_path / "t").rglob("*.parquet")
+            if "_log" not in p.parts} == live
+    assert sorted(Table.open(table.uri).read().to_pylist(), key=lambda r: r["id"]) == expected
