@@ -49,13 +49,17 @@ TAIL = 5
 
 
 class _NoSyncStorage(LocalStorage):
-    """Builds benchmark logs fast: the storage's own atomic publication, with its temporary file not ``fsync``ed."""
+    """Builds benchmark logs fast: the storage's own atomic publication, with neither its temporary file nor the
+    log directory ``fsync``ed."""
 
     def _write_temp(self, target: Path, data: bytes) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.parent / f".tmp-{uuid.uuid4().hex}"
         tmp.write_bytes(data)
         return tmp
+
+    def _sync_dir(self, directory: Path) -> None:
+        return None
 
 
 def median_time(fn: Callable[[], Any], repeat: int) -> float:
@@ -85,14 +89,15 @@ def build_history(root: Path, history: int) -> None:
                     max_commit_time=ts + 1, key_min=(i * 1000,), key_max=(i * 1000 + 999,), modification_time=ts + 1)
             for i in range(LIVE_FILES)]
     for v in range(1, history + TAIL + 1):
-        info = CommitInfo(operation="UPSERT" if v == 1 else "SET PROPERTIES", timestamp=ts + v, txn_id=uuid.uuid4().hex,
-                          read_version=v - 1)
+        info = CommitInfo(operation="UPSERT" if v == 1 else "SET PROPERTIES", timestamp=ts + v * 60_000,
+                          txn_id=uuid.uuid4().hex, read_version=v - 1)
         actions: list[Any] = [info, *adds] if v == 1 else [
             info, md.model_copy(update={"properties": {**md.properties, "maintd.bench.seq": str(v)}})]
         assert log.try_commit(v, actions)
         builder.apply(v, actions)
         if v % 10 == 0:
             log.write_checkpoint(builder.build())
+            builder.base_checkpoint = v  # as a committer's state after its checkpoint: records since it
 
 
 def bench_history(base: Path, sizes: list[int]) -> list[dict[str, Any]]:

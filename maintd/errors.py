@@ -8,15 +8,22 @@ without parsing messages::
     ├── InvalidInputError              bad argument, data, schema, key or property (not retryable)
     │   ├── SchemaMismatchError        data does not match the table schema
     │   ├── PrimaryKeyError            missing or null primary key values
-    │   └── InvalidPropertyError       unknown property key or value out of range
+    │   ├── InvalidPropertyError       unknown property key or value out of range
+    │   └── PathOutsideTableError      a path that is absolute, not normalised, or leaves the table root
     ├── TableNotFoundError             no table at the URI
     ├── TableExistsError               Table.create on an existing table
     ├── VersionNotFoundError           version expired by retention or never written
-    ├── CorruptLogError                a log entry or checkpoint cannot be parsed
+    ├── CorruptTableError              the table on storage is damaged: skipped, nothing in it is deleted
+    │   ├── CorruptLogError            a commit or checkpoint fails its check or cannot be parsed (names file, version)
+    │   └── DataFileError              a data file the log references is unusable (names the file)
+    │       ├── DataFileMissingError   it is not on storage
+    │       └── DataFileSchemaError    it is not Parquet, or its columns differ from the table's
+    ├── UnsupportedProtocolError       the table needs a newer maintd to read or write it (names both versions)
     ├── StorageError                   the storage failed (retryable)
-    ├── CommitError                    a commit did not land
-    │   ├── CommitRetriesExhaustedError  lost the race too often (retryable later)
-    │   └── CommitConflictError        a concurrent commit makes ours invalid (re-plan, then retry)
+    ├── CommitError                    a commit failed: it did not land, or its outcome is unknown
+    │   ├── CommitStateUnknownError    the outcome cannot be known: files kept, nothing retried (check history)
+    │   ├── CommitRetriesExhaustedError  lost the race too often; did not land (retryable later)
+    │   └── CommitConflictError        a concurrent commit makes ours invalid; did not land (re-plan, then retry)
     │       ├── ProtocolChangedError
     │       ├── MetadataChangedError
     │       ├── ConcurrentTransactionError
@@ -74,8 +81,61 @@ class VersionNotFoundError(MaintdError):
         self.latest = latest
 
 
-class CorruptLogError(MaintdError):
-    """A log entry or checkpoint cannot be parsed; the table needs repair (see docs/operations.md)."""
+class PathOutsideTableError(InvalidInputError):
+    """A path given to a storage is absolute, not normalised (``.``, ``..``, empty segments) or resolves
+    outside the table root; no storage ever reads, writes or deletes such a path."""
+
+
+class CorruptTableError(MaintdError):
+    """The table on storage is damaged (its log or a data file). Maintenance and reclamation skip the
+    table and delete nothing in it; the message names the file and what to do (docs/operations.md, "Recover").
+
+    Attributes:
+        path: the damaged file, relative to the table root (None when the message names several).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+
+class CorruptLogError(CorruptTableError):
+    """A commit or checkpoint fails its self-check or cannot be parsed; the table needs repair.
+
+    Attributes:
+        path: the log file, relative to the table root.
+        version: the version that file holds (None when not known).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, version: int | None = None):
+        super().__init__(message, path=path)
+        self.version = version
+
+
+class DataFileError(CorruptTableError):
+    """A data file that the log references cannot be used."""
+
+
+class DataFileMissingError(DataFileError):
+    """A data file that the log references is not on storage."""
+
+
+class DataFileSchemaError(DataFileError):
+    """A data file is not readable Parquet, or its columns or types differ from what the table's schema says."""
+
+
+class UnsupportedProtocolError(MaintdError):
+    """The table's protocol asks for a newer reader or writer than this maintd; upgrade maintd.
+
+    Attributes:
+        required: the version the table requires.
+        supported: the newest version this maintd implements.
+    """
+
+    def __init__(self, message: str, *, required: int, supported: int):
+        super().__init__(message)
+        self.required = required
+        self.supported = supported
 
 
 class StorageError(MaintdError):
@@ -85,7 +145,25 @@ class StorageError(MaintdError):
 
 
 class CommitError(MaintdError):
-    """A commit did not land."""
+    """A commit failed. Every subclass but :class:`CommitStateUnknownError` means it certainly did not land."""
+
+
+class CommitStateUnknownError(CommitError):
+    """Whether the commit landed cannot be known (the storage failed while publishing it and kept failing).
+
+    Nothing is deleted: the commit's data files stay, and orphan cleanup takes them after its grace if the
+    commit did not land. Retrying blindly may apply the change twice; look for ``txn_id`` in the table's
+    history first (writers with ``app_id``/``app_version`` can simply retry: a landed version is skipped).
+
+    Attributes:
+        version: the version the commit was published at.
+        txn_id: the transaction id to look for in ``Table.history()``.
+    """
+
+    def __init__(self, message: str, *, version: int, txn_id: str):
+        super().__init__(message)
+        self.version = version
+        self.txn_id = txn_id
 
 
 class CommitRetriesExhaustedError(CommitError):
@@ -174,6 +252,7 @@ __all__ = [
     "CommitConflictError",
     "CommitError",
     "CommitRetriesExhaustedError",
+    "CommitStateUnknownError",
     "ConcurrentAppendError",
     "ConcurrentDeleteDeleteError",
     "ConcurrentDeleteReadError",
@@ -181,11 +260,16 @@ __all__ = [
     "ConfigError",
     "ConfirmationRequiredError",
     "CorruptLogError",
+    "CorruptTableError",
+    "DataFileError",
+    "DataFileMissingError",
+    "DataFileSchemaError",
     "InvalidInputError",
     "InvalidPropertyError",
     "LeaseLostError",
     "MaintdError",
     "MetadataChangedError",
+    "PathOutsideTableError",
     "PolicyError",
     "PrimaryKeyError",
     "ProtocolChangedError",
@@ -196,5 +280,6 @@ __all__ = [
     "TableExistsError",
     "TableNotFoundError",
     "TaskExecutionError",
+    "UnsupportedProtocolError",
     "VersionNotFoundError",
 ]

@@ -27,7 +27,8 @@ err_console = Console(stderr=True, soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    """Print ``error: message`` on stderr (passwords redacted) and exit with ``code``."""
+    """Print ``error: message`` on stderr (one line, passwords redacted, the message taken literally) and exit
+    with ``code``."""
     err_console.print("[red]error:[/red] ", end="", markup=True, highlight=False)
     err_console.print(redact_secrets(message), markup=False, highlight=False)
     raise typer.Exit(code)

@@ -12,10 +12,12 @@ a group is committed once it holds ``max_tasks`` tasks or its first task has wai
 itself. The groups of one run remove disjoint inputs, so they never conflict with each other.
 
 **Clean-up.** Files written by tasks that do not land are deleted only when the commit certainly did
-not land (a conflict, or the retry budget exhausted after every attempt was refused), or when they
-were never part of a commit attempt (a failed task's other key ranges, tasks finishing after the run
-was abandoned); after an unknown error (an I/O error while publishing is ambiguous) they are left for
-orphan cleanup, as pyiceberg does. A commit that certainly failed, or whose outcome is unknown,
+not land: a conflict, or the retry budget exhausted (the transaction raises those only once it has
+settled that no attempt landed, :mod:`maintd.table.landing`), or when they were never part of a commit
+attempt (a failed task's other key ranges, tasks finishing after the run was abandoned). When the outcome
+is unknown (:class:`~maintd.errors.CommitStateUnknownError`: the storage failed while publishing and kept
+failing), or after any other error, they are left for orphan cleanup, as pyiceberg does: the commit may
+have landed and may reference them. A commit that certainly failed, or whose outcome is unknown,
 abandons the run: the tasks not yet committed are not committed.
 """
 
@@ -122,7 +124,7 @@ def commit_group(table: Table, doc: PlanDoc, results: Sequence[TaskResult], outc
             logger.warning("table {}: maintenance commit abandoned: {}", table.uri, exc)
             _discard(table, pending, outcome)
             return
-        except Exception as exc:  # ambiguous: the commit may have landed; leave the outputs to orphan cleanup
+        except Exception as exc:  # CommitStateUnknownError or another error: it may have landed; keep the outputs
             outcome.error, outcome.error_type = f"{type(exc).__name__}: {exc}", type(exc).__name__
             outcome.abandoned = True
             outcome.dropped += [r.task_id for r in pending]

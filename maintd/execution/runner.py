@@ -214,6 +214,7 @@ class Runner:
         self._progress(uri, "planning")
         table = Table.open(uri, retry=self.retry)
         snap = table.snapshot()
+        snap.check_writable(table.uri)  # a table of a newer protocol: write nothing into it, not even a rewrite
         summary.before = summary.after = TableHealth.of(snap)
         resolved = self.policy_file.resolve(name=snap.metadata.name or "", uri=table.uri,
                                             properties=snap.metadata.properties)

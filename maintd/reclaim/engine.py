@@ -5,29 +5,45 @@ between any two steps (docs/reclamation.md, "Why it is safe"):
 
 1. a checkpoint at the oldest retained version ``R`` is written first, so ``R`` stays reconstructible
    once the commits before it are gone;
-2. the commits before ``R`` are deleted oldest first (the remaining ones stay one unbroken range), then
-   the checkpoints before ``R``: from now on no version before ``R`` can be loaded, so no reader can
-   start reading a file that step 3 deletes (the failure of Paimon #6978 and Hudi #8584);
+2. the checkpoints before ``R`` are deleted, then the commits before ``R`` oldest first (the remaining ones
+   stay one unbroken range): from now on no version before ``R`` can be loaded, so no reader can start
+   reading a file that step 3 deletes (the failure of Paimon #6978 and Hudi #8584);
 3. the data files removed at or before ``R`` are deleted: no version from ``R`` on holds them;
 4. orphans older than the grace are deleted, after a last check against the newest snapshot;
 5. the watermark ``_log/_reclaimed`` records that the data files of every tombstone up to ``R`` are gone,
    so later checkpoints leave those tombstones out.
 
-Every step is idempotent; a run that stops anywhere is finished by the next one.
+Every step is idempotent; a run that stops anywhere is finished by the next one. A log file that cannot be
+deleted stops the log step there (what is left of the log must stay one unbroken range of commits) and the
+data step is left to the next run.
+
+A damaged table is never reclaimed: a log that fails its check stops the plan before anything is deleted
+(:class:`~maintd.errors.CorruptLogError`), and so does a live data file missing from storage
+(:class:`~maintd.errors.DataFileMissingError`) or a protocol this code cannot write.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from loguru import logger
 
-from maintd.errors import InvalidInputError, StorageError, VersionNotFoundError
-from maintd.reclaim.files import Listing, PartitionFilter, expired_data_files, find_orphans, log_files_below
+from maintd.errors import DataFileMissingError, InvalidInputError, StorageError, VersionNotFoundError
+from maintd.reclaim.files import (
+    Listing,
+    PartitionFilter,
+    expired_data_files,
+    find_orphans,
+    in_log,
+    log_files_below,
+    missing_live_files,
+)
 from maintd.reclaim.models import FileRef, ReclaimPlan, ReclaimReport
-from maintd.table import Snapshot, Table
+from maintd.storage import FileInfo
+from maintd.table import Snapshot, Table, timeline
+from maintd.table.log import oldest_buildable, parse_log_name
 
 StepHook = Callable[[str], None]
 """Called after each step and each deleted file with the step's name: ``checkpoint``, ``log``, ``data``,
@@ -37,10 +53,8 @@ MIN_GRACE = timedelta(hours=1)
 
 
 def to_ms(now: datetime) -> int:
-    """Epoch milliseconds of an aware datetime (a naive one is taken as UTC)."""
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=UTC)
-    return int(now.timestamp() * 1000)
+    """Epoch milliseconds of a datetime (a naive one is UTC, as everywhere in maintd)."""
+    return timeline.to_epoch_ms(now)
 
 
 def check_grace(grace: timedelta, force: bool) -> None:
@@ -54,19 +68,58 @@ def check_grace(grace: timedelta, force: bool) -> None:
         )
 
 
-def list_files(table: Table) -> Listing:
+class Listed(dict[str, FileInfo]):
+    """A listing of the table's files and the (wall-clock) time it was taken at, in ms."""
+
+    def __init__(self, files: dict[str, FileInfo], at_ms: int) -> None:
+        super().__init__(files)
+        self.at_ms = at_ms
+
+
+def list_files(table: Table) -> Listed:
     """Every file below the table root, by relative path (taken before loading the snapshot)."""
+    at_ms = int(time.time() * 1000)
     try:
-        return {f.path: f for f in table.storage.walk()}
+        return Listed({f.path: f for f in table.storage.walk()}, at_ms)
     except OSError as exc:
         raise StorageError(f"table {table.uri}: cannot list its files ({exc}); check the storage and retry") from exc
 
 
+def oldest_listed(listing: Listing, latest: int) -> int:
+    """The oldest version that can still be built, from the log files of a listing (``oldest_buildable``)."""
+    commits: list[int] = []
+    checkpoints: list[int] = []
+    for path in listing:
+        parsed = parse_log_name(path) if in_log(path) else None
+        if parsed is not None:
+            (commits if parsed[0] == "commit" else checkpoints).append(parsed[1])
+    return oldest_buildable(commits, checkpoints, latest)
+
+
+def check_intact(table: Table, snapshot: Snapshot, listing: Listing) -> None:
+    """Refuse to reclaim a table this code cannot write, or whose live data files are missing from storage."""
+    snapshot.check_writable(table.uri)
+    missing = missing_live_files(snapshot, listing, getattr(listing, "at_ms", 0))
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise DataFileMissingError(
+            f"table {table.uri}: {len(missing)} live data file(s) of version {snapshot.version} are missing from "
+            f"storage ({shown}); the table is damaged and is not reclaimed (nothing was deleted). Restore the "
+            "files from a backup (see docs/operations.md 'Recover')", path=missing[0])
+
+
 def build_plan(table: Table, snapshot: Snapshot, listing: Listing, *, now: datetime, floor: int, floor_ms: int,
                oldest_available: int, grace: timedelta, where: PartitionFilter) -> ReclaimPlan:
-    """What to delete so that ``floor`` becomes the oldest version (pure but for the checkpoint probe)."""
+    """What to delete so that ``floor`` becomes the oldest version (pure but for the checkpoint probe).
+
+    Raises:
+        DataFileMissingError, UnsupportedProtocolError: the table is damaged or too new (:func:`check_intact`).
+    """
+    check_intact(table, snapshot, listing)
     orphans = find_orphans(snapshot, listing, to_ms(now), int(grace.total_seconds() * 1000), where)
-    expiring = floor > oldest_available
+    # Expired commits and checkpoints, and log files left below the unbroken run of commits (a commit
+    # published into removed history by a writer that died before taking it back): no version needs them.
+    log_files = tuple(log_files_below(listing, floor))
     return ReclaimPlan(
         table=table.uri,
         now=now,
@@ -77,8 +130,8 @@ def build_plan(table: Table, snapshot: Snapshot, listing: Listing, *, now: datet
         oldest_retained_version=floor,
         retained_timestamp=floor_ms,
         partitions=where.specs,
-        checkpoint_needed=expiring and not table.log.checkpoint_exists(floor),
-        log_files=tuple(log_files_below(listing, floor)) if expiring else (),
+        checkpoint_needed=bool(log_files) and not table.log.checkpoint_exists(floor),
+        log_files=log_files,
         data_files=tuple(expired_data_files(snapshot, listing, floor_ms, where)),
         orphan_files=orphans.files,
         orphans_within_grace=orphans.within_grace,
@@ -116,15 +169,20 @@ class _Deleter:
         self.hook = hook
         self.complete = True
 
-    def delete(self, files: tuple[FileRef, ...] | list[FileRef], step: str) -> tuple[int, int]:
+    def delete(self, files: tuple[FileRef, ...] | list[FileRef], step: str, *, in_order: bool = False
+               ) -> tuple[int, int]:
+        """Delete ``files``; with ``in_order``, stop at the first that cannot be deleted (the log: what is left
+        of it must stay one unbroken range, or a committer could take a commit left behind for its own base)."""
         count = size = 0
         for f in files:
             try:
                 gone = self.table.storage.delete(f.path)
-            except OSError as exc:
+            except (OSError, StorageError) as exc:
                 self.complete = False
-                logger.warning("table {}: could not delete {} ({}); the next reclamation retries", self.table.uri,
-                               f.path, exc)
+                logger.warning("table {}: could not delete {} ({}); the next reclamation retries{}", self.table.uri,
+                               f.path, exc, ", and deletes nothing after it now" if in_order else "")
+                if in_order:
+                    break
                 continue
             if gone:
                 count, size = count + 1, size + f.bytes
@@ -139,8 +197,9 @@ def execute_plan(table: Table, plan: ReclaimPlan, *, on_step: StepHook | None = 
     hook = on_step or (lambda step: None)
     deleter = _Deleter(table, hook)
     checkpoint, log_files = _checkpoint(table, plan, hook)
-    log = deleter.delete(log_files, "log")
-    data = deleter.delete(plan.data_files, "data")
+    log = deleter.delete(log_files, "log", in_order=True)
+    # Data files go only once no version before R can be loaded any more: after the whole log step.
+    data = deleter.delete(plan.data_files, "data") if deleter.complete else (0, 0)
     orphan = deleter.delete(_still_orphans(table, plan), "orphan")
     if advance_watermark and deleter.complete and plan.partitions == ():
         table.log.advance_reclaimed_watermark(plan.oldest_retained_version, plan.retained_timestamp)
@@ -180,4 +239,5 @@ def _still_orphans(table: Table, plan: ReclaimPlan) -> tuple[FileRef, ...]:
     return tuple(f for f in plan.orphan_files if f.path not in referenced)
 
 
-__all__ = ["MIN_GRACE", "StepHook", "build_plan", "check_grace", "execute_plan", "list_files", "report_of", "to_ms"]
+__all__ = ["MIN_GRACE", "Listed", "StepHook", "build_plan", "check_grace", "check_intact", "execute_plan",
+           "list_files", "oldest_listed", "report_of", "to_ms"]

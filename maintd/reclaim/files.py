@@ -91,10 +91,13 @@ class PartitionFilter:
 
 
 def log_files_below(listing: Listing, floor: int) -> list[FileRef]:
-    """Commits and checkpoints of versions before ``floor``: commits oldest first, then checkpoints.
+    """Checkpoints and commits of versions before ``floor``: checkpoints first, then commits oldest first.
 
+    Checkpoints go first so that none is left to start a replay from while commits below ``floor`` go: a
+    commit a late writer publishes into the removed history is then never read as part of a version.
     Commits go oldest first so that the commits left always form one unbroken range up to the latest
-    version, which the version lookups rely on, even if the deletion stops half-way.
+    version, which the version lookups rely on, even if the deletion stops half-way; and so that while a
+    commit is there, every commit after it is too (how a committer tells that its version was never removed).
     """
     commits: list[tuple[int, FileRef]] = []
     checkpoints: list[tuple[int, FileRef]] = []
@@ -106,7 +109,22 @@ def log_files_below(listing: Listing, floor: int) -> list[FileRef]:
             continue
         (commits if parsed[0] == "commit" else checkpoints).append((parsed[1], FileRef(path=info.path,
                                                                                         bytes=info.size)))
-    return [f for _, f in sorted(commits, key=lambda x: x[0])] + [f for _, f in sorted(checkpoints, key=lambda x: x[0])]
+    return [f for _, f in sorted(checkpoints, key=lambda x: x[0])] + [f for _, f in sorted(commits, key=lambda x: x[0])]
+
+
+SKEW_MS = 10 * 60_000
+"""Clock difference between processes that :func:`missing_live_files` tolerates."""
+
+
+def missing_live_files(snapshot: Snapshot, listing: Listing, listed_ms: int) -> list[str]:
+    """Live files of ``snapshot`` that must be in ``listing`` but are not: the table is damaged.
+
+    ``listing`` was taken at ``listed_ms`` (before ``snapshot`` was loaded). A file is written before the
+    commit that adds it, and a live file is never deleted, so a file committed well before the listing
+    (more than :data:`SKEW_MS`, for clocks that differ) was on storage when it was taken.
+    """
+    return sorted(p for p, f in snapshot.files.items()
+                  if p not in listing and f.modification_time < listed_ms - SKEW_MS)
 
 
 def expired_data_files(snapshot: Snapshot, listing: Listing, cutoff_ms: int, where: PartitionFilter) -> list[FileRef]:
@@ -183,4 +201,5 @@ __all__ = [
     "in_log",
     "is_maintd_file",
     "log_files_below",
+    "missing_live_files",
 ]

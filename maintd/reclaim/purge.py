@@ -25,11 +25,11 @@ import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 
-from maintd.reclaim.engine import StepHook, build_plan, check_grace, execute_plan, list_files, report_of
+from maintd.reclaim.engine import StepHook, build_plan, check_grace, execute_plan, list_files, oldest_listed, report_of
 from maintd.reclaim.files import PartitionFilter
 from maintd.reclaim.models import ReclaimPlan, ReclaimReport
 from maintd.reclaim.retention import DEFAULT_ORPHAN_GRACE
-from maintd.table import Snapshot, Table, timeline
+from maintd.table import Snapshot, Table
 
 OPERATION = "PURGE"
 
@@ -47,8 +47,8 @@ def _plan(table: Table, snapshot: Snapshot, *, now: datetime, floor: int, grace:
           where: PartitionFilter) -> ReclaimPlan:
     listing = list_files(table)
     return build_plan(table, snapshot, listing, now=now, floor=floor, floor_ms=snapshot.timestamp,
-                      oldest_available=timeline.oldest_available(table.log, snapshot.version), grace=grace,
-                      where=where)
+                      oldest_available=oldest_listed(listing, snapshot.version),
+                      grace=grace, where=where)
 
 
 def plan_purge(table: Table, *, now: datetime | None = None, partitions: Iterable[Mapping[str, object]] = (),

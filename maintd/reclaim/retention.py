@@ -1,9 +1,10 @@
 """Reclamation by ``acid.data.retain.hours``: expire old versions, delete what no retained version needs.
 
-A version is **retained** while its commit is younger than the table's ``acid.data.retain.hours`` at
-``now``, and the latest version always is; ``0`` keeps the latest version only. The oldest retained
-version ``R`` is the first version committed at or after ``now - retain hours`` (as the reader's
-``VersionNotFoundError`` check computes it, :func:`maintd.table.timeline.oldest_retained_version`).
+Every moment of the last ``acid.data.retain.hours`` before ``now`` stays readable, so the oldest retained
+version ``R`` is the newest version committed at or before ``now - retain hours`` (the state of the table
+at that moment; Delta Lake's rule), and every version after it; ``0`` keeps the latest version only. The
+reader's ``VersionNotFoundError`` check computes ``R`` the same way
+(:func:`maintd.table.timeline.oldest_retained_version`).
 The property is read from the latest version at each run, so a change takes effect at the next one.
 
 DeltaFiles the current state still reads are live, never tombstones, so they are never reclaimed however
@@ -17,7 +18,16 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from maintd.errors import StorageError
-from maintd.reclaim.engine import StepHook, build_plan, check_grace, execute_plan, list_files, report_of, to_ms
+from maintd.reclaim.engine import (
+    StepHook,
+    build_plan,
+    check_grace,
+    execute_plan,
+    list_files,
+    oldest_listed,
+    report_of,
+    to_ms,
+)
 from maintd.reclaim.files import PartitionFilter
 from maintd.reclaim.models import ReclaimPlan, ReclaimReport
 from maintd.table import Table, timeline
@@ -34,8 +44,9 @@ def plan_reclamation(table: Table, *, now: datetime | None = None,
         listing = list_files(table)  # before the snapshot: see find_orphans
         snapshot = table.snapshot()
         latest = snapshot.version
-        oldest_available = timeline.oldest_available(table.log, latest)
-        floor = timeline.oldest_retained_version(table.log, latest, snapshot.retain_hours, to_ms(now))
+        oldest_available = oldest_listed(listing, latest)
+        floor = timeline.oldest_retained_version(table.log, latest, snapshot.retain_hours, to_ms(now),
+                                                 start=oldest_available)
         floor_ms = timeline.commit_time(table.log, floor)
         if floor_ms is not None:
             return build_plan(table, snapshot, listing, now=now, floor=floor, floor_ms=floor_ms,

@@ -1,24 +1,56 @@
-"""The storage interface every table location implements."""
+"""The storage interface every table location implements, the path rules it enforces, and the scheme registry."""
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
+from maintd.errors import InvalidInputError, PathOutsideTableError
+
 
 @dataclass(frozen=True, slots=True)
 class FileInfo:
-    """A file below the table root: path relative to the root, size in bytes, mtime in ms."""
+    """A file below the table root: path relative to the root, size in bytes, last-modified time in ms."""
 
     path: str
     size: int
     mtime_ms: int
 
 
+def check_path(path: str, *, root: str = "", allow_root: bool = False) -> str:
+    """``path`` if it is a normalised relative path below the table root, else :class:`PathOutsideTableError`.
+
+    Normalised: ``/``-separated, no leading ``/``, no empty, ``.`` or ``..`` segment, no backslash or NUL.
+    Every storage applies this to every path it is given, so no caller (a damaged log entry, a bug) can
+    make a storage read, write or delete anything outside the table; a storage whose names can alias
+    (symbolic links on a local disk) checks where the path resolves as well.
+    """
+    if path == "" and allow_root:
+        return path
+    if not isinstance(path, str) or not path or path.startswith("/") or "\\" in path or "\x00" in path or any(
+            seg in ("", ".", "..") for seg in path.split("/")):
+        where = f" of table {root}" if root else ""
+        raise PathOutsideTableError(
+            f"path {path!r} is not a normalised path inside the table root{where}: it must be relative, "
+            "'/'-separated, without '.', '..' or empty segments; maintd never touches such a path"
+        )
+    return path
+
+
 class Storage(abc.ABC):
-    """Byte-level access to one table location. Paths are relative to the table root, '/'-separated."""
+    """Byte-level access to one table location. Paths are relative to the table root, '/'-separated.
+
+    The one primitive commits need is :meth:`put_if_absent`. Its contract is written for object stores
+    as much as for local disks: a call that *returns* says truthfully whether it created the file; a call
+    that *raises* may or may not have applied (a conditional PUT whose answer was lost). Callers resolve
+    that ambiguity by reading the path back (the transaction log compares the transaction id it wrote),
+    never by assuming either outcome. Every other method raises ``OSError`` (or
+    :class:`~maintd.errors.StorageError`) on failure, and :class:`~maintd.errors.PathOutsideTableError`
+    for a path that :func:`check_path` refuses.
+    """
 
     #: True when :meth:`list_dir` returns names in lexical order (object stores), so that the
     #: newest commit is the first entry; False for local filesystems (unordered listing).
@@ -36,14 +68,14 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def full_path(self, path: str) -> str:
-        """The path of ``path`` as understood by :attr:`filesystem`."""
+        """The path of ``path`` as understood by :attr:`filesystem` (after :func:`check_path`)."""
 
     @abc.abstractmethod
     def put_if_absent(self, path: str, data: bytes) -> bool:
         """Publish ``data`` at ``path`` atomically unless a file is there already.
 
-        Returns True if this call created the file, False if it existed. Readers never see a
-        partially written file.
+        Returns True if this call created the file, False if it existed. Readers never see a partially
+        written file. Raising means the outcome is unknown: the file may have been created.
         """
 
     @abc.abstractmethod
@@ -83,20 +115,53 @@ class Storage(abc.ABC):
     def makedirs(self, path: str) -> None:
         """Create directory ``path`` and its parents (no-op on object stores)."""
 
+    def make_durable(self, path: str) -> None:
+        """Make a file written through :attr:`filesystem` survive a power loss before a commit names it.
+
+        A no-op by default: an object store's PUT is durable when it returns. Local disks ``fsync``.
+        """
+        return None
+
+
+StorageFactory = Callable[[str], Storage]
+"""Builds the storage of a table URI."""
+
+_FACTORIES: dict[str, StorageFactory] = {}
+
+
+def register_storage(scheme: str, factory: StorageFactory) -> StorageFactory | None:
+    """Make ``storage_for_uri`` build the storages of ``scheme`` (``file`` for local paths) with ``factory``.
+
+    Returns the factory it replaces (None if there was none), so that a wrapper (the fault-injecting
+    storage of the tests) can be installed and removed again.
+    """
+    previous = _FACTORIES.get(scheme)
+    _FACTORIES[scheme] = factory
+    return previous
+
+
+def unregister_storage(scheme: str) -> None:
+    _FACTORIES.pop(scheme, None)
+
+
+def uri_scheme(uri: str) -> str:
+    """``file`` for a local path or ``file://`` URI, else the part before ``://``."""
+    return uri.split("://", 1)[0] if "://" in uri else "file"
+
 
 def storage_for_uri(uri: str) -> Storage:
-    """The storage for a table URI: a local path or ``file://`` URI.
+    """The storage for a table URI, by its scheme (a local path or ``file://`` URI: ``file``).
 
     Raises:
-        InvalidInputError: for a scheme maintd has no put-if-absent storage for yet.
+        InvalidInputError: for a scheme no storage is registered for.
     """
-    from maintd.errors import InvalidInputError
-    from maintd.storage.local import LocalStorage
+    import maintd.storage.local  # noqa: F401  (registers "file")
 
-    if "://" not in uri or uri.startswith("file://"):
-        return LocalStorage(uri)
-    scheme = uri.split("://", 1)[0]
-    raise InvalidInputError(
-        f"table URI {uri!r}: no storage for scheme {scheme!r}; use a local path or file:// URI "
-        "(object stores need a put-if-absent storage, see docs/format.md 'Storage')"
-    )
+    scheme = uri_scheme(uri)
+    factory = _FACTORIES.get(scheme)
+    if factory is None:
+        raise InvalidInputError(
+            f"table URI {uri!r}: no storage for scheme {scheme!r}; use a local path or file:// URI "
+            "(object stores need a put-if-absent storage, see docs/format.md 'Storage')"
+        )
+    return factory(uri)

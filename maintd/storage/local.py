@@ -1,4 +1,12 @@
-"""Local filesystem storage: put-if-absent by an atomic hard link of a fully written file."""
+"""Local filesystem storage: put-if-absent by an atomic hard link of a fully written file.
+
+Durability: the temporary file is ``fsync``ed before it is linked, and the directory is ``fsync``ed after
+the link (and after every atomic replace), so that a commit that was acknowledged survives a power loss
+(POSIX makes a new directory entry durable only when the directory itself is synced).
+
+Containment: every path is checked by :func:`~maintd.storage.base.check_path`, and what it resolves to
+(symbolic links followed) must lie below the table root.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +17,8 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from maintd.storage.base import FileInfo, Storage
+from maintd.errors import PathOutsideTableError
+from maintd.storage.base import FileInfo, Storage, check_path, register_storage
 
 
 class LocalStorage(Storage):
@@ -34,8 +43,27 @@ class LocalStorage(Storage):
     def filesystem(self) -> pafs.FileSystem:
         return self._fs
 
+    def _abs(self, path: str, *, allow_root: bool = False) -> Path:
+        """The absolute path of ``path``, refused unless it is normalised (no symlink resolution)."""
+        return self._root / check_path(path, root=self.uri, allow_root=allow_root)
+
+    def _contained(self, path: str, *, follow_last: bool = True) -> Path:
+        """As :meth:`_abs`, and what the path resolves to (symbolic links followed) lies below the root.
+
+        With ``follow_last`` False only the directory is resolved: deleting a link removes the link.
+        """
+        full = self._abs(path)
+        real_root = os.path.realpath(self._root)
+        real = os.path.realpath(full) if follow_last else os.path.join(os.path.realpath(full.parent), full.name)
+        if os.path.commonpath([real_root, real]) != real_root:
+            raise PathOutsideTableError(
+                f"table {self.uri}: {path} resolves to {real}, outside the table root (a symbolic link?); "
+                "maintd never reads, writes or deletes outside the table"
+            )
+        return full
+
     def full_path(self, path: str) -> str:
-        return str(self._root / path)
+        return str(self._contained(path))
 
     def _write_temp(self, target: Path, data: bytes) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -46,32 +74,51 @@ class LocalStorage(Storage):
             os.fsync(fh.fileno())
         return tmp
 
+    def _sync_dir(self, directory: Path) -> None:
+        """``fsync`` a directory, so that the entries just created in it survive a power loss."""
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
     def put_if_absent(self, path: str, data: bytes) -> bool:
-        target = self._root / path
+        target = self._contained(path)
         tmp = self._write_temp(target, data)
         try:
             os.link(tmp, target)
-            return True
         except FileExistsError:
             return False
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+        self._sync_dir(target.parent)
+        return True
 
     def write_atomic(self, path: str, data: bytes) -> None:
-        target = self._root / path
+        target = self._contained(path)
         tmp = self._write_temp(target, data)
         os.replace(tmp, target)
+        self._sync_dir(target.parent)
+
+    def make_durable(self, path: str) -> None:
+        target = self._contained(path)
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._sync_dir(target.parent)
 
     def read(self, path: str) -> bytes:
-        with open(self._root / path, "rb") as fh:
+        with open(self._contained(path), "rb") as fh:
             return fh.read()
 
     def exists(self, path: str) -> bool:
-        return (self._root / path).exists()
+        return self._abs(path).exists()
 
     def list_dir(self, path: str) -> list[FileInfo]:
-        base = self._root / path
+        base = self._abs(path, allow_root=True)
         out: list[FileInfo] = []
         try:
             entries = os.scandir(base)
@@ -90,7 +137,7 @@ class LocalStorage(Storage):
         return out
 
     def walk(self, path: str = "") -> list[FileInfo]:
-        base = self._root / path
+        base = self._abs(path, allow_root=True)
         out: list[FileInfo] = []
         for dirpath, _dirs, files in os.walk(base):
             for name in files:
@@ -104,10 +151,13 @@ class LocalStorage(Storage):
 
     def delete(self, path: str) -> bool:
         try:
-            os.unlink(self._root / path)
+            os.unlink(self._contained(path, follow_last=False))
             return True
         except FileNotFoundError:
             return False
 
     def makedirs(self, path: str) -> None:
-        (self._root / path).mkdir(parents=True, exist_ok=True)
+        self._abs(path).mkdir(parents=True, exist_ok=True)
+
+
+register_storage("file", LocalStorage)

@@ -2,22 +2,46 @@
 
 Each line of a commit file is one JSON object with exactly one key naming the action
 (``{"add": {...}}``). Models are frozen and reject unknown fields, so a log written by a
-newer, incompatible writer fails loudly instead of being half understood.
+newer, incompatible writer fails loudly instead of being half understood. The path of every
+``add`` and ``remove`` must be a normalised relative path inside the table and outside ``_log/``
+(:func:`check_log_path`): a log entry can never make a reader read, or reclamation delete, any
+other file.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from maintd.storage import check_path
 
 KeyValue = int | float | str | bool | None
 """One primary-key column value as stored in ``key_min``/``key_max`` (JSON scalar)."""
 
 FileKind = Literal["delta", "base"]
 IsolationLevel = Literal["WriteSerializable", "Serializable"]
-READER_VERSION = 1
-WRITER_VERSION = 1
+READER_VERSION = 2
+"""The newest reader protocol this code implements (2: self-verifying commit files, docs/format.md)."""
+WRITER_VERSION = 2
+"""The newest writer protocol this code implements (2: also transaction records in checkpoints)."""
+LOG_DIR_PREFIX = "_log/"
+
+
+def check_log_path(path: str) -> str:
+    """A data-file path as the log may hold it: normalised, relative, inside the table, not in ``_log/``.
+
+    Raises:
+        ValueError: (a :class:`~maintd.errors.PathOutsideTableError`) naming the path.
+    """
+    check_path(path)
+    if path == LOG_DIR_PREFIX[:-1] or path.startswith(LOG_DIR_PREFIX):
+        raise ValueError(f"path {path!r} is inside _log/: a data file never is")
+    return path
+
+
+LogPath = Annotated[str, AfterValidator(check_log_path)]
+"""The path of a data file in the log (:func:`check_log_path`)."""
 
 
 class _Action(BaseModel):
@@ -25,7 +49,12 @@ class _Action(BaseModel):
 
 
 class Protocol(_Action):
-    """Lowest reader and writer versions that understand this table."""
+    """Lowest reader and writer versions that understand this table (new tables: the newest of this code).
+
+    Version 1: commit files are plain action lines. Version 2: each commit file starts with a header
+    line (format, version, action count, SHA-256 of the rest), and checkpoints record the transaction
+    ids of the commits they summarise. This code reads and writes both.
+    """
 
     min_reader_version: int = READER_VERSION
     min_writer_version: int = WRITER_VERSION
@@ -65,7 +94,7 @@ class AddFile(_Action):
     version in the hidden ``_maintd_version`` column.
     """
 
-    path: str
+    path: LogPath
     partition: dict[str, str | None] = Field(default_factory=dict)
     bucket: int = Field(ge=0)
     kind: FileKind
@@ -106,7 +135,7 @@ class AddFile(_Action):
 class RemoveFile(_Action):
     """A data file that stops being part of the table at this commit (a tombstone)."""
 
-    path: str
+    path: LogPath
     deletion_time: int
     data_change: bool = True
     partition: dict[str, str | None] = Field(default_factory=dict)

@@ -7,7 +7,10 @@ Column layout of data files (docs/format.md, "Data files"):
 * level-1/2 DeltaFile (clustering): table columns + ``_maintd_op`` + ``_maintd_version``.
 * BaseFile (compaction): table columns + ``_maintd_version``; no deletes.
 
-Rows are sorted by primary key (then version) so that readers and merges can stream them.
+Rows are sorted by primary key (then version) so that readers and merges can stream them. A data file
+is made durable (``Storage.make_durable``) before the commit that adds it can be published, and one that
+is missing, not Parquet, or whose columns differ from the table schema is a
+:class:`~maintd.errors.DataFileError` naming it, never a raw pyarrow error.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from maintd.errors import DataFileMissingError, DataFileSchemaError
 from maintd.storage import Storage
 from maintd.table.actions import AddFile, FileKind, KeyValue, Metadata
 from maintd.table.keyranges import key_value
@@ -78,6 +82,7 @@ def write_data_file(storage: Storage, metadata: Metadata, data: pa.Table, *, par
     full = storage.full_path(path)
     storage.makedirs(path.rsplit("/", 1)[0])
     pq.write_table(data, full, filesystem=storage.filesystem, **WRITE_OPTIONS)
+    storage.make_durable(path)
     size = storage.filesystem.get_file_info(full).size or 0
     deletes = int(pc.sum(pc.equal(data.column(OP_COLUMN), OP_DELETE)).as_py() or 0) if kind == "delta" else 0
     kmin, kmax = key_bounds(data, metadata.primary_key)
@@ -93,10 +98,37 @@ def read_data_file(storage: Storage, metadata: Metadata, f: AddFile, columns: Se
     """Read a file with ``_maintd_op`` and ``_maintd_version`` always present (filled for level-0/base)."""
     names = list(columns) if columns is not None else list(metadata.column_names)
     wanted = list(dict.fromkeys([*metadata.primary_key, *names]))
-    have = file_schema(metadata, f.kind, f.level).names
-    read_cols = wanted + [c for c in (OP_COLUMN, VERSION_COLUMN) if c in have]
-    t = pq.read_table(storage.full_path(f.path), columns=read_cols, filesystem=storage.filesystem)
+    expected = file_schema(metadata, f.kind, f.level)
+    read_cols = wanted + [c for c in (OP_COLUMN, VERSION_COLUMN) if c in expected.names]
+    where = f"table {storage.uri}: data file {f.path}"
+    try:
+        with storage.filesystem.open_input_file(storage.full_path(f.path)) as source:
+            pf = pq.ParquetFile(source)
+            _check_columns(where, f.path, expected, pf.schema_arrow, read_cols)
+            t = pf.read(columns=read_cols)
+    except FileNotFoundError:
+        raise DataFileMissingError(
+            f"{where} is missing from storage, but the log references it (bucket {f.bucket}); the table cannot "
+            "be read at this version. Restore the file from a backup (or see docs/operations.md 'Recover')",
+            path=f.path) from None
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DataFileSchemaError(
+            f"{where} is not a readable Parquet file ({' '.join(str(exc).split())}); restore it from a backup "
+            "(see docs/operations.md 'Recover')", path=f.path) from None
     return with_hidden_columns(t, f)
+
+
+def _check_columns(where: str, path: str, expected: pa.Schema, found: pa.Schema, columns: Sequence[str]) -> None:
+    """Every column to read is in the file, with the table's type (a file written for another schema is refused)."""
+    for name in columns:
+        want = expected.field(name).type
+        index = found.get_field_index(name)
+        if index < 0 or found.field(index).type != want:
+            got = "missing" if index < 0 else f"of type {found.field(index).type}"
+            raise DataFileSchemaError(
+                f"{where} does not match the table schema: column {name!r} is {got}, expected {want}; the file "
+                "was not written for this table. Restore the right file (see docs/operations.md 'Recover')",
+                path=path)
 
 
 def with_hidden_columns(t: pa.Table, f: AddFile) -> pa.Table:

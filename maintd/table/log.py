@@ -10,17 +10,17 @@ however long the history is. See docs/format.md, "Log".
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 from collections.abc import Iterable, Sequence
 from types import MappingProxyType
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from loguru import logger
 
-from maintd.errors import CorruptLogError, TableNotFoundError, VersionNotFoundError
+from maintd.errors import CorruptLogError, TableNotFoundError, UnsupportedProtocolError, VersionNotFoundError
 from maintd.storage import Storage
-from maintd.table.actions import Action, AddFile, Metadata, RemoveFile, Txn, action_from_dict, action_to_json
+from maintd.table.actions import Action
+from maintd.table.checkpoint import decode_checkpoint, encode_checkpoint
+from maintd.table.commitfile import FORMAT, commit_txn_id, decode_commit, decode_commit_txn_id, encode_commit
 from maintd.table.snapshot import Snapshot, SnapshotBuilder
 
 LOG_DIR = "_log"
@@ -50,23 +50,23 @@ def parse_log_name(name: str) -> tuple[str, int] | None:
     return None
 
 
-def encode_commit(actions: Iterable[Action]) -> bytes:
-    return ("\n".join(action_to_json(a) for a in actions) + "\n").encode()
+def oldest_buildable(commits: Iterable[int], checkpoints: Iterable[int], latest: int) -> int:
+    """The oldest version that can still be built, from a listing of the log: 0 while commit 0 exists, else the
+    oldest checkpoint within the unbroken run of commits ending at ``latest``.
 
-
-def decode_commit(data: bytes, where: str) -> list[Action]:
-    out: list[Action] = []
-    for lineno, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(action_from_dict(json.loads(line)))
-        except (ValueError, TypeError) as exc:
-            raise CorruptLogError(
-                f"{where} line {lineno} is not a valid log action ({exc}); the table cannot be read past it. "
-                "Restore the file from backup or see docs/operations.md 'Recover'"
-            ) from None
-    return out
+    What reclamation plans from. A commit left below that run (published into removed history by a writer
+    that died before taking it back) is no version of the table, and its commit time says nothing about the
+    table's history, so it is never taken for the oldest version (nor for the oldest retained one); nor is a
+    commit whose checkpoints are gone (a reclamation stopped between its steps): it can no longer be built.
+    """
+    present = set(commits)
+    run = latest
+    while run - 1 in present:
+        run -= 1
+    if run == 0:
+        return 0
+    usable = [c for c in checkpoints if run <= c <= latest]
+    return min(usable) if usable else run
 
 
 class TableLog:
@@ -76,47 +76,42 @@ class TableLog:
         self.storage = storage
 
     # -- commits ---------------------------------------------------------------------------
-    def try_commit(self, version: int, actions: Sequence[Action]) -> bool:
-        """Publish commit ``version`` unless it exists; True if this call created it."""
-        return self.storage.put_if_absent(commit_path(version), encode_commit(actions))
+    def try_commit(self, version: int, actions: Sequence[Action], *, fmt: int = FORMAT) -> bool:
+        """Publish commit ``version`` unless it exists; True if this call created it.
+
+        Raises whatever the storage raises, in which case the commit may or may not have been published:
+        the caller must find out (:meth:`read_commit_txn`, :meth:`txn_in_history`), never assume.
+        """
+        return self.storage.put_if_absent(commit_path(version), encode_commit(actions, version=version, fmt=fmt))
 
     def read_commit(self, version: int) -> list[Action] | None:
-        """The actions of commit ``version``, or None if it does not exist."""
+        """The actions of commit ``version`` (after the file's self-check), or None if it does not exist."""
         path = commit_path(version)
         try:
             data = self.storage.read(path)
         except FileNotFoundError:
             return None
-        return decode_commit(data, f"{self.storage.uri}/{path}")
+        return decode_commit(data, uri=self.storage.uri, path=path, version=version)
 
-    def landed(self, version: int, actions: Sequence[Action]) -> bool:
-        """Whether commit ``version``, just published by this process with ``actions``, is part of the table.
-
-        Publishing can succeed into the reclaimed past: if a reclamation deleted the commit that stood at
-        ``version`` (after checkpointing a newer version), put-if-absent creates the file again, below a
-        checkpoint that does not hold it, where no reader ever looks. Reclamation deletes commits oldest
-        first, so while the previous commit exists this cannot have happened (one ``stat``). Otherwise the
-        oldest checkpoint at or after ``version`` tells: one at ``version`` itself, or one newer that holds
-        this commit's files (or its metadata, or lacks what it removed), was built on top of this commit.
-        """
-        if version == 0 or self.commit_exists(version - 1):
-            return True
-        _, checkpoints = self._listed()
-        above = [c for c in checkpoints if c >= version]
-        if not above or min(above) == version:
-            return True
+    def read_commit_txn(self, version: int) -> str | None:
+        """The transaction id commit ``version`` carries (after the file's self-check), or None if it does not
+        exist. Cheaper than :meth:`read_commit` for large commits: only the ``commit_info`` line is parsed."""
+        path = commit_path(version)
         try:
-            state = self.read_checkpoint(min(above))
-        except FileNotFoundError:  # reclaimed meanwhile: a newer checkpoint decides
-            return self.landed(version, actions)
-        adds = [a.path for a in actions if isinstance(a, AddFile)]
-        if adds:  # paths are unique: only this commit can have put them there
-            return any(p in state.files or p in state.tombstones for p in adds)
-        metadata = next((a for a in actions if isinstance(a, Metadata)), None)
-        removes = [a for a in actions if isinstance(a, RemoveFile)]
-        mine = all(  # removed by this commit, not by the one that stood at this version before
-            (t := state.tombstones.get(r.path)) is not None and t.deletion_time == r.deletion_time for r in removes)
-        return (metadata is None or state.metadata == metadata) and mine
+            data = self.storage.read(path)
+        except FileNotFoundError:
+            return None
+        return decode_commit_txn_id(data, uri=self.storage.uri, path=path, version=version)
+
+    def txn_in_history(self, version: int) -> str | None:
+        """The transaction id standing at ``version`` in the table's history, as a reader sees it now.
+
+        Loads the latest state afresh (from the newest checkpoint, never from a state held in memory) and
+        looks ``version`` up in its transaction records. A commit file at ``version`` that is not part of the
+        history (published after reclamation removed that version) is not what this returns. None when the
+        records no longer reach back to ``version``: then it cannot be told from the log any more.
+        """
+        return self.load_snapshot().txn_at(version)
 
     def delete_commit(self, version: int) -> bool:
         """Delete commit ``version`` (only ever one that did not land, or one reclamation expired)."""
@@ -130,12 +125,26 @@ class TableLog:
 
     # -- latest version ----------------------------------------------------------------------
     def latest_version(self, hint: int | None = None) -> int:
-        """The newest committed version; raises :class:`TableNotFoundError` if there is none."""
+        """The newest committed version; raises :class:`TableNotFoundError` if there is none.
+
+        ``hint`` is a version this process knows to exist; it is used only from the newest checkpoint on.
+        Below the newest checkpoint a commit file may be one published into history reclamation removed and
+        left there (its writer died before taking it back): probing forward from it would stop at the gap
+        after it. So the probe starts at ``_last_checkpoint`` when that checkpoint still exists (reclamation
+        deletes checkpoints before commits: then no commit from it on was removed), else at the newest
+        commit listed.
+        """
         if self.storage.lists_in_order:
             return self._first_listed_commit()
-        start = max(hint if hint is not None else -1, self.last_checkpoint_hint() or -1)
-        if start < 0 or not self.commit_exists(start):
-            start = 0 if self.commit_exists(0) else self._oldest_commit_listed()
+        checkpoint = self.last_checkpoint_hint()
+        if checkpoint is not None and self.checkpoint_exists(checkpoint) and self.commit_exists(checkpoint):
+            start = max(checkpoint, hint if hint is not None else -1)
+        elif self.commit_exists(0):  # nothing was ever reclaimed (commits go oldest first): no gap anywhere
+            start = max(0, hint if hint is not None else -1)
+        else:
+            start = self._newest_commit_listed()
+        if not self.commit_exists(start):  # the hint was reclaimed meanwhile
+            start = self._newest_commit_listed()
         return self._probe_forward(start)
 
     def _first_listed_commit(self) -> int:
@@ -180,21 +189,19 @@ class TableLog:
             (commits if parsed[0] == "commit" else checkpoints).append(parsed[1])
         return commits, checkpoints
 
-    def _oldest_commit_listed(self) -> int:
+    def _newest_commit_listed(self) -> int:
         commits, _ = self._listed()
         if not commits:
             raise TableNotFoundError(f"no table at {self.storage.uri} (no commits in {LOG_DIR}/)")
-        return min(commits)
+        return max(commits)
 
     def oldest_reconstructible_version(self) -> int:
-        """The oldest version whose snapshot can still be rebuilt (commit 0, or the oldest checkpoint)."""
+        """The oldest version whose snapshot can still be rebuilt (commit 0, or the oldest checkpoint within the
+        unbroken run of commits up to the newest listed one)."""
         commits, checkpoints = self._listed()
-        if 0 in commits:
-            return 0
-        usable = [c for c in checkpoints if c <= max(commits, default=-1)]
-        if not usable:
+        if not commits:
             raise TableNotFoundError(f"no table at {self.storage.uri}")
-        return min(usable)
+        return oldest_buildable(commits, checkpoints, max(commits))
 
     # -- checkpoints -------------------------------------------------------------------------
     def last_checkpoint_hint(self) -> int | None:
@@ -225,49 +232,30 @@ class TableLog:
         return dataclasses.replace(snapshot, tombstones=MappingProxyType(kept))
 
     def write_checkpoint(self, snapshot: Snapshot) -> Snapshot:
-        """Write the full state at ``snapshot.version`` as Parquet, then advance the hint.
+        """Write the full state at ``snapshot.version`` (with its transaction records), then advance the hint.
 
         Tombstones whose files reclamation has deleted are left out, so checkpoints do not grow with
         every file ever removed. Returns the snapshot as checkpointed (those tombstones dropped).
         """
         snapshot = self.prune_tombstones(snapshot)
-        lines = [action_to_json(snapshot.protocol), action_to_json(snapshot.metadata)]
-        lines += [action_to_json(f) for f in snapshot.files.values()]
-        lines += [action_to_json(r) for r in snapshot.tombstones.values()]
-        lines += [
-            action_to_json(Txn(app_id=a, version=v, last_updated=snapshot.timestamp))
-            for a, v in snapshot.app_txns.items()
-        ]
-        table = pa.table({"action": pa.array(lines, pa.string())},
-                         metadata={"version": str(snapshot.version), "timestamp": str(snapshot.timestamp)})
-        buf = io.BytesIO()
-        pq.write_table(table, buf, compression="zstd")
-        self.storage.put_if_absent(checkpoint_path(snapshot.version), buf.getvalue())
+        self.storage.put_if_absent(checkpoint_path(snapshot.version), encode_checkpoint(snapshot))
         current = self.last_checkpoint_hint()
         if current is None or current < snapshot.version:
             hint = {"version": snapshot.version, "files": len(snapshot.files)}
             self.storage.write_atomic(LAST_CHECKPOINT, json.dumps(hint).encode())
-        return snapshot
+        return dataclasses.replace(snapshot, base_checkpoint=snapshot.version)
 
     def checkpoint_exists(self, version: int) -> bool:
         return self.storage.exists(checkpoint_path(version))
 
     def read_checkpoint(self, version: int) -> SnapshotBuilder:
+        """The state checkpoint ``version`` holds (``FileNotFoundError`` if it is gone, ``CorruptLogError``)."""
         path = checkpoint_path(version)
-        where = f"{self.storage.uri}/{path}"
-        try:
-            table = pq.read_table(io.BytesIO(self.storage.read(path)))
-        except (pa.ArrowInvalid, OSError) as exc:
-            if isinstance(exc, FileNotFoundError):
-                raise
-            raise CorruptLogError(f"checkpoint {where} cannot be read ({exc})") from None
-        meta = table.schema.metadata or {}
-        builder = SnapshotBuilder()
-        actions = decode_commit("\n".join(table.column("action").to_pylist()).encode(), where)
-        # A checkpoint's removes are tombstones of files that are not live: record them as they are.
-        builder.apply(version, [a for a in actions if not isinstance(a, RemoveFile)])
-        builder.tombstones.update((a.path, a) for a in actions if isinstance(a, RemoveFile))
-        builder.timestamp = int(meta.get(b"timestamp", b"0"))
+        builder = decode_checkpoint(self.storage.read(path), uri=self.storage.uri, path=path, version=version)
+        if not builder.txns:  # written before transaction records: the commit it stands on still tells
+            actions = self.read_commit(version)
+            if actions is not None:
+                builder.txns = {version: (commit_txn_id(actions), builder.timestamp)}
         return builder
 
     def checkpoint_at_or_below(self, version: int, interval: int) -> int | None:
@@ -279,8 +267,11 @@ class TableLog:
                 return v
         if hint is not None and hint <= version and self.checkpoint_exists(hint):
             return hint  # the newest checkpoint written; a crash may leave it one checkpoint behind
+        return self._checkpoint_listed_below(version + 1)
+
+    def _checkpoint_listed_below(self, version: int) -> int | None:
         _, checkpoints = self._listed()
-        below = [c for c in checkpoints if c <= version]
+        below = [c for c in checkpoints if c < version]
         return max(below) if below else None
 
     # -- snapshots ---------------------------------------------------------------------------
@@ -290,15 +281,26 @@ class TableLog:
         ``base`` is a snapshot already in memory at or before ``version``; replay starts there. The
         latest state is always loadable: if reclamation moves past the version found as the latest while
         it is being loaded, the load starts again from the new latest version.
+
+        Raises:
+            VersionNotFoundError: ``version`` was never written or its log was reclaimed.
+            CorruptLogError: a commit it needs, or every checkpoint it could start from, fails its check.
+            UnsupportedProtocolError: the table needs a newer reader.
         """
-        if version is not None:
-            return self._load(version, base)
-        for _ in range(4):
-            try:
-                return self._load(None, base)
-            except VersionNotFoundError:
-                continue
-        return self._load(None, base)
+        try:
+            if version is not None:
+                return self._load(version, base)
+            for _ in range(4):
+                try:
+                    return self._load(None, base)
+                except VersionNotFoundError:
+                    continue
+            return self._load(None, base)
+        except UnsupportedProtocolError as exc:
+            if str(exc).startswith("table "):
+                raise
+            raise UnsupportedProtocolError(f"table {self.storage.uri}: {exc}", required=exc.required,
+                                           supported=exc.supported) from None
 
     def _load(self, version: int | None, base: Snapshot | None) -> Snapshot:
         latest = self.latest_version(hint=base.version if base else None)
@@ -308,12 +310,20 @@ class TableLog:
                 f"table {self.storage.uri} has no version {target}; latest is {latest}",
                 latest=latest, oldest_retained=None,
             )
-        builder = self._replay(self._start_builder(target, base), target)
-        if builder is None:
+        builder = None
+        if base is not None and base.version <= target:
+            builder = self._replay(SnapshotBuilder.from_snapshot(base), target)
+        skipped: CorruptLogError | None = None
+        for _ in range(2):
             # Reclamation deleted commits after the starting point while they were being read; it writes a
             # checkpoint at the oldest retained version first, so a fresh start finds a newer checkpoint.
-            builder = self._replay(self._start_builder(target, None), target)
+            if builder is not None:
+                break
+            start, skipped = self._fresh_start(target, base.checkpoint_interval if base is not None else 10)
+            builder = self._replay(start, target)
         if builder is None:
+            if skipped is not None:
+                raise skipped  # the only way to this version was through the corrupt checkpoint
             oldest = self.oldest_reconstructible_version()
             raise VersionNotFoundError(
                 f"table {self.storage.uri}: version {target} cannot be read, its log was reclaimed; "
@@ -326,28 +336,48 @@ class TableLog:
             raise CorruptLogError(f"table {self.storage.uri}: {exc}") from None
 
     def _replay(self, builder: SnapshotBuilder, target: int) -> SnapshotBuilder | None:
-        """Apply the commits after ``builder`` up to ``target``; None if one of them is gone."""
-        for v in range(builder.version + 1, target + 1):
+        """Apply the commits after ``builder`` up to ``target``; None if one of them is gone.
+
+        Then the commit the replay started from is read again: if it is gone or holds another transaction,
+        reclamation removed it while (or before) the commits after it were read, and what was read may be a
+        commit published into the removed history, which is no part of the table. None then as well.
+        """
+        anchor = builder.version
+        expected = builder.txns.get(anchor, (None, 0))[0]
+        for v in range(anchor + 1, target + 1):
             actions = self.read_commit(v)
             if actions is None:
                 return None
             builder.apply(v, actions)
+        if target > anchor >= 0:
+            found = self.read_commit_txn(anchor)
+            if found is None or (expected is not None and found != expected):
+                return None
         return builder
 
-    def _start_builder(self, target: int, base: Snapshot | None) -> SnapshotBuilder:
-        if base is not None and base.version <= target:
-            return SnapshotBuilder.from_snapshot(base)
-        interval = base.checkpoint_interval if base is not None else 10
+    def _fresh_start(self, target: int, interval: int) -> tuple[SnapshotBuilder, CorruptLogError | None]:
+        """The newest readable checkpoint at or below ``target`` (else commit 0), and the first corrupt one skipped.
+
+        A checkpoint that fails its check costs read time, never the table: it is reported and an older
+        checkpoint (or the log from commit 0) is used instead, as long as the commits after it exist.
+        """
+        skipped: CorruptLogError | None = None
         cp = self.checkpoint_at_or_below(target, interval)
-        if cp is not None:
+        while cp is not None:
             try:
-                return self.read_checkpoint(cp)
+                return self.read_checkpoint(cp), skipped
             except FileNotFoundError:
-                pass  # reclaimed between probe and read: fall back to the commits
+                pass  # reclaimed between probe and read: an older one, or the commits, will do
+            except CorruptLogError as exc:
+                logger.warning("{}; loading from an older checkpoint or the commits instead", exc)
+                skipped = skipped or exc
+            cp = self._checkpoint_listed_below(cp)
         if not self.commit_exists(0):
+            if skipped is not None:
+                raise skipped
             oldest = self.oldest_reconstructible_version()
             raise VersionNotFoundError(
                 f"table {self.storage.uri}: version {target} has expired; the oldest retained version is {oldest}",
                 oldest_retained=oldest,
             )
-        return SnapshotBuilder()
+        return SnapshotBuilder(), skipped

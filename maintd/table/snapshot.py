@@ -8,11 +8,31 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from urllib.parse import quote
 
+from maintd.errors import UnsupportedProtocolError
 from maintd.table import properties as props
-from maintd.table.actions import Action, AddFile, CommitInfo, Metadata, Protocol, RemoveFile, Txn
+from maintd.table.actions import (
+    READER_VERSION,
+    WRITER_VERSION,
+    Action,
+    AddFile,
+    CommitInfo,
+    Metadata,
+    Protocol,
+    RemoveFile,
+    Txn,
+)
 
 PartitionKey = tuple[tuple[str, str | None], ...]
 """A partition as a hashable tuple of (column, value) in ``partition_by`` order; () if unpartitioned."""
+
+TxnRecord = tuple[str, int]
+"""The transaction id and commit time (ms) of one version: what proves which commit stands there."""
+TXN_WINDOW_MS = 10 * 60_000
+"""Transaction records younger than this (by commit time, from the snapshot's) are always kept, so a
+committer that stalls for minutes between publishing and checking still finds its own record."""
+TXN_RECORDS_MAX = 2_000
+"""At most this many transaction records are kept (the newest; two checkpoint intervals if that is more),
+whatever the commit rate: about 100 KB in a checkpoint."""
 
 
 def partition_key(partition: Mapping[str, str | None], partition_by: Iterable[str]) -> PartitionKey:
@@ -48,6 +68,30 @@ class Snapshot:
     files: Mapping[str, AddFile]
     tombstones: Mapping[str, RemoveFile] = field(default_factory=dict)
     app_txns: Mapping[str, int] = field(default_factory=dict)
+    txns: Mapping[int, TxnRecord] = field(default_factory=dict)
+    """Transaction records of the newest versions, dense up to ``version`` (docs/format.md, "Checkpoints")."""
+    base_checkpoint: int = -1
+    """The checkpoint this state was loaded from or last written as (-1: none)."""
+
+    def txn_at(self, version: int) -> str | None:
+        """The transaction id of the commit at ``version`` in this state's history, None if not recorded."""
+        record = self.txns.get(version)
+        return None if record is None else record[0]
+
+    @property
+    def txn_from(self) -> int | None:
+        """The oldest version with a transaction record (records are dense from it to ``version``)."""
+        return min(self.txns) if self.txns else None
+
+    def check_writable(self, uri: str) -> None:
+        """Refuse to write a table whose protocol needs a newer writer (:class:`UnsupportedProtocolError`)."""
+        required = self.protocol.min_writer_version
+        if required > WRITER_VERSION:
+            raise UnsupportedProtocolError(
+                f"table {uri} requires writer protocol version {required}; this maintd writes up to version "
+                f"{WRITER_VERSION}: upgrade maintd to write (or maintain) this table",
+                required=required, supported=WRITER_VERSION,
+            )
 
     @property
     def properties(self) -> Mapping[str, str]:
@@ -92,14 +136,21 @@ class SnapshotBuilder:
     files: dict[str, AddFile] = field(default_factory=dict)
     tombstones: dict[str, RemoveFile] = field(default_factory=dict)
     app_txns: dict[str, int] = field(default_factory=dict)
+    txns: dict[int, TxnRecord] = field(default_factory=dict)
+    base_checkpoint: int = -1
 
     @classmethod
     def from_snapshot(cls, s: Snapshot) -> SnapshotBuilder:
         return cls(s.version, s.timestamp, s.protocol, s.metadata, dict(s.files), dict(s.tombstones),
-                   dict(s.app_txns))
+                   dict(s.app_txns), dict(s.txns), s.base_checkpoint)
 
     def apply(self, version: int, actions: Iterable[Action]) -> None:
-        """Apply one commit's actions in order (an add after a remove of the same path revives it)."""
+        """Apply one commit's actions in order (an add after a remove of the same path revives it).
+
+        Raises:
+            UnsupportedProtocolError: the commit raises the reader protocol above what this code reads.
+        """
+        txn_id = ""
         for a in actions:
             if isinstance(a, AddFile):
                 self.files[a.path] = a
@@ -110,11 +161,14 @@ class SnapshotBuilder:
             elif isinstance(a, Metadata):
                 self.metadata = a
             elif isinstance(a, Protocol):
+                check_readable(a)
                 self.protocol = a
             elif isinstance(a, Txn):
                 self.app_txns[a.app_id] = a.version
             elif isinstance(a, CommitInfo):
                 self.timestamp = a.timestamp
+                txn_id = a.txn_id
+        self.txns[version] = (txn_id, self.timestamp)
         self.version = version
 
     def build(self) -> Snapshot:
@@ -128,4 +182,29 @@ class SnapshotBuilder:
             files=MappingProxyType(dict(self.files)),
             tombstones=MappingProxyType(dict(self.tombstones)),
             app_txns=MappingProxyType(dict(self.app_txns)),
+            txns=MappingProxyType(self.kept_txns()),
+            base_checkpoint=self.base_checkpoint,
+        )
+
+    def kept_txns(self) -> dict[int, TxnRecord]:
+        """The transaction records worth keeping: every version since the base checkpoint or within the last
+        two checkpoint intervals, and every commit of the last :data:`TXN_WINDOW_MS`; at most the newest
+        :data:`TXN_RECORDS_MAX` (or two intervals). Versions and times increase together, so what is kept
+        stays dense."""
+        assert self.metadata is not None
+        interval = props.get_int(self.metadata.properties, props.CHECKPOINT_INTERVAL)
+        always = min(self.base_checkpoint, self.version - 2 * interval)  # versions above it are always kept
+        at_most = self.version - max(TXN_RECORDS_MAX, 2 * interval)  # versions at or below it never are
+        recent = self.timestamp - TXN_WINDOW_MS
+        return {v: r for v, r in self.txns.items() if v > at_most and (v > always or r[1] >= recent)}
+
+
+def check_readable(protocol: Protocol) -> None:
+    """Refuse a table whose protocol needs a newer reader (:class:`UnsupportedProtocolError`)."""
+    required = protocol.min_reader_version
+    if required > READER_VERSION:
+        raise UnsupportedProtocolError(
+            f"the table requires reader protocol version {required}; this maintd reads up to version "
+            f"{READER_VERSION}: upgrade maintd to read this table",
+            required=required, supported=READER_VERSION,
         )

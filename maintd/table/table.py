@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import random
 import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -16,6 +18,7 @@ from loguru import logger
 
 from maintd.errors import (
     CommitError,
+    CommitStateUnknownError,
     InvalidInputError,
     InvalidPropertyError,
     TableExistsError,
@@ -24,14 +27,26 @@ from maintd.errors import (
 from maintd.storage import Storage, storage_for_uri
 from maintd.table import interop, timeline
 from maintd.table import properties as props
-from maintd.table.actions import Action, AddFile, CommitInfo, Field_, Metadata, Protocol, RemoveFile
+from maintd.table.actions import (
+    READER_VERSION,
+    WRITER_VERSION,
+    Action,
+    AddFile,
+    CommitInfo,
+    Field_,
+    Metadata,
+    Protocol,
+    RemoveFile,
+)
 from maintd.table.filters import parse_filter
+from maintd.table.landing import STORAGE_ERRORS
 from maintd.table.log import TableLog
 from maintd.table.reader import changes_between, read_snapshot
+from maintd.table.retry import DEFAULT_RETRY, Budget, RetryPolicy
 from maintd.table.scan import DEFAULT_BATCH_ROWS, TableScan, plan_scan
 from maintd.table.schema import KEY_TYPES, OP_DELETE, OP_UPSERT, fields_from_arrow, parse_schema_spec
 from maintd.table.snapshot import PartitionKey, Snapshot, SnapshotBuilder, partition_key
-from maintd.table.transaction import DEFAULT_RETRY, RetryPolicy, Transaction, now_ms
+from maintd.table.transaction import Transaction, now_ms
 from maintd.table.writer import (
     TableLike,
     check_partition_filter,
@@ -58,15 +73,8 @@ class CommitRecord:
 
     @property
     def time(self) -> datetime:
-        return datetime.fromtimestamp(self.timestamp / 1000).astimezone()
-
-
-def _as_ms(t: datetime | int | float | str) -> int:
-    if isinstance(t, datetime):
-        return int(t.timestamp() * 1000)
-    if isinstance(t, str):
-        return int(datetime.fromisoformat(t).timestamp() * 1000)
-    return int(t)
+        """The commit time, timezone-aware in UTC."""
+        return datetime.fromtimestamp(self.timestamp / 1000, UTC)
 
 
 class Table:
@@ -112,9 +120,29 @@ class Table:
             raise TableExistsError(f"a table already exists at {storage.uri}; open it with Table.open")
         info = CommitInfo(operation="CREATE TABLE", timestamp=md.created_time, txn_id=uuid.uuid4().hex,
                           operation_parameters={"primary_key": list(pk), "partition_by": list(parts)})
-        if not table.log.try_commit(0, [info, Protocol(), md]):
+        if not table._create(info, [info, Protocol(), md]):
             raise TableExistsError(f"a table was created concurrently at {storage.uri}")
         return table
+
+    def _create(self, info: CommitInfo, actions: list[Action]) -> bool:
+        """Publish version 0; True if this call created the table. A publish that raised may have applied, so
+        version 0 is read back (and published again only while it is not there), with the commit backoff."""
+        budget = Budget(self.retry_policy, random.Random())
+        raised: Exception | None = None
+        while True:
+            try:
+                if raised is None or self.log.read_commit_txn(0) is None:
+                    created = self.log.try_commit(0, actions)
+                    if created or raised is None:
+                        return created
+                return self.log.read_commit_txn(0) == info.txn_id
+            except STORAGE_ERRORS as exc:
+                raised = exc
+            if budget.spent():
+                raise CommitStateUnknownError(
+                    f"table {self.uri}: whether the table was created cannot be known: the storage kept failing "
+                    f"({raised}); open it to see", version=0, txn_id=info.txn_id)
+            budget.pause()
 
     @staticmethod
     def _fields(schema: pa.Schema | str | Sequence[Field_]) -> tuple[Field_, ...]:
@@ -182,7 +210,10 @@ class Table:
         return Transaction(self, operation, read_snapshot=read_snapshot, isolation_level=isolation_level)
 
     def _after_commit(self, version: int, base: Snapshot, actions: Sequence[Action]) -> None:
-        """Cache the new snapshot and write a checkpoint every ``log.checkpoint.interval`` commits."""
+        """Cache the new snapshot and write a checkpoint every ``log.checkpoint.interval`` commits.
+
+        The commit has landed: nothing here may turn it into an error.
+        """
         if base.version != version - 1:
             return
         builder = SnapshotBuilder.from_snapshot(base)
@@ -191,7 +222,7 @@ class Table:
         if version % snap.checkpoint_interval == 0:
             try:
                 snap = self.log.write_checkpoint(snap)
-            except OSError as exc:  # a missing checkpoint costs read time, never correctness
+            except Exception as exc:  # a missing checkpoint costs read time, never correctness
                 logger.warning("table {}: checkpoint at version {} failed: {}", self.uri, version, exc)
         with self._lock:
             if self._latest is None or snap.version >= self._latest.version:
@@ -238,11 +269,14 @@ class Table:
             txn.add(a)
         try:
             return txn.commit(metrics=metrics | {"bytes": sum(a.bytes for a in adds)})
+        except CommitStateUnknownError:
+            raise  # it may have landed: its files stay (orphan cleanup takes them if it did not)
         except CommitError:
-            # A conflict or exhausted retries guarantee the commit did not land: its files are garbage.
-            # After any other error (an I/O error while publishing) it may have landed: keep them.
+            # Every other CommitError is certain that no attempt landed: the files are garbage. After any
+            # other error the files stay too; orphan cleanup takes them after its grace.
             for a in adds:
-                self.storage.delete(a.path)
+                with contextlib.suppress(*STORAGE_ERRORS):
+                    self.storage.delete(a.path)
             raise
 
     def overwrite(self, data: TableLike, partition: Mapping[str, Any] | None = None) -> int:
@@ -258,6 +292,19 @@ class Table:
         txn.replace(parts)
         adds = split_and_write(self.storage, snap.metadata, batch)
         return self._commit_written(txn, adds, {"rows": batch.num_rows, "partition": spec})
+
+    def upgrade_protocol(self) -> int:
+        """Raise the table to the newest protocol this code writes (self-verifying commit files).
+
+        Readers and writers of an older maintd refuse the table afterwards; returns the committed version,
+        or the current one when the table is at that protocol already.
+        """
+        snap = self.snapshot()
+        if (snap.protocol.min_reader_version, snap.protocol.min_writer_version) >= (READER_VERSION, WRITER_VERSION):
+            return snap.version
+        txn = self.new_transaction("UPGRADE PROTOCOL", read_snapshot=snap)
+        txn.set_protocol(Protocol(min_reader_version=READER_VERSION, min_writer_version=WRITER_VERSION))
+        return txn.commit(parameters={"reader_version": READER_VERSION, "writer_version": WRITER_VERSION})
 
     def set_properties(self, properties: Mapping[str, object]) -> int:
         """Set table properties (validated); ``write.bucket.num`` cannot change after create."""
@@ -280,7 +327,7 @@ class Table:
         if version is not None and as_of is not None:
             raise InvalidInputError("give either version or as_of, not both")
         if as_of is not None:
-            version = timeline.version_as_of(self.log, latest, _as_ms(as_of), self.uri)
+            version = timeline.version_as_of(self.log, latest, timeline.to_epoch_ms(as_of), self.uri)
         if version is None:
             return latest
         timeline.check_retained(self.log, version, latest, latest_snap.retain_hours,

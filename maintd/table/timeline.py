@@ -2,15 +2,33 @@
 
 Commit timestamps are strictly increasing (a commit takes ``max(now, previous + 1 ms)``), so
 version lookups by time are binary searches over a handful of commit files.
+
+Times given by users mean one thing everywhere: a naive ``datetime`` (or an ISO-8601 string without an
+offset) is UTC, as every time in the log is (:func:`to_epoch_ms`); aware ones are converted.
 """
 
 from __future__ import annotations
 
-from maintd.errors import VersionNotFoundError
+from datetime import UTC, datetime
+
+from maintd.errors import InvalidInputError, VersionNotFoundError
 from maintd.table.actions import CommitInfo
 from maintd.table.log import TableLog
 
 HOUR_MS = 3_600_000
+
+
+def to_epoch_ms(t: datetime | int | float | str) -> int:
+    """Epoch milliseconds of a time: a datetime or ISO-8601 string (naive means UTC), or epoch ms as a number."""
+    if isinstance(t, str):
+        try:
+            t = datetime.fromisoformat(t)
+        except ValueError:
+            raise InvalidInputError(
+                f"time {t!r} is not ISO-8601; write it as e.g. 2026-01-05T08:00:00Z (no offset means UTC)") from None
+    if isinstance(t, datetime):
+        return int((t if t.tzinfo is not None else t.replace(tzinfo=UTC)).timestamp() * 1000)
+    return int(t)
 
 
 def commit_time(log: TableLog, version: int) -> int | None:
@@ -29,7 +47,11 @@ def commit_info(log: TableLog, version: int) -> CommitInfo | None:
 
 
 def oldest_available(log: TableLog, latest: int) -> int:
-    """The oldest version whose commit file exists (log reclamation removes the older ones)."""
+    """The oldest version whose commit file exists (log reclamation removes the older ones).
+
+    A binary search, for readers (a few ``stat`` calls); reclamation, which lists the log anyway, uses
+    :func:`maintd.table.log.oldest_buildable`, which no commit left in removed history can mislead.
+    """
     if log.commit_exists(0):
         return 0
     lo, hi = 0, latest  # hi exists, lo does not
@@ -56,13 +78,17 @@ def first_version_at_or_after(log: TableLog, lo: int, hi: int, ts: int) -> int |
     return lo
 
 
-def oldest_retained_version(log: TableLog, latest: int, retain_hours: int, now_ms: int) -> int:
-    """The oldest version that is still retained: younger than the window, or the current one."""
+def oldest_retained_version(log: TableLog, latest: int, retain_hours: int, now_ms: int,
+                            start: int | None = None) -> int:
+    """The oldest version that is still retained (Delta Lake's rule): the newest version committed at or before
+    ``now - retain hours``, which was the table's state at that moment, so every time in the window can be
+    read; the oldest version that can still be built (``start``, by :func:`oldest_available` if not given)
+    when none was committed that early; the latest when 0."""
     if retain_hours == 0:
         return latest
-    start = oldest_available(log, latest)
-    found = first_version_at_or_after(log, start, latest, now_ms - retain_hours * HOUR_MS)
-    return latest if found is None else found
+    start = oldest_available(log, latest) if start is None else start
+    after = first_version_at_or_after(log, start, latest, now_ms - retain_hours * HOUR_MS + 1)
+    return latest if after is None else max(start, after - 1)
 
 
 def check_retained(log: TableLog, version: int, latest: int, retain_hours: int, now_ms: int, uri: str) -> None:

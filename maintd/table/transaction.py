@@ -2,13 +2,19 @@
 
 The commit loop (as Delta Lake's ``doCommitRetryIteratively``, with the backoff delta-rs lacks):
 
-1. try to publish ``read_version + 1`` with put-if-absent;
-2. if the version is taken, wait (exponential backoff with jitter), read every commit since the
-   last one checked, and check this transaction against each (:mod:`maintd.table.conflicts`);
-3. retry at ``latest + 1``, until the attempts or the total time of the retry policy run out.
+1. try to publish ``read_version + 1`` with put-if-absent (never when the commit it builds on was
+   reclaimed meanwhile: that would publish into removed history);
+2. settle what the attempt did (:mod:`maintd.table.landing`): **landed**, **not landed**, or **unknown**,
+   by finding this transaction's own id at that version in the table's history, never by assumption;
+3. if it did not land, wait (exponential backoff with jitter), read every commit since the last one
+   checked, and check this transaction against each (:mod:`maintd.table.conflicts`);
+4. retry at ``latest + 1``, until the attempts or the total time of the retry policy run out.
 
-A winning commit that carries this transaction's id means an earlier attempt landed: that is
-success. Writers' level-0 files take the version of the attempt that lands as their row version.
+Every error this raises after the first publish says which of the three it is: a
+:class:`~maintd.errors.CommitConflictError` or :class:`~maintd.errors.CommitRetriesExhaustedError` means no
+attempt landed (the caller may delete the data files it wrote for it); a
+:class:`~maintd.errors.CommitStateUnknownError` means one may have (nothing may be deleted). Writers'
+level-0 files take the version of the attempt that lands as their row version.
 """
 
 from __future__ import annotations
@@ -16,34 +22,21 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from maintd.errors import CommitRetriesExhaustedError, InvalidInputError
-from maintd.table.actions import Action, AddFile, CommitInfo, IsolationLevel, Metadata, RemoveFile, Txn
+from maintd.table.actions import Action, AddFile, CommitInfo, IsolationLevel, Metadata, Protocol, RemoveFile, Txn
+from maintd.table.commitfile import FORMAT
 from maintd.table.conflicts import AlreadyCommitted, TxnFootprint, WinningCommit, check_winner, state_change
+from maintd.table.landing import STORAGE_ERRORS, Attempt
+from maintd.table.retry import Budget, RetryPolicy
 from maintd.table.snapshot import PartitionKey, Snapshot, partition_key
 
 if TYPE_CHECKING:
     from maintd.table.table import Table
 
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Bounds of the commit retry loop: attempts, backoff (seconds) and total time (seconds)."""
-
-    max_attempts: int = 40
-    base_delay: float = 0.005
-    max_delay: float = 1.0
-    total_timeout: float = 120.0
-
-    def delay(self, attempt: int, rng: random.Random) -> float:
-        """Full-jitter exponential backoff: uniform in [0, min(max, base * 2**attempt)]."""
-        return rng.uniform(0, min(self.max_delay, self.base_delay * (2**attempt)))
-
-
-DEFAULT_RETRY = RetryPolicy()
+T = TypeVar("T")
 
 
 def now_ms() -> int:
@@ -51,24 +44,33 @@ def now_ms() -> int:
 
 
 class Transaction:
-    """One optimistic transaction against a table. Build it, then call :meth:`commit` once."""
+    """One optimistic transaction against a table. Build it, then call :meth:`commit` once.
+
+    Raises:
+        UnsupportedProtocolError: (when built) the table needs a newer writer than this code.
+    """
 
     def __init__(self, table: Table, operation: str, *, read_snapshot: Snapshot | None = None,
                  isolation_level: IsolationLevel | None = None, retry: RetryPolicy | None = None) -> None:
         self.table = table
         self.operation = operation
         self.read_snapshot = read_snapshot or table.snapshot()
+        self.read_snapshot.check_writable(table.uri)
         self.txn_id = uuid.uuid4().hex
         self.retry = retry or table.retry_policy
         level = isolation_level or self.read_snapshot.isolation_level
         self._adds: list[AddFile] = []
         self._removes: dict[str, RemoveFile] = {}
         self._metadata: Metadata | None = None
+        self._protocol: Protocol | None = None
         self._app_txn: Txn | None = None
         self._footprint = TxnFootprint(level, self.read_snapshot.metadata.partition_by)
         self._committed: int | None = None
+        self._rng = random.Random()
         self.attempts = 0
         self.conflicts_checked = 0
+        self.ambiguous = 0
+        """Publishes whose answer was lost (the storage raised), each settled by reading the log."""
 
     @property
     def isolation_level(self) -> str:
@@ -121,17 +123,24 @@ class Transaction:
     @property
     def is_blind_append(self) -> bool:
         fp = self._footprint
-        return (not self._removes and self._metadata is None and not fp.read_files
+        return (not self._removes and self._metadata is None and self._protocol is None and not fp.read_files
                 and not fp.read_partitions and not fp.read_whole_table)
+
+    def set_protocol(self, protocol: Protocol) -> None:
+        """Change the table's protocol (an upgrade): every concurrent transaction then conflicts."""
+        self._protocol = protocol
 
     # -- commit ---------------------------------------------------------------------------
     def commit(self, *, metrics: Mapping[str, Any] | None = None,
                parameters: Mapping[str, Any] | None = None) -> int:
-        """Commit, retrying on lost races; returns the committed version.
+        """Commit, retrying on lost races; returns the version at which it landed.
 
         Raises:
-            CommitConflictError: a subclass naming the conflicting version and operation.
-            CommitRetriesExhaustedError: lost the race more often than the retry policy allows.
+            CommitConflictError: a subclass naming the conflicting version and operation; nothing landed.
+            CommitRetriesExhaustedError: lost the race (or the storage kept failing) more often than the retry
+                policy allows; nothing landed.
+            CommitStateUnknownError: an attempt may have landed and the log cannot tell any more whether it
+                did (the storage kept failing): nothing may be deleted, and retrying may apply it twice.
         """
         if self._committed is not None:
             return self._committed
@@ -140,47 +149,72 @@ class Transaction:
         fp.data_change = any(a.data_change for a in self._adds) or any(
             r.data_change for r in self._removes.values()) or self._metadata is not None
         blind = self.is_blind_append
-        rng = random.Random()
-        started = time.monotonic()
-        checked = self.read_snapshot.version
+        budget = Budget(self.retry, self._rng)
         latest = self.read_snapshot
         while True:
             self.attempts += 1
-            version = checked + 1
+            version = latest.version + 1
             actions = self._actions(version, latest, blind, metrics, parameters)
-            if self.table.log.try_commit(version, actions):
-                if self.table.log.landed(version, actions):
-                    self._committed = version
-                    self.table._after_commit(version, latest, actions)
-                    return version
-                # Published into the reclaimed past (see TableLog.landed): invisible, so take it back and
-                # rebase on the latest state, as after a lost race.
-                self.table.log.delete_commit(version)
-            elif self.attempts >= self.retry.max_attempts or time.monotonic() - started > self.retry.total_timeout:
-                raise CommitRetriesExhaustedError(
-                    f"table {self.table.uri}: {self.operation} lost the race for a version {self.attempts} times "
-                    f"in {time.monotonic() - started:.1f}s; retry later, or allow more attempts (RetryPolicy; "
-                    "the commit settings of maintd's config)"
-                )
-            else:
-                time.sleep(self.retry.delay(self.attempts, rng))
-            newest = self.table.snapshot()
-            done = self._check_winners(latest, newest)
+            if self._attempt(version, actions, latest, budget):
+                self._committed = version
+                self.table._after_commit(version, latest, actions)
+                return version
+            if not budget.spent(self.attempts):
+                budget.pause(self.attempts)
+            newest = self._retrying(self.table.snapshot, budget)
+            done = self._retrying(lambda: self._check_winners(latest, newest), budget)  # noqa: B023
             if done is not None:
                 self._committed = done
                 return done
-            checked, latest = newest.version, newest
+            latest = newest
             self._rebase_removes(latest)
+            if budget.spent(self.attempts):
+                raise CommitRetriesExhaustedError(
+                    f"table {self.table.uri}: {self.operation} lost the race for a version {self.attempts} times "
+                    f"in {budget.elapsed:.1f}s; nothing of it landed; retry later, or allow more attempts "
+                    "(RetryPolicy; the commit settings of maintd's config)"
+                )
+
+    def _attempt(self, version: int, actions: list[Action], base: Snapshot, budget: Budget) -> bool:
+        """Publish ``version`` on top of ``base`` and settle it: True if it landed, False if it certainly did not."""
+        log = self.table.log
+        if version > 0 and not self._retrying(lambda: log.commit_exists(version - 1), budget):
+            return False  # what it builds on was reclaimed meanwhile: publishing would go into removed history
+        protocol = self._protocol or base.protocol
+        attempt = Attempt(log, txn_id=self.txn_id, operation=self.operation, base=base, version=version,
+                          actions=actions, fmt=FORMAT if protocol.min_writer_version >= 2 else 1, retry=self.retry,
+                          rng=self._rng)
+        try:
+            return attempt.run()
+        finally:
+            self.ambiguous += attempt.ambiguous
+
+    def _retrying(self, fn: Callable[[], T], budget: Budget) -> T:
+        """``fn``, retried on storage errors, at a point where no attempt of this transaction has landed."""
+        while True:
+            try:
+                return fn()
+            except STORAGE_ERRORS as exc:
+                if budget.spent():
+                    raise CommitRetriesExhaustedError(
+                        f"table {self.table.uri}: {self.operation} did not land: the storage kept failing "
+                        f"({exc}); retry later"
+                    ) from exc
+                budget.pause()
 
     def _check_winners(self, checked: Snapshot, newest: Snapshot) -> int | None:
         """Check this transaction against every commit after ``checked`` up to ``newest``.
 
         Returns the version of this transaction's own earlier attempt if one of them is it. When
-        reclamation deleted some of those commits meanwhile, the two states stand in for them.
+        reclamation deleted some of those commits meanwhile (or ``checked`` itself: then the commits read
+        may stand in history it removed), the two states stand in for them.
         """
         fp = self._footprint
-        winners = [(v, self.table.log.read_commit(v)) for v in range(checked.version + 1, newest.version + 1)]
-        if any(actions is None for _, actions in winners):
+        log = self.table.log
+        winners = [(v, log.read_commit(v)) for v in range(checked.version + 1, newest.version + 1)]
+        anchor = checked.txn_at(checked.version)
+        reliable = not winners or (anchor is not None and log.read_commit_txn(checked.version) == anchor)
+        if not reliable or any(actions is None for _, actions in winners):
             self.conflicts_checked += 1
             check_winner(fp, state_change(checked, newest), self.txn_id)
             return None
@@ -212,6 +246,8 @@ class Transaction:
                           is_blind_append=blind, operation_parameters=dict(parameters or {}),
                           metrics=dict(metrics or {}))
         actions: list[Action] = [info]
+        if self._protocol is not None:
+            actions.append(self._protocol)
         if self._metadata is not None:
             actions.append(self._metadata)
         if self._app_txn is not None:

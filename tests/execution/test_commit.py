@@ -7,7 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from maintd import RetryPolicy, Table
 from maintd.execution import ExecutionOptions, commit_rewrites, execute
+from maintd.storage import LocalStorage
 from maintd.table.actions import AddFile, RemoveFile
 
 from .helpers import batch, make_table, plan_all, sorted_read
@@ -82,17 +84,48 @@ def test_a_concurrent_metadata_change_aborts_the_run_and_deletes_its_outputs(tmp
     assert sorted_read(table).equals(model.table())
 
 
-def test_an_ambiguous_commit_error_leaves_outputs_for_orphan_cleanup(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_commit_whose_outcome_cannot_be_known_leaves_outputs_for_orphan_cleanup(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch
+                                                                                  ) -> None:
     table, _ = make_table(tmp_path, commits=5)
+    table = Table.open(table.uri, retry=RetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.005))
     plan = plan_all(table, "compact")
     results = execute(plan, table, None)
 
-    def broken(version, actions):  # type: ignore[no-untyped-def]
+    def broken(version, actions, **kwargs):  # type: ignore[no-untyped-def]
         raise OSError("connection reset while publishing")
 
     monkeypatch.setattr(table.log, "try_commit", broken)
     outcome = commit_rewrites(table, plan, results)
-    assert outcome.version is None and "OSError" in (outcome.error or "")
+    assert outcome.version is None and outcome.error_type == "CommitStateUnknownError"
     assert sorted(outcome.outputs_left) == sorted(a.path for r in results for a in r.adds)
     assert all(table.storage.exists(p) for p in outcome.outputs_left)
+
+
+class _LostAnswer(LocalStorage):
+    """Publishes the first commit but answers "it exists already": the answer to an applied put got lost."""
+
+    lost = False
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        created = super().put_if_absent(path, data)
+        if created and path.endswith(".json") and not self.lost:
+            self.lost = True
+            return False
+        return created
+
+
+def test_a_maintenance_commit_that_landed_keeps_its_outputs_though_its_last_attempt_lost_the_answer(
+        tmp_path: Path) -> None:
+    """The only attempt allowed lands but is answered "exists": the compaction is in the log, so its new
+    BaseFiles must stay (deleting them would lose every bucket it compacted)."""
+    table, model = make_table(tmp_path, commits=5)
+    lossy = Table(_LostAnswer(table.uri), retry=RetryPolicy(max_attempts=1))
+    plan = plan_all(lossy, "compact")
+    results = execute(plan, lossy, None)
+
+    outcome = commit_rewrites(lossy, plan, results)
+
+    assert outcome.version == plan.read_version + 1 and not outcome.dropped
+    assert all(table.storage.exists(a.path) for r in results for a in r.adds)
+    assert sorted_read(Table.open(table.uri)).equals(model.table())

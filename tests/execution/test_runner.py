@@ -104,3 +104,22 @@ def test_the_demo_shows_fewer_files_and_identical_reads(tmp_path: Path, spark: A
     assert demo_cli.run_demo(console, tmp_path, batches=40, rows=200, spark=spark)
     text = console.export_text()
     assert "rows read before and after are identical" in text and "faster" in text
+
+
+def test_a_table_of_a_newer_protocol_is_reported_and_nothing_is_written_into_it(tmp_path: Path) -> None:
+    from maintd.table.actions import CommitInfo, Protocol
+    from maintd.table.commitfile import encode_commit
+    from maintd.table.log import commit_path
+
+    table, _ = make_table(tmp_path, commits=10)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    v = table.version + 1
+    info = CommitInfo(operation="UPGRADE PROTOCOL", timestamp=2**41, txn_id="newer")
+    (Path(table.uri) / commit_path(v)).write_bytes(encode_commit([info, Protocol(min_reader_version=2,
+                                                                                 min_writer_version=3)], version=v))
+    before = sorted(Path(table.uri).rglob("*"))
+    [s] = Runner(None, policy_path=policy, use_spark=False, reclaim=True).run([table.uri])
+    assert s.status == "failed" and s.error_type == "UnsupportedProtocolError" and "writer protocol version 3" in (
+        s.error or "")
+    assert sorted(Path(table.uri).rglob("*")) == before

@@ -46,11 +46,12 @@ class History:
         return max(self.times)
 
     def oldest_retained(self, now: datetime, retain_hours: int) -> int:
-        """The oldest version committed at or after ``now - retain_hours`` (the latest if none, or if 0)."""
+        """The version current at ``now - retain_hours`` (the newest committed at or before it; version 0 if
+        none was), so every moment of the window stays readable; the latest when the retention is 0."""
         if retain_hours == 0:
             return self.latest
         cutoff = now - timedelta(hours=retain_hours)
-        return min((v for v, t in self.times.items() if t >= cutoff), default=self.latest)
+        return max((v for v, t in self.times.items() if t <= cutoff), default=0)
 
     def live_from(self, version: int) -> set[str]:
         """Every data file some version from ``version`` to the latest reads."""

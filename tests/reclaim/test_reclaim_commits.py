@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from maintd import ConcurrentDeleteDeleteError, MetadataChangedError, Table
+from maintd import ConcurrentDeleteDeleteError, MetadataChangedError, Table, Transaction
 from maintd.reclaim import reclaim_table
-from maintd.table.log import commit_path
+from maintd.table.log import TableLog, checkpoint_path, commit_path
 from maintd.table.writer import prepare_changes, split_and_write
 
 
@@ -21,7 +22,7 @@ def table_with_history(root: Path) -> Table:
     return table
 
 
-def pending_upsert(table: Table, rows: pa.Table):  # type: ignore[no-untyped-def]
+def pending_upsert(table: Table, rows: pa.Table) -> Transaction:
     """A writer's transaction with its data written, read at the current version, not committed yet."""
     snap = table.snapshot()
     txn = table.new_transaction("UPSERT", read_snapshot=snap)
@@ -95,9 +96,160 @@ def test_a_commit_that_landed_is_recognised_even_once_reclamation_passed_it(tmp_
         version = txn.commit()
     else:
         version = table.set_properties({"log.checkpoint.interval": 4})
-    actions = table.log.read_commit(version)
-    assert actions is not None
+    txn_id = table.log.read_commit_txn(version)
+    assert txn_id is not None
     advance_and_reclaim(table, commits=2)
     assert not table.log.commit_exists(version - 1) and not table.log.commit_exists(version)
 
-    assert table.log.landed(version, actions)
+    assert table.log.txn_in_history(version) == txn_id, "the checkpoint records the commit it summarises"
+
+
+# -- publishing into removed history (a writer behind a reclamation) ------------------------------------------------
+
+
+def table_behind(root: Path) -> tuple[Table, Transaction, pa.Table]:
+    """A table (retention 0, a checkpoint every 2 versions) with a writer that read version 3 and will try 4,
+    a checkpoint version, while others commit versions 4 to 7."""
+    table = Table.create(str(root), "id:int64!,name:string", primary_key="id", buckets=1,
+                         properties={"acid.data.retain.hours": 0, "log.checkpoint.interval": 2})
+    for i in range(3):
+        table.upsert(pa.table({"id": [i], "name": [f"n{i}"]}))
+    rows = pa.table({"id": [42], "name": ["late"]})
+    txn = pending_upsert(Table.open(table.uri), rows)
+    other = Table.open(table.uri)
+    for i in range(4):
+        other.upsert(pa.table({"id": [100 + i], "name": ["other"]}))
+    assert txn.read_snapshot.version == 3 and other.version == 7 and other.log.checkpoint_exists(4)
+    return table, txn, rows
+
+
+def test_a_writer_committing_right_after_reclamation_deleted_its_next_commit_lands_in_the_history(
+        tmp_path: Path) -> None:
+    """Reclamation (retention 0) deletes the commits before version 7; right after commit 4 (the version the
+    writer will try) is gone, the writer commits. Its rows must be in the table, whatever it is told."""
+    table, txn, _ = table_behind(tmp_path / "t")
+    acknowledged: list[int] = []
+
+    def commit_after_version_4_is_deleted(step: str) -> None:
+        if step == "log" and not acknowledged and not table.log.commit_exists(4):
+            acknowledged.append(txn.commit())
+
+    reclaim_table(Table.open(table.uri), on_step=commit_after_version_4_is_deleted)
+
+    assert acknowledged, "the writer committed during the reclamation"
+    final = Table.open(table.uri)
+    assert {r["id"]: r["name"] for r in final.read().to_pylist()}.get(42) == "late", "acknowledged rows are visible"
+    assert acknowledged[0] == 8
+    assert final.log.txn_in_history(acknowledged[0]) == txn.txn_id, "the acknowledged version holds the commit"
+
+
+def test_a_commit_published_into_removed_history_is_taken_back_though_a_stale_checkpoint_names_its_version(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer checks that the commit it builds on exists, then reclamation runs before its publish: the
+    publish of version 4 succeeds (the old commit 4 is gone) below the checkpoint at 7, where no reader
+    looks. A checkpoint of the old version 4 is left behind (a reclamation that stopped between its steps
+    would leave one): it records the old commit's transaction, not ours, so it proves nothing for us."""
+    table, txn, _ = table_behind(tmp_path / "t")
+    stale = (tmp_path / "t" / checkpoint_path(4)).read_bytes()
+    real = TableLog.try_commit
+    published: list[int] = []
+
+    def reclaim_then_publish(self: TableLog, version: int, actions: Any, **kwargs: Any) -> bool:
+        if not published:
+            reclaim_table(Table.open(table.uri))
+            (tmp_path / "t" / checkpoint_path(4)).write_bytes(stale)
+        published.append(version)
+        return real(self, version, actions, **kwargs)
+
+    monkeypatch.setattr(TableLog, "try_commit", reclaim_then_publish)
+    version = txn.commit()
+
+    assert published[0] == 4 and version == 8
+    final = Table.open(table.uri)
+    assert final.log.read_commit_txn(4) != txn.txn_id, "the commit published into removed history was taken back"
+    assert final.log.txn_in_history(8) == txn.txn_id
+    assert {r["id"]: r["name"] for r in final.read().to_pylist()}[42] == "late"
+
+
+def test_a_commit_that_cannot_be_deleted_stops_the_log_step_so_the_log_left_stays_unbroken(tmp_path: Path) -> None:
+    """Were later commits deleted past one that could not be, a writer that built on the one left behind
+    would find it there and take its own publish (into removed history) for a landed commit."""
+    from maintd.storage import LocalStorage
+    from maintd.storage.faulty import Fault, FaultPlan
+
+    table = table_with_history(tmp_path / "t")
+    other = Table.open(table.uri)
+    for i in range(3):
+        other.upsert(pa.table({"id": [100 + i], "name": ["other"]}))
+    plan = FaultPlan([Fault("fail", op="delete", path=commit_path(2), times=1)])
+    files = {p.name for p in (tmp_path / "t").rglob("*.parquet") if "_log" not in p.parts}
+
+    report = reclaim_table(Table(plan.wrap(LocalStorage(table.uri))))
+
+    assert not report.complete and report.data_files_deleted == 0
+    left = sorted(v for v in range(other.version + 1) if table.log.commit_exists(v))
+    assert left == list(range(2, other.version + 1)), "nothing after the commit that could not be deleted went"
+    assert {p.name for p in (tmp_path / "t").rglob("*.parquet") if "_log" not in p.parts} == files
+    again = reclaim_table(Table.open(table.uri))
+    assert again.complete and [v for v in range(other.version + 1) if table.log.commit_exists(v)] == [other.version]
+
+
+def test_a_commit_left_in_removed_history_is_never_taken_for_the_latest_or_the_oldest_version(tmp_path: Path) -> None:
+    """A writer that dies right after publishing into removed history leaves its file there; with a hint that
+    names a checkpoint reclamation deleted, probing from the hint would stop at that file, and a binary
+    search for the oldest commit could land on it (its recent commit time then passing for the oldest
+    retained version's). The latest version, and reclamation's oldest version, come from the unbroken run
+    of commits ending at the latest."""
+    from maintd.reclaim import plan_reclamation
+    from maintd.table.actions import CommitInfo
+    from maintd.table.commitfile import encode_commit
+    from maintd.table.log import LAST_CHECKPOINT
+
+    table = table_with_history(tmp_path / "t")
+    other = Table.open(table.uri)
+    for i in range(4):
+        other.upsert(pa.table({"id": [100 + i], "name": ["other"]}))
+    reclaim_table(Table.open(table.uri))
+    expected = sorted(Table.open(table.uri).read().to_pylist(), key=lambda r: r["id"])
+    left = CommitInfo(operation="UPSERT", timestamp=2**41, txn_id="published-into-removed-history")
+    (tmp_path / "t" / commit_path(3)).write_bytes(encode_commit([left], version=3))
+    (tmp_path / "t" / LAST_CHECKPOINT).write_text('{"version": 3, "files": 1}')
+
+    reopened = Table.open(table.uri)
+    assert reopened.version == other.version == 7
+    assert sorted(reopened.read().to_pylist(), key=lambda r: r["id"]) == expected
+    plan = plan_reclamation(reopened)
+    assert plan.oldest_available_version == 7 and commit_path(3) in [f.path for f in plan.log_files]
+    reclaim_table(reopened)
+    assert not reopened.log.commit_exists(3)
+
+
+def test_commits_a_stopped_purge_left_unbuildable_expire_at_the_next_reclamation(tmp_path: Path) -> None:
+    """A PURGE that could not delete one commit stops its log step there: the commits after it stay, but
+    their checkpoints are gone, so those versions cannot be built. The next reclamation (whatever the
+    retention) counts the table's oldest version from what can be built, and finishes the PURGE's work."""
+    from datetime import timedelta
+
+    from maintd.reclaim import purge_table
+    from maintd.storage import LocalStorage
+    from maintd.storage.faulty import Fault, FaultPlan
+
+    table = Table.create(str(tmp_path / "t"), "id:int64!,name:string", primary_key="id", buckets=1,
+                         properties={"acid.data.retain.hours": 24, "log.checkpoint.interval": 3})
+    for i in range(8):
+        table.upsert(pa.table({"id": [i], "name": [f"n{i}"]}))
+        if i % 3 == 2:
+            table.overwrite(table.read())
+    expected = sorted(table.read().to_pylist(), key=lambda r: r["id"])
+    plan = FaultPlan([Fault("fail", op="delete", path=commit_path(2))])
+
+    stopped = purge_table(Table(plan.wrap(LocalStorage(table.uri))), user="test")
+
+    assert not stopped.complete and table.log.commit_exists(2) and table.log.commit_exists(5)
+    report = reclaim_table(Table.open(table.uri), orphan_grace=timedelta(hours=1))
+    assert report.complete and report.oldest_retained_version == stopped.purge_version
+    assert [v for v in range(table.version + 1) if table.log.commit_exists(v)] == [stopped.purge_version]
+    live = set(Table.open(table.uri).snapshot().files)
+    assert {p.relative_to(tmp_path / "t").as_posix() for p in (tmp_path / "t").rglob("*.parquet")
+            if "_log" not in p.parts} == live
+    assert sorted(Table.open(table.uri).read().to_pylist(), key=lambda r: r["id"]) == expected

@@ -42,20 +42,33 @@ def assert_only_retained_files_left(history: History, oldest: int) -> None:
     assert Path(checkpoint_path(oldest)).name in log or oldest == 0
 
 
-def test_a_version_one_second_inside_the_window_survives_and_one_second_outside_expires(tmp_path: Path) -> None:
+def test_the_version_current_at_the_start_of_the_window_survives_and_the_one_before_it_expires(tmp_path: Path
+                                                                                            ) -> None:
     gaps = [HOUR, HOUR, HOUR, timedelta(seconds=2), HOUR]
     history = build(tmp_path / "t", gaps, retain_hours=2)
     now = history.times[3] + 2 * HOUR + timedelta(seconds=1)  # version 3 is 2 h 1 s old, version 4 is 1 h 59 min 59 s
 
     report = reclaim_table(history.table, now=now)
 
-    assert report.oldest_retained_version == 4 and report.versions_expired == 4
-    assert_retained_reads_unchanged(history, now, 4)
-    assert_only_retained_files_left(history, 4)
+    # version 3 was the table's state when the window began: it stays, so that as_of(now - 2 h) still reads
+    assert report.oldest_retained_version == 3 and report.versions_expired == 3
+    assert_retained_reads_unchanged(history, now, 3)
+    assert_only_retained_files_left(history, 3)
+    with freeze_time(now):
+        assert rows(Table.open(history.table.uri).read(as_of=now - 2 * HOUR)) == history.reads[3]
+
+
+def test_a_version_committed_exactly_at_the_start_of_the_window_is_the_oldest_retained(tmp_path: Path) -> None:
+    history = build(tmp_path / "t", [HOUR] * 4, retain_hours=2)
+    now = history.times[2] + 2 * HOUR
+
+    assert reclaim_table(history.table, now=now).oldest_retained_version == 2
+    assert_retained_reads_unchanged(history, now, 2)
 
 
 @pytest.mark.parametrize("retain_hours", [0, 1, 24, 168])
-def test_retention_keeps_exactly_the_versions_younger_than_the_property(tmp_path: Path, retain_hours: int) -> None:
+def test_retention_keeps_the_versions_of_the_window_and_the_one_current_at_its_start(tmp_path: Path,
+                                                                                     retain_hours: int) -> None:
     gaps = [3 * HOUR] * 64 + [timedelta(minutes=20)] * 6  # 194 hours of history, the last two hours denser
     history = build(tmp_path / "t", gaps, retain_hours=retain_hours)
     now = history.times[history.latest] + timedelta(minutes=30)

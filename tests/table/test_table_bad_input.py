@@ -137,33 +137,54 @@ CORRUPTIONS = [
 ]
 
 
+def _reseal(path: Path, body: str, version: int) -> None:
+    """Write ``body`` (action lines) with a header whose checksum matches: what a buggy writer would produce."""
+    import hashlib
+    import json
+
+    data = body.encode()
+    lines = sum(1 for line in body.splitlines() if line.strip())
+    header = {"header": {"format": 2, "version": version, "actions": lines, "sha256": hashlib.sha256(data).hexdigest()}}
+    path.write_bytes(json.dumps(header).encode() + b"\n" + data)
+
+
+@pytest.mark.parametrize("resealed", [False, True], ids=["as damaged", "resealed by a buggy writer"])
 @pytest.mark.parametrize(("what", "corrupt", "message"), CORRUPTIONS, ids=[c[0] for c in CORRUPTIONS])
 def test_a_corrupt_commit_is_named_and_blocks_reads_and_writes(tmp_path: Path, what: str,
-                                                               corrupt: Callable[[str], str], message: str) -> None:
+                                                               corrupt: Callable[[str], str], message: str,
+                                                               resealed: bool) -> None:
     t = Table.create(str(tmp_path / "t"), SCHEMA, primary_key="id", partition_by="ds")
     t.upsert(pa.table({"id": [1], "name": ["a"], "amount": [1.0], "ds": ["x"]}))
     commit = tmp_path / "t" / commit_path(1)
-    commit.write_text(corrupt(commit.read_text()))
+    header, body = commit.read_text().split("\n", 1)
+    if resealed:  # the checksum matches: the lines themselves are checked
+        _reseal(commit, corrupt(body), 1)
+    else:  # the damage itself: the checksum catches it, whatever it is
+        commit.write_text(header + "\n" + corrupt(body))
+        message = "version 1.* fails its checksum"
     files = data_files_on_disk(tmp_path / "t")
     reopened = Table.open(str(tmp_path / "t"))
     with pytest.raises(CorruptLogError, match=message) as caught:
         reopened.read()
-    assert commit.name in str(caught.value)
+    assert commit.name in str(caught.value) and caught.value.version == 1 and caught.value.path == commit_path(1)
     with pytest.raises(CorruptLogError):
         reopened.upsert(pa.table({"id": [2], "name": ["b"], "amount": [2.0], "ds": ["x"]}))
     assert data_files_on_disk(tmp_path / "t") == files and not (tmp_path / "t" / commit_path(2)).exists()
 
 
-def test_a_corrupt_checkpoint_is_named(tmp_path: Path) -> None:
+def test_a_corrupt_checkpoint_without_the_commits_to_replay_is_named(tmp_path: Path) -> None:
     t = Table.create(str(tmp_path / "t"), SCHEMA, primary_key="id", properties={"log.checkpoint.interval": 2})
     for i in range(2):
         t.upsert(pa.table({"id": [i], "name": ["a"], "amount": [1.0], "ds": ["x"]}))
+    for v in range(2):  # reclaimed: the checkpoint is the only way to version 2
+        (tmp_path / "t" / commit_path(v)).unlink()
     checkpoint = tmp_path / "t" / checkpoint_path(2)
-    checkpoint.write_bytes(checkpoint.read_bytes()[:40])
-    with pytest.raises(CorruptLogError, match=r"checkpoint .* cannot be read") as caught:
+    intact = checkpoint.read_bytes()
+    checkpoint.write_bytes(intact[:40])
+    with pytest.raises(CorruptLogError, match=r"checkpoint .*\(version 2\) cannot be read") as caught:
         Table.open(str(tmp_path / "t")).read()
-    assert checkpoint.name in str(caught.value)
-    buf = io.BytesIO()  # a readable Parquet file holding a line that is no action
+    assert checkpoint.name in str(caught.value) and caught.value.version == 2
+    buf = io.BytesIO()  # a readable Parquet file holding a line that is no action (no checksum: an old format)
     pq.write_table(pa.table({"action": ['{"add": {"path": 1}}']}), buf)
     checkpoint.write_bytes(buf.getvalue())
     with pytest.raises(CorruptLogError, match="is not a valid log action"):

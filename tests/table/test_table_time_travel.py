@@ -71,14 +71,46 @@ def test_a_version_never_written_names_the_latest(tmp_path: Path) -> None:
 
 def test_a_version_older_than_the_retention_window_names_the_oldest_retained(tmp_path: Path) -> None:
     table = _hourly_table(tmp_path / "t", retain_hours=24)
-    # at T0 + 26.5h the window starts at T0 + 2.5h: versions 3 (T0 + 3h) and 4 are retained
+    # at T0 + 26.5h the window starts at T0 + 2.5h, when version 2 (T0 + 2h) was the table's state: versions
+    # 2, 3 and 4 are retained, so that every time in the window can be read
     with freeze_time(T0 + timedelta(hours=26, minutes=30)):
-        assert _names(table, version=3) == {1: "v3"}
-        with pytest.raises(VersionNotFoundError, match="oldest retained version is 3") as caught:
-            table.read(version=2)
-        assert caught.value.oldest_retained == 3
-        with pytest.raises(VersionNotFoundError, match="oldest retained version is 3"):
+        assert _names(table, version=2) == {1: "v2"}
+        with pytest.raises(VersionNotFoundError, match="oldest retained version is 2") as caught:
+            table.read(version=1)
+        assert caught.value.oldest_retained == 2
+        with pytest.raises(VersionNotFoundError, match="oldest retained version is 2"):
             table.read(as_of=T0 + timedelta(hours=1))
+
+
+def test_every_time_inside_the_retention_window_can_be_read(tmp_path: Path) -> None:
+    """The version current at the start of the window is retained (Delta Lake's rule): ``as_of`` anywhere in
+    the window reads the state of that moment, the window's first minutes included."""
+    table = _hourly_table(tmp_path / "t", retain_hours=24)
+    now = T0 + timedelta(hours=26, minutes=30)
+    with freeze_time(now):
+        for minutes in (0, 1, 29, 30, 31, 90, 150):
+            at = now - timedelta(hours=24) + timedelta(minutes=minutes)
+            expected = min(4, int((at - T0) / timedelta(hours=1)))
+            assert _names(table, as_of=at) == {1: f"v{expected}"}, f"as_of window start + {minutes} min"
+
+
+def test_a_naive_time_means_utc_for_as_of_as_for_retention(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A naive datetime (or an ISO string without offset) is UTC everywhere, whatever the local time zone."""
+    import time as _time
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    _time.tzset()
+    try:
+        table = _hourly_table(tmp_path / "t")
+        with freeze_time(T0 + timedelta(hours=6)):
+            at_v2 = (T0 + timedelta(hours=2, minutes=30)).replace(tzinfo=None)
+            assert _names(table, as_of=at_v2) == {1: "v2"}
+            assert _names(table, as_of=at_v2.isoformat()) == {1: "v2"}
+            assert _names(table, as_of=at_v2.isoformat() + "+00:00") == {1: "v2"}
+            assert table.history(1)[0].time == T0 + timedelta(hours=4)
+    finally:
+        monkeypatch.delenv("TZ")
+        _time.tzset()
 
 
 def test_zero_retention_keeps_only_the_current_version(tmp_path: Path) -> None:

@@ -1,0 +1,111 @@
+"""The bytes of one checkpoint: the full state at a version, self-verifying, with transaction records.
+
+A checkpoint is a Parquet file (zstd) with one string column ``action``: one JSON log line per action of
+the state (protocol, metadata, one ``add`` per live file, one ``remove`` per tombstone, one ``txn`` per
+application). Its key-value metadata holds (docs/format.md, "Checkpoints"):
+
+* ``version``, ``timestamp``: the version it holds and that version's commit time;
+* ``format`` (2), ``actions`` (the row count) and ``sha256`` (of the rows joined by ``\\n``): a damaged or
+  cut checkpoint fails the check and loading falls back to an older one (:mod:`maintd.table.log`);
+* ``txns``: ``{"from": v0, "records": [[txn_id, commit_time], ...]}``, the transaction id of every version
+  from ``v0`` to ``version``. This is what answers "did my commit land at v?" once commit ``v`` is gone or
+  was replaced: a checkpoint recording another transaction at ``v`` proves that a commit published there
+  (into history reclamation had already removed) is not part of the table.
+
+Checkpoints written before format 2 have none of these keys and are read as they are, without records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from maintd.table.actions import RemoveFile, Txn, action_to_json
+from maintd.table.commitfile import Where, decode_lines
+from maintd.table.snapshot import Snapshot, SnapshotBuilder
+
+FORMAT = 2
+
+
+def encode_checkpoint(snapshot: Snapshot) -> bytes:
+    """The checkpoint file of ``snapshot`` (its tombstones as they are: prune them first)."""
+    lines = [action_to_json(snapshot.protocol), action_to_json(snapshot.metadata)]
+    lines += [action_to_json(f) for f in snapshot.files.values()]
+    lines += [action_to_json(r) for r in snapshot.tombstones.values()]
+    lines += [action_to_json(Txn(app_id=a, version=v, last_updated=snapshot.timestamp))
+              for a, v in snapshot.app_txns.items()]
+    versions = sorted(snapshot.txns)
+    txns = {"from": versions[0] if versions else snapshot.version + 1,
+            "records": [list(snapshot.txns[v]) for v in versions]}
+    meta = {"version": str(snapshot.version), "timestamp": str(snapshot.timestamp), "format": str(FORMAT),
+            "actions": str(len(lines)), "sha256": _digest(lines), "txns": json.dumps(txns, separators=(",", ":"))}
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"action": pa.array(lines, pa.string())}, metadata=meta), buf, compression="zstd")
+    return buf.getvalue()
+
+
+def _digest(lines: list[str]) -> str:
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def decode_checkpoint(data: bytes, *, uri: str, path: str, version: int) -> SnapshotBuilder:
+    """The state a checkpoint holds, after its self-check.
+
+    Raises:
+        CorruptLogError: the file is not Parquet, fails its checksum or row count, names another version, or
+            holds a row that is not a valid action.
+    """
+    where = Where(uri, path, version, kind="checkpoint")
+    try:
+        table = pq.read_table(io.BytesIO(data))
+        lines = table.column("action").to_pylist()
+    except (pa.ArrowInvalid, OSError, KeyError) as exc:
+        raise where.corrupt(f"cannot be read ({' '.join(str(exc).split())})") from None
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    if "format" in meta:
+        _check(meta, lines, where)
+    if any(not isinstance(line, str) for line in lines):
+        raise where.corrupt("cannot be read (a row is null)")
+    actions = decode_lines("\n".join(lines).encode(), where)
+    builder = SnapshotBuilder()
+    # A checkpoint's removes are tombstones of files that are not live: record them as they are.
+    builder.apply(version, [a for a in actions if not isinstance(a, RemoveFile)])
+    builder.tombstones.update((a.path, a) for a in actions if isinstance(a, RemoveFile))
+    builder.timestamp = int(meta.get("timestamp", "0"))
+    builder.txns = _records(meta, where) if "format" in meta else {}
+    builder.base_checkpoint = version
+    return builder
+
+
+def _check(meta: dict[str, str], lines: list[str], where: Where) -> None:
+    try:
+        fmt, held, count = int(meta["format"]), int(meta["version"]), int(meta["actions"])
+        digest = meta["sha256"]
+    except (KeyError, ValueError):
+        raise where.corrupt(f"cannot be read (malformed metadata {sorted(meta)})") from None
+    if fmt > FORMAT:
+        from maintd.errors import UnsupportedProtocolError
+
+        raise UnsupportedProtocolError(
+            f"table {where.uri}: checkpoint {where.path} is in format {fmt}; this maintd reads up to format "
+            f"{FORMAT}: upgrade maintd to read this table", required=fmt, supported=FORMAT)
+    if held != where.version:
+        raise where.corrupt(f"cannot be read (it holds version {held}, not the version its name gives)")
+    if len(lines) != count or _digest([str(x) for x in lines]) != digest:
+        raise where.corrupt(f"cannot be read (fails its checksum: {len(lines)} of {count} rows; damaged)")
+
+
+def _records(meta: dict[str, str], where: Where) -> dict[int, tuple[str, int]]:
+    try:
+        doc = json.loads(meta["txns"])
+        first = int(doc["from"])
+        return {first + i: (str(txn), int(ts)) for i, (txn, ts) in enumerate(doc["records"])}
+    except (KeyError, ValueError, TypeError):
+        raise where.corrupt("cannot be read (malformed transaction records)") from None
+
+
+__all__ = ["FORMAT", "decode_checkpoint", "encode_checkpoint"]
