@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from maintd.execution.merge import key_at, restrict
 from maintd.storage import LocalStorage, Storage
 from maintd.table.actions import AddFile, Metadata
-from maintd.table.files import file_schema, with_hidden_columns
+from maintd.table.files import data_file_errors, file_schema, with_hidden_columns
 from maintd.table.keyranges import Key, KeyRange, key_value, sort_key
 from maintd.table.schema import OP_COLUMN, VERSION_COLUMN
 
@@ -99,7 +99,8 @@ def fetch_all(storage: Storage, files: Sequence[AddFile], threads: int) -> list[
     get = fetch(storage)
 
     def open_one(f: AddFile) -> pq.ParquetFile:
-        return pq.ParquetFile(pa.py_buffer(get(f.path)), pre_buffer=False)
+        with data_file_errors(storage, f):
+            return pq.ParquetFile(pa.py_buffer(get(f.path)), pre_buffer=False)
 
     if threads > 1 and len(files) > 1:
         with ThreadPoolExecutor(min(threads, len(files))) as pool:

@@ -58,6 +58,7 @@ class _File:
 
     def __init__(self, storage: Storage, path: str, schema: pa.Schema) -> None:
         self.path = path
+        self.storage = storage
         storage.makedirs(path.rsplit("/", 1)[0])
         self.sink = storage.filesystem.open_output_stream(storage.full_path(path))
         self.writer = pq.ParquetWriter(self.sink, schema, **OUTPUT_OPTIONS)
@@ -86,6 +87,7 @@ class _File:
         self.writer.close()
         size = self.size
         self.sink.close()
+        self.storage.make_durable(self.path)  # on disk before a commit names it (a no-op on object stores)
         return size
 
     def abort(self) -> None:

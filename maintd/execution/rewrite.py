@@ -62,6 +62,7 @@ from maintd.execution.output import Outputs
 from maintd.execution.specs import TaskResult, TaskSpec
 from maintd.storage import Storage, storage_for_uri
 from maintd.table.actions import AddFile
+from maintd.table.files import data_file_errors
 
 EXPANSION = 6
 """Estimated in-memory bytes (Arrow, plus the merge copy) per byte of compressed Parquet input: the cheap
@@ -247,9 +248,11 @@ class _Streaming:
         self.disjoint = disjoint
         self.numeric = integer_key(self.layout.schema, self.keys)
         self.budget = spec.task_memory_bytes
+
         def footer(f: AddFile) -> StreamSource:
-            return open_source(storage.full_path(f.path), storage.filesystem, f, self.layout.columns(f), self.keys,
-                               spec.key_range)
+            with data_file_errors(storage, f):
+                return open_source(storage.full_path(f.path), storage.filesystem, f, self.layout.columns(f),
+                                   self.keys, spec.key_range)
 
         with ThreadPoolExecutor(max(1, min(spec.read_threads, len(files)))) as pool:  # one small read each
             self.sources = list(pool.map(footer, files))

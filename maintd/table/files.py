@@ -15,8 +15,9 @@ is missing, not Parquet, or whose columns differ from the table schema is a
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -101,11 +102,19 @@ def read_data_file(storage: Storage, metadata: Metadata, f: AddFile, columns: Se
     expected = file_schema(metadata, f.kind, f.level)
     read_cols = wanted + [c for c in (OP_COLUMN, VERSION_COLUMN) if c in expected.names]
     where = f"table {storage.uri}: data file {f.path}"
+    with data_file_errors(storage, f), storage.filesystem.open_input_file(storage.full_path(f.path)) as source:
+        pf = pq.ParquetFile(source)
+        _check_columns(where, f.path, expected, pf.schema_arrow, read_cols)
+        t = pf.read(columns=read_cols)
+    return with_hidden_columns(t, f)
+
+
+@contextlib.contextmanager
+def data_file_errors(storage: Storage, f: AddFile) -> Iterator[None]:
+    """Turn the errors of opening or decoding data file ``f`` into errors that name it and say what to do."""
+    where = f"table {storage.uri}: data file {f.path}"
     try:
-        with storage.filesystem.open_input_file(storage.full_path(f.path)) as source:
-            pf = pq.ParquetFile(source)
-            _check_columns(where, f.path, expected, pf.schema_arrow, read_cols)
-            t = pf.read(columns=read_cols)
+        yield
     except FileNotFoundError:
         raise DataFileMissingError(
             f"{where} is missing from storage, but the log references it (bucket {f.bucket}); the table cannot "
@@ -115,7 +124,6 @@ def read_data_file(storage: Storage, metadata: Metadata, f: AddFile, columns: Se
         raise DataFileSchemaError(
             f"{where} is not a readable Parquet file ({' '.join(str(exc).split())}); restore it from a backup "
             "(see docs/operations.md 'Recover')", path=f.path) from None
-    return with_hidden_columns(t, f)
 
 
 def _check_columns(where: str, path: str, expected: pa.Schema, found: pa.Schema, columns: Sequence[str]) -> None:

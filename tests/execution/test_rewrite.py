@@ -129,3 +129,19 @@ def test_inputs_that_decode_to_far_more_than_their_footers_say_are_streamed(tmp_
     assert small.ok and large.ok and small.mode in ("stream", "spill") and large.mode == "memory"
     read = [pq.read_table(table.storage.full_path(r.adds[0].path)) for r in (small, large)]
     assert read[0].equals(read[1]) and read[0].num_rows == 3000
+
+
+@pytest.mark.parametrize("memory", [10**9, 20_000], ids=["memory", "stream"])
+def test_a_task_whose_input_file_is_missing_fails_naming_the_file_and_writes_nothing(tmp_path: Path,
+                                                                                     memory: int) -> None:
+    table, _ = make_table(tmp_path, commits=6, buckets=1)
+    [spec] = task_specs(plan_all(table, "compact"), table.snapshot())
+    gone = spec.inputs[2].path
+    table.storage.delete(gone)
+    before = {f.path for f in table.storage.walk()}
+
+    result = run_task(spec.model_copy(update={"task_memory_bytes": memory}))
+
+    assert not result.ok and not result.adds
+    assert (result.error or "").startswith("DataFileMissingError") and gone in (result.error or "")
+    assert {f.path for f in table.storage.walk()} == before
