@@ -96,15 +96,31 @@ default:
     min_interval_hours: 0
 """
 
-CONTAINER = """
+CONTAINER = r"""
 set -e
 mount --bind "$DATA" /srv
+fd=3; for p in $KEEP; do eval "exec $fd< \"\$p\""; fd=$((fd + 1)); done
 mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /home && mkdir /home/maintd
 mount -t tmpfs tmpfs /var/lib && mkdir /var/lib/maintd /var/lib/scratch
+fd=3; for p in $KEEP; do
+  mkdir -p "$p" && mount --no-canonicalize --bind "/proc/$$/fd/$fd" "$p" && eval "exec $fd<&-"; fd=$((fd + 1))
+done
 mount -o bind,remount,ro /
 exec unshare --user --map-user=12345 --map-group=12345 "$@"
 """
+EMPTY_DIRS = (Path("/tmp"), Path("/home"), Path("/var/lib"))
+
+
+def kept_paths() -> list[str]:
+    """The checkout and the interpreter where they lie below a directory the container covers with tmpfs
+    (a clone under /tmp, say): the script holds them open and binds them back after the tmpfs mounts."""
+    wanted = sorted({ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}, key=lambda p: len(p.parts))
+    kept: list[Path] = []
+    for path in wanted:
+        if any(path.is_relative_to(d) for d in EMPTY_DIRS) and not any(path.is_relative_to(k) for k in kept):
+            kept.append(path)
+    return [str(p) for p in kept]
 
 
 def in_container(
@@ -113,7 +129,8 @@ def in_container(
     """``command`` as the image would run it (see the module docstring), ``data`` mounted at /srv."""
     return subprocess.run(
         ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", CONTAINER, "container", *command],
-        env={**env, "DATA": str(data)}, capture_output=True, text=True, timeout=timeout, check=False,
+        env={**env, "DATA": str(data), "KEEP": " ".join(kept_paths())}, capture_output=True, text=True,
+        timeout=timeout, check=False,
     )
 
 
