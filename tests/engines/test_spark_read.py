@@ -8,7 +8,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyspark
 import pytest
 
 from maintd import Table
@@ -198,8 +197,6 @@ def test_pushed_spark_filters_on_key_and_partition_columns_prune_and_are_still_r
     assert {u.partition["region"] for u in reader.plan().units} == {"eu"}
 
 
-@pytest.mark.skipif(tuple(int(x) for x in pyspark.__version__.split(".")[:2]) < (4, 1),
-                    reason="Spark pushes filters into Python data sources from 4.1 on")
 def test_spark_pushes_a_query_filter_into_the_scan(spark: Any, layered: tuple[Table, Any, dict[str, int]]) -> None:
     table, _, _ = layered
     df = spark.read.format("maintd").load(table.uri).where("region = 'us' and amount > 0.5")
