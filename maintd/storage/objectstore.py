@@ -44,6 +44,7 @@ from maintd.errors import (
     StorageError,
     StorageUnreachableError,
 )
+from maintd.storage import s3list
 from maintd.storage.base import FileInfo, Storage, check_path, register_storage
 from maintd.storage.lock import commit_lock
 from maintd.storage.options import FAMILIES, StorageOptions, resolve_options
@@ -347,9 +348,19 @@ class ObjectStoreStorage(Storage):
         return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in res["common_prefixes"])
 
     def list_first(self, path: str, limit: int) -> list[FileInfo]:
-        """One LIST request from the start of ``path``: its first page (S3 answers up to 1,000 keys)."""
+        """One LIST request from the start of ``path`` for its first ``limit`` names.
+
+        On S3 the request asks for exactly ``limit`` keys (:mod:`maintd.storage.s3list`), so its cost does
+        not depend on how many names follow; elsewhere it is the store's first page.
+        """
         check_path(path, root=self._uri)
         base = f"{path.rstrip('/')}/"
+        if self.family == "s3":
+            root = f"{self.prefix}/" if self.prefix else ""
+            keys = s3list.first_keys(self._uri, self.bucket, root + base, limit, self.options.for_store(),
+                                     _WHAT_TO_SET["s3"])
+            return [FileInfo(k[len(root):], size, mtime) for k, size, mtime in keys
+                    if "/" not in k[len(root) + len(base):]]
 
         def first() -> list[FileInfo]:
             out: list[FileInfo] = []
