@@ -92,9 +92,9 @@ def _store_config(family: str, options: Mapping[str, str]) -> tuple[dict[str, An
     """The store config and client options of ``options`` (family prefixes such as ``aws_`` dropped)."""
     config: dict[str, Any] = {}
     client: dict[str, Any] = dict(DEFAULT_CLIENT)
-    prefix = _PREFIX[family]
+    prefixes = ("azure_storage_", "azure_") if family == "azure" else (_PREFIX[family],)
     for key, value in options.items():
-        short = key[len(prefix):] if key.startswith(prefix) else key
+        short = next((key[len(p):] for p in prefixes if key.startswith(p)), key)
         if short in _CLIENT_KEYS:
             client[short] = _truthy(value) if short in ("allow_http", "allow_invalid_certificates", "http1_only",
                                                          "http2_only") else value
@@ -219,6 +219,9 @@ class ObjectStoreStorage(Storage):
         self._uri = uri.rstrip("/")
         self.family, self.bucket, self.prefix = split_uri(self._uri)
         self.options = StorageOptions.of(options) if options is not None else resolve_options(self._uri)
+        account = urlsplit(self._uri).netloc.partition("@")[2].split(".", 1)[0]
+        if self.family == "azure" and account and "azure_storage_account_name" not in self.options:
+            self.options = StorageOptions.of({**self.options, "azure_storage_account_name": account})
         store_options = self.options.for_store()
         check_credentials(self._uri, self.family, store_options)
         endpoint = next((store_options[k] for k in ("aws_endpoint", "google_base_url", "azure_endpoint")

@@ -42,7 +42,8 @@ def _client(options: Mapping[str, str]) -> Any:
     o = dict(key)
     virtual = o.get("aws_virtual_hosted_style_request", "").lower() in ("1", "true", "yes")
     config = botocore.config.Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5,
-                                    read_timeout=60, s3={"addressing_style": "virtual" if virtual else "path"})
+                                    read_timeout=60, s3={"addressing_style": "virtual" if virtual else
+                                        "path" if o.get("aws_endpoint") else "auto"})
     client = botocore.session.get_session().create_client(
         "s3", region_name=o.get("aws_region") or "us-east-1", endpoint_url=o.get("aws_endpoint"),
         aws_access_key_id=o.get("aws_access_key_id"), aws_secret_access_key=o.get("aws_secret_access_key"),
