@@ -9,11 +9,13 @@ buckets, with the same credentials. delta-rs commits with S3 conditional put (``
 i.e. ``If-None-Match: *``; no ``AWS_S3_ALLOW_UNSAFE_RENAME``, no lock table).
 
 * Commits/s: P processes (spawned; the clock starts when all have opened the table) each commit C writes
-  of the same 10 rows (fresh keys) to one table: maintd ``Table.upsert``, delta-rs ``write_deltalake(dt,
-  mode="append")`` on a table object opened once per process (its cheapest path). One sample is one table.
+  of the same 10 rows (fresh keys) to one table, one data file per commit (maintd: 1 bucket): maintd
+  ``Table.upsert``, delta-rs ``write_deltalake(dt, mode="append")`` on a table object opened once per
+  process (its cheapest path). One sample is one table.
 * Lookup: a table whose newest checkpoint is at N and whose latest version is N + 5 (the versions between
   are property changes, written as each format's own log files); timed: maintd ``TableLog.latest_version()``
-  (one LIST of ``_log/``) and ``Table.open()``; delta-rs ``DeltaTable(uri)`` (reads ``_last_checkpoint``,
+  (one LIST of ``_log/``) and ``Table.open(uri).snapshot()`` (lookup, then the checkpoint and the commits
+  after it); delta-rs ``DeltaTable(uri)`` (reads ``_last_checkpoint``,
   the checkpoint, and lists the commits after it); and, for scale, the server's own time to answer the
   lookup's request (boto3 ``ListObjectsV2`` with ``MaxKeys=8``). Medians of 20 calls per sample.
 * Maintenance: the same 250 micro-batches of 400 rows, each split by maintd's own bucket function over 4
@@ -140,7 +142,7 @@ def create(engine: str, uri: str, delta: dict[str, str]) -> None:
     if engine == "maintd":
         from maintd import Table
 
-        Table.create(uri, "id:int64!,name:string", primary_key="id", buckets=4)
+        Table.create(uri, "id:int64!,name:string", primary_key="id", buckets=1)  # one data file per commit
     else:
         from deltalake import write_deltalake
 
@@ -287,7 +289,7 @@ def bench_lookup(moto: Moto, sizes: list[int], samples: int) -> list[dict[str, A
         assert DeltaTable(d_uri, storage_options=delta).version() == n + 5
         steps = {
             ("maintd", "lookup (TableLog.latest_version)"): lambda s=storage: TableLog(s).latest_version(),
-            ("maintd", "open (Table.open)"): lambda u=m_uri: Table.open(u),
+            ("maintd", "open + latest snapshot (Table.open().snapshot())"): lambda u=m_uri: Table.open(u).snapshot(),
             ("delta-rs", "open (DeltaTable)"): lambda u=d_uri: DeltaTable(u, storage_options=delta).version(),
             ("moto", "LIST of 8 keys (boto3, MaxKeys=8)"): lambda u=m_uri: _list8(moto, u),
         }
