@@ -9,7 +9,12 @@ without parsing messages::
     │   ├── SchemaMismatchError        data does not match the table schema
     │   ├── PrimaryKeyError            missing or null primary key values
     │   ├── InvalidPropertyError       unknown property key or value out of range
-    │   └── PathOutsideTableError      a path that is absolute, not normalised, or leaves the table root
+    │   ├── PathOutsideTableError      a path that is absolute, not normalised, or leaves the table root
+    │   └── StorageConfigError         a table URI or its storage options are wrong (names the URI, what to set)
+    │       ├── UnknownSchemeError     no storage for the URI's scheme
+    │       ├── StorageCredentialsError  no credentials found, or the store refused them
+    │       ├── BucketNotFoundError    the bucket (container) does not exist
+    │       └── ConditionalPutUnsupportedError  the store cannot put-if-absent (and no commit lock is configured)
     ├── TableNotFoundError             no table at the URI
     ├── TableExistsError               Table.create on an existing table
     ├── VersionNotFoundError           version expired by retention or never written
@@ -20,6 +25,7 @@ without parsing messages::
     │       └── DataFileSchemaError    it is not Parquet, or its columns differ from the table's
     ├── UnsupportedProtocolError       the table needs a newer maintd to read or write it (names both versions)
     ├── StorageError                   the storage failed (retryable)
+    │   └── StorageUnreachableError    the store's endpoint cannot be reached (names the URI and the endpoint)
     ├── CommitError                    a commit failed: it did not land, or its outcome is unknown
     │   ├── CommitStateUnknownError    the outcome cannot be known: files kept, nothing retried (check history)
     │   ├── CommitRetriesExhaustedError  lost the race too often; did not land (retryable later)
@@ -62,6 +68,36 @@ class PrimaryKeyError(InvalidInputError):
 
 class InvalidPropertyError(InvalidInputError):
     """A table property is unknown or its value is out of range."""
+
+
+class StorageConfigError(InvalidInputError):
+    """A table URI or the storage options it is opened with are wrong: the message names the URI and the
+    option or environment variable to set. Retrying the same call cannot help.
+
+    Attributes:
+        uri: the table URI.
+    """
+
+    def __init__(self, message: str, *, uri: str | None = None):
+        super().__init__(message)
+        self.uri = uri
+
+
+class UnknownSchemeError(StorageConfigError):
+    """No storage is registered for the scheme of a table URI."""
+
+
+class StorageCredentialsError(StorageConfigError):
+    """No credentials were found for an object store, or the store refused the ones given."""
+
+
+class BucketNotFoundError(StorageConfigError):
+    """The bucket (GCS bucket, Azure container) a table URI names does not exist."""
+
+
+class ConditionalPutUnsupportedError(StorageConfigError):
+    """The store does not honour conditional put (``If-None-Match: *``), so commits could overwrite each other;
+    refused unless the user opts into a commit lock held in the state store (``commit_lock: state_store``)."""
 
 
 class TableNotFoundError(MaintdError):
@@ -142,6 +178,18 @@ class StorageError(MaintdError):
     """The underlying storage failed; retrying may help."""
 
     retryable = True
+
+
+class StorageUnreachableError(StorageError):
+    """The store's endpoint cannot be reached (connection refused, DNS, timeout); retrying later may help.
+
+    Attributes:
+        uri: the table URI.
+    """
+
+    def __init__(self, message: str, *, uri: str | None = None):
+        super().__init__(message)
+        self.uri = uri
 
 
 class CommitError(MaintdError):
@@ -249,6 +297,7 @@ class ConfirmationRequiredError(MaintdError):
 
 
 __all__ = [
+    "BucketNotFoundError",
     "CommitConflictError",
     "CommitError",
     "CommitRetriesExhaustedError",
@@ -257,6 +306,7 @@ __all__ = [
     "ConcurrentDeleteDeleteError",
     "ConcurrentDeleteReadError",
     "ConcurrentTransactionError",
+    "ConditionalPutUnsupportedError",
     "ConfigError",
     "ConfirmationRequiredError",
     "CorruptLogError",
@@ -276,10 +326,14 @@ __all__ = [
     "SchemaMismatchError",
     "SparkDriverLostError",
     "StateStoreError",
+    "StorageConfigError",
+    "StorageCredentialsError",
     "StorageError",
+    "StorageUnreachableError",
     "TableExistsError",
     "TableNotFoundError",
     "TaskExecutionError",
+    "UnknownSchemeError",
     "UnsupportedProtocolError",
     "VersionNotFoundError",
 ]

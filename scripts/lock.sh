@@ -4,7 +4,7 @@
 # for every package they share, with hashes. Needs uv (pip install uv; or UV=/path/to/uv) and PyPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-common=(--generate-hashes --universal --python-version 3.11 --quiet)
+common=(--generate-hashes --universal --python-version 3.11 --quiet -c requirements/constraints.txt)
 "${UV:-uv}" pip compile pyproject.toml --extra postgres "${common[@]}" -o requirements/runtime.lock
 "${UV:-uv}" pip compile pyproject.toml --extra postgres --extra test -c requirements/runtime.lock "${common[@]}" \
   -o requirements/ci.lock

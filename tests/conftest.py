@@ -19,3 +19,25 @@ def spark() -> Iterator[Any]:
                                   "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One moto S3 server on a free loopback port for the whole session (stopped at the end)."""
+    from s3server import S3Server
+
+    server = S3Server(tmp_path_factory.mktemp("moto"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_root(s3_server: Any) -> Iterator[str]:
+    """A fresh bucket on the session's S3 server, its storage options registered: ``s3://bucket``."""
+    from maintd.storage import clear_storage_options, configure_storage
+
+    bucket = s3_server.create_bucket()
+    root = f"s3://{bucket}"
+    configure_storage(root, s3_server.options)
+    yield root
+    clear_storage_options()

@@ -1,9 +1,11 @@
 """Storage: moves bytes for a table and offers the one primitive commits need, put-if-absent.
 
 Storages are unaware of each other and of the table format; each registers itself for a URI scheme
-(:func:`register_storage`). Add an object store by implementing :class:`Storage` (S3
-``If-None-Match: *``, GCS ``ifGenerationMatch=0`` and Azure ``If-None-Match: *`` give put-if-absent
-natively). :mod:`maintd.storage.faulty` wraps any storage with injected failures, delays, ambiguous
+(:func:`register_storage`): local paths (:mod:`maintd.storage.local`), and S3 (``s3://``, ``s3a://``),
+GCS (``gs://``) and Azure (``az://``, ``abfss://``) through obstore (:mod:`maintd.storage.objectstore`),
+whose conditional put (S3 and Azure ``If-None-Match: *``, GCS ``ifGenerationMatch=0``) is put-if-absent.
+:func:`configure_storage` registers the options (endpoint, credentials) of the tables below a URI prefix.
+:mod:`maintd.storage.faulty` wraps any storage with injected failures, delays, ambiguous
 results and crashes, for tests.
 """
 
@@ -17,6 +19,18 @@ from maintd.storage.base import (
     unregister_storage,
 )
 from maintd.storage.local import LocalStorage
+from maintd.storage.lock import CommitLock, commit_lock, install_commit_lock
+from maintd.storage.options import (
+    CarriedStorage,
+    StorageOptions,
+    carry_storage,
+    clear_storage_options,
+    configure_storage,
+    executor_storage,
+    resolve_options,
+)
 
-__all__ = ["FileInfo", "LocalStorage", "Storage", "StorageFactory", "check_path", "register_storage",
+__all__ = ["CarriedStorage", "CommitLock", "FileInfo", "LocalStorage", "Storage", "StorageFactory",
+           "StorageOptions", "carry_storage", "check_path", "clear_storage_options", "commit_lock",
+           "configure_storage", "executor_storage", "install_commit_lock", "register_storage", "resolve_options",
            "storage_for_uri", "unregister_storage"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
-from maintd.errors import InvalidInputError, PathOutsideTableError
+from maintd.errors import PathOutsideTableError, UnknownSchemeError
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +103,11 @@ class Storage(abc.ABC):
         """
         return sorted(self.list_dir(path), key=lambda f: f.path)[:limit]
 
+    def list_subdirs(self, path: str) -> list[str]:
+        """The names of the directories directly below ``path`` (on object stores: common prefixes)."""
+        base = f"{path.rstrip('/')}/" if path else ""
+        return sorted({f.path[len(base):].split("/", 1)[0] for f in self.walk(path) if "/" in f.path[len(base):]})
+
     @abc.abstractmethod
     def walk(self, path: str = "") -> list[FileInfo]:
         """Every file below ``path``, recursively."""
@@ -153,15 +158,17 @@ def storage_for_uri(uri: str) -> Storage:
     """The storage for a table URI, by its scheme (a local path or ``file://`` URI: ``file``).
 
     Raises:
-        InvalidInputError: for a scheme no storage is registered for.
+        UnknownSchemeError: for a scheme no storage is registered for.
     """
-    import maintd.storage.local  # noqa: F401  (registers "file")
+    import maintd.storage.local
+    import maintd.storage.objectstore  # noqa: F401  (registers s3, s3a, gs, az, abfs, abfss)
 
     scheme = uri_scheme(uri)
     factory = _FACTORIES.get(scheme)
     if factory is None:
-        raise InvalidInputError(
-            f"table URI {uri!r}: no storage for scheme {scheme!r}; use a local path or file:// URI "
-            "(object stores need a put-if-absent storage, see docs/format.md 'Storage')"
+        known = ", ".join(f"{s}://" for s in sorted(_FACTORIES) if s != "file")
+        raise UnknownSchemeError(
+            f"table URI {uri!r}: no storage for scheme {scheme!r}; use a local path, a file:// URI or one of "
+            f"{known} (docs/format.md 'Storage')", uri=uri,
         )
     return factory(uri)

@@ -1,0 +1,405 @@
+"""Object-store storage (S3, GCS, Azure) through obstore, the Python binding of Rust's ``object_store``.
+
+* **Commits** are conditional puts (``mode="create"``: S3 and Azure ``If-None-Match: *``, GCS
+  ``ifGenerationMatch=0``), sent by a client that never retries on its own: a retried create whose
+  first copy applied would answer "already exists" for our own file, so every ambiguous answer (timeout,
+  5xx, connection reset) is raised instead, and the log's landing rule reads the version back and
+  compares transaction ids (:mod:`maintd.table.landing`), retrying with the commit backoff.
+* **The latest version** is the first commit name of one LIST of ``_log/`` from its start (names descend
+  with the version), so finding it costs one request however long the history is
+  (:attr:`lists_in_order`).
+* **Data files** stream through pyarrow's own filesystems (``S3FileSystem``, ``GcsFileSystem``,
+  ``AzureFileSystem``), configured from the same options: C++ ranged reads and multipart uploads, no
+  local staging, no Python in the byte path (docs/architecture.md, "Object stores").
+* A store that does not honour conditional put is found by a probe before the first commit of a process
+  and refused with :class:`~maintd.errors.ConditionalPutUnsupportedError`, unless the table opted into the
+  state-store commit lock (``commit_lock: state_store``, :mod:`maintd.storage.lock`).
+
+Errors name the URI and what to set (:func:`storage_error`); secrets never appear in them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import obstore
+import obstore.exceptions as obx
+import pyarrow.fs as pafs
+from obstore.store import AzureStore, GCSStore, S3Store
+
+from maintd.errors import (
+    BucketNotFoundError,
+    ConditionalPutUnsupportedError,
+    InvalidInputError,
+    MaintdError,
+    StorageConfigError,
+    StorageCredentialsError,
+    StorageError,
+    StorageUnreachableError,
+)
+from maintd.storage import s3list
+from maintd.storage.base import FileInfo, Storage, check_path, register_storage
+from maintd.storage.lock import commit_lock
+from maintd.storage.options import FAMILIES, StorageOptions, resolve_options
+
+T = TypeVar("T")
+
+_CLIENT_KEYS = {"allow_http", "allow_invalid_certificates", "connect_timeout", "timeout", "proxy_url",
+                "proxy_ca_certificate", "proxy_excludes", "user_agent", "pool_idle_timeout",
+                "pool_max_idle_per_host", "http1_only", "http2_only", "read_timeout", "root_certificate"}
+_PREFIX = {"s3": "aws_", "gcs": "google_", "azure": "azure_"}
+DEFAULT_CLIENT = {"connect_timeout": "5s", "timeout": "60s"}
+_RETRIES = {"max_retries": 3, "retry_timeout": dt.timedelta(seconds=20),
+            "backoff": {"init_backoff": dt.timedelta(milliseconds=50), "max_backoff": dt.timedelta(seconds=2),
+                        "base": 2}}
+_NO_RETRIES = {**_RETRIES, "max_retries": 0}
+_WHAT_TO_SET = {
+    "s3": "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or an instance or IRSA role), or the storage options "
+          "aws_access_key_id/aws_secret_access_key",
+    "gcs": "GOOGLE_APPLICATION_CREDENTIALS (or a workload identity), or the storage option google_service_account",
+    "azure": "AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY (or a managed identity), or the storage "
+             "options azure_storage_account_name/azure_storage_account_key",
+}
+_ENDPOINT_SETTING = {"s3": "AWS_ENDPOINT_URL or the storage option aws_endpoint",
+                     "gcs": "the storage option google_base_url", "azure": "the storage option azure_endpoint"}
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def split_uri(uri: str) -> tuple[str, str, str]:
+    """``(family, bucket, prefix)`` of an object-store URI (``abfss://container@account.dfs.../path`` too)."""
+    scheme = uri.split("://", 1)[0]
+    family = FAMILIES.get(scheme)
+    if family is None:
+        raise InvalidInputError(f"table URI {uri!r}: {scheme!r} is not an object-store scheme")
+    parts = urlsplit(uri)
+    bucket = parts.netloc.split("@", 1)[0] if family == "azure" else parts.netloc
+    if not bucket:
+        raise InvalidInputError(f"table URI {uri!r} names no bucket: write {scheme}://BUCKET/path/to/table")
+    return family, bucket, parts.path.strip("/")
+
+
+def _store_config(family: str, options: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The store config and client options of ``options`` (family prefixes such as ``aws_`` dropped)."""
+    config: dict[str, Any] = {}
+    client: dict[str, Any] = dict(DEFAULT_CLIENT)
+    prefixes = ("azure_storage_", "azure_") if family == "azure" else (_PREFIX[family],)
+    for key, value in options.items():
+        short = next((key[len(p):] for p in prefixes if key.startswith(p)), key)
+        if short in _CLIENT_KEYS:
+            client[short] = _truthy(value) if short in ("allow_http", "allow_invalid_certificates", "http1_only",
+                                                         "http2_only") else value
+        else:
+            config[short] = value
+    return config, client
+
+
+def _build_store(family: str, bucket: str, prefix: str, options: Mapping[str, str], *, retries: bool) -> Any:
+    config, client = _store_config(family, options)
+    retry = _RETRIES if retries else _NO_RETRIES
+    cls: Any = {"s3": S3Store, "gcs": GCSStore, "azure": AzureStore}[family]
+    try:
+        return cls(bucket, prefix=prefix or None, config=config, client_options=client, retry_config=retry)
+    except obx.UnknownConfigurationKeyError as exc:
+        raise InvalidInputError(f"unknown storage option for a {family} store: {_first_line(exc)}") from None
+
+
+def _pyarrow_fs(family: str, options: Mapping[str, str]) -> pafs.FileSystem:
+    """pyarrow's native filesystem for ``family``, from the same options (else its default credential chain)."""
+    o = options
+    if family == "s3":
+        kw: dict[str, Any] = {"allow_bucket_creation": False, "allow_bucket_deletion": False,
+                              "connect_timeout": 5.0, "request_timeout": 60.0}
+        if o.get("aws_access_key_id") and o.get("aws_secret_access_key"):
+            kw.update(access_key=o["aws_access_key_id"], secret_key=o["aws_secret_access_key"],
+                      session_token=o.get("aws_session_token"))
+        if o.get("aws_region"):
+            kw["region"] = o["aws_region"]
+        if o.get("aws_endpoint"):
+            ep = urlsplit(o["aws_endpoint"] if "://" in o["aws_endpoint"] else f"https://{o['aws_endpoint']}")
+            kw.update(endpoint_override=ep.netloc, scheme=ep.scheme)
+        if _truthy(o.get("aws_virtual_hosted_style_request")):
+            kw["force_virtual_addressing"] = True
+        return pafs.S3FileSystem(**kw)
+    if family == "gcs":
+        gkw: dict[str, Any] = {}
+        if o.get("google_base_url"):
+            ep = urlsplit(o["google_base_url"])
+            gkw.update(endpoint_override=ep.netloc, scheme=ep.scheme)
+        if _truthy(o.get("google_skip_signature")):
+            gkw["anonymous"] = True
+        return pafs.GcsFileSystem(**gkw)
+    akw: dict[str, Any] = {"account_name": o.get("azure_storage_account_name", "")}
+    for ours, theirs in (("azure_storage_account_key", "account_key"), ("azure_client_id", "client_id"),
+                         ("azure_client_secret", "client_secret"), ("azure_tenant_id", "tenant_id"),
+                         ("azure_storage_sas_key", "sas_token")):
+        if o.get(ours):
+            akw[theirs] = o[ours]
+    if o.get("azure_endpoint"):
+        ep = urlsplit(o["azure_endpoint"])
+        akw.update(blob_storage_authority=ep.netloc, dfs_storage_authority=ep.netloc, blob_storage_scheme=ep.scheme,
+                   dfs_storage_scheme=ep.scheme)
+    return pafs.AzureFileSystem(**akw)
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of an obstore error (the request and status; the debug dump after it is dropped)."""
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:400]
+
+
+_CREDENTIAL_MARKERS = ("169.254.169.254", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
+                       "InvalidToken", "credential", "AccessDenied", "403 Forbidden", "401 Unauthorized",
+                       "AuthenticationFailed", "AuthorizationFailure")
+_UNREACHABLE_MARKERS = ("error sending request", "connection refused", "Connection refused", "dns error",
+                        "timed out", "operation timed out", "tcp connect", "connection reset")
+
+
+def storage_error(exc: BaseException, *, uri: str, family: str, op: str, path: str) -> BaseException:
+    """The maintd error for an obstore error of ``op`` on ``path`` (a ``FileNotFoundError`` stays one)."""
+    if isinstance(exc, MaintdError):
+        return exc
+    line = _first_line(exc)
+    where = f"{uri.rstrip('/')}/{path}" if path else uri
+    if "NoSuchBucket" in str(exc) or "ContainerNotFound" in str(exc):
+        return BucketNotFoundError(
+            f"table {uri}: the bucket does not exist ({op} {where}); create it, or fix the table URI", uri=uri)
+    if isinstance(exc, FileNotFoundError):
+        return FileNotFoundError(f"{where} not found")
+    if isinstance(exc, obx.PermissionDeniedError | obx.UnauthenticatedError) or any(
+            m in str(exc) for m in _CREDENTIAL_MARKERS):
+        return StorageCredentialsError(
+            f"table {uri}: the store refused the request or no credentials were found ({op} {where}: {line}); "
+            f"set {_WHAT_TO_SET[family]}", uri=uri)
+    if any(m in str(exc) for m in _UNREACHABLE_MARKERS):
+        return StorageUnreachableError(
+            f"table {uri}: the store's endpoint cannot be reached ({op} {where}: {line}); check "
+            f"{_ENDPOINT_SETTING[family]}, and that plain http is allowed (AWS_ALLOW_HTTP=true or the storage "
+            "option aws_allow_http) when the endpoint is http://", uri=uri)
+    return StorageError(f"table {uri}: {op} {where} failed: {line}")
+
+
+_CREDENTIAL_ENV = ("AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                   "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_PROFILE")
+
+
+def check_credentials(uri: str, family: str, options: Mapping[str, str]) -> None:
+    """Fail early when an S3 table has no credentials at all: no key in the options or the environment, no
+    web identity (IRSA) or container credentials, and the instance metadata service switched off
+    (``AWS_EC2_METADATA_DISABLED=true``). Otherwise the default chain is asked, and its failure is mapped to
+    :class:`StorageCredentialsError` on the first request."""
+    if family != "s3" or options.get("aws_access_key_id") or _truthy(options.get("aws_skip_signature")):
+        return
+    if any(os.environ.get(v) for v in _CREDENTIAL_ENV) or not _truthy(os.environ.get("AWS_EC2_METADATA_DISABLED")):
+        return
+    raise StorageCredentialsError(
+        f"table {uri}: no S3 credentials: set {_WHAT_TO_SET['s3']} (the instance metadata service is disabled by "
+        "AWS_EC2_METADATA_DISABLED=true, so no instance role can be used)", uri=uri)
+
+
+_probed: set[tuple[object, ...]] = set()
+_probe_lock = threading.Lock()
+
+
+class ObjectStoreStorage(Storage):
+    """A table below a prefix of an S3 bucket, a GCS bucket or an Azure container."""
+
+    lists_in_order = True
+
+    def __init__(self, uri: str, options: Mapping[str, str] | None = None) -> None:
+        self._uri = uri.rstrip("/")
+        self.family, self.bucket, self.prefix = split_uri(self._uri)
+        self.options = StorageOptions.of(options) if options is not None else resolve_options(self._uri)
+        account = urlsplit(self._uri).netloc.partition("@")[2].split(".", 1)[0]
+        if self.family == "azure" and account and "azure_storage_account_name" not in self.options:
+            self.options = StorageOptions.of({**self.options, "azure_storage_account_name": account})
+        store_options = self.options.for_store()
+        check_credentials(self._uri, self.family, store_options)
+        endpoint = next((store_options[k] for k in ("aws_endpoint", "google_base_url", "azure_endpoint")
+                         if store_options.get(k)), "")
+        if endpoint.startswith("http://") and not _truthy(store_options.get(f"{_PREFIX[self.family]}allow_http")):
+            raise StorageConfigError(
+                f"table {self._uri}: the endpoint {endpoint} is plain http, which is not allowed by default; set "
+                f"AWS_ALLOW_HTTP=true or the storage option {_PREFIX[self.family]}allow_http=true (only for a "
+                "trusted network), or use https", uri=self._uri)
+        self._store = _build_store(self.family, self.bucket, self.prefix, store_options, retries=True)
+        self._commit_store = _build_store(self.family, self.bucket, self.prefix, store_options, retries=False)
+        self._fs: pafs.FileSystem | None = None
+        self.use_lock = self.options.get("commit_lock", "").strip().lower().replace("-", "_") == "state_store"
+
+    def __repr__(self) -> str:
+        return f"ObjectStoreStorage({self._uri!r}, {self.options!r})"
+
+    @property
+    def uri(self) -> str:
+        return self._uri
+
+    @property
+    def filesystem(self) -> pafs.FileSystem:
+        if self._fs is None:
+            self._fs = _pyarrow_fs(self.family, self.options)
+        return self._fs
+
+    def full_path(self, path: str) -> str:
+        check_path(path, root=self._uri)
+        return "/".join(p for p in (self.bucket, self.prefix, path) if p)
+
+    def _call(self, op: str, path: str, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except (obx.BaseError, OSError, RuntimeError, ValueError) as exc:
+            raise storage_error(exc, uri=self._uri, family=self.family, op=op, path=path) from None
+
+    # -- commits ------------------------------------------------------------------------------------
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        check_path(path, root=self._uri)
+        if self.use_lock:
+            return self._put_under_lock(path, data)
+        self._probe_conditional_put()
+        try:
+            obstore.put(self._commit_store, path, data, mode="create")
+            return True
+        except (obx.AlreadyExistsError, obx.PreconditionError):
+            return False
+        except (NotImplementedError, obx.NotSupportedError):
+            raise self._no_conditional_put("the client refuses conditional put for this store") from None
+        except (obx.BaseError, OSError, RuntimeError) as exc:
+            raise storage_error(exc, uri=self._uri, family=self.family, op="put_if_absent", path=path) from None
+
+    def _put_under_lock(self, path: str, data: bytes) -> bool:
+        with commit_lock(self._uri).hold(f"{self._uri}/{path}"):
+            if self.exists(path):
+                return False
+            self.write_atomic(path, data)
+            return True
+
+    def _probe_conditional_put(self) -> None:
+        """Once per process and bucket: a store that ignores ``If-None-Match`` would let commits overwrite each
+        other, so create a probe object twice and insist that the second create is refused."""
+        key = (self.family, self.bucket, *self.options.for_store().items())
+        with _probe_lock:
+            if key in _probed:
+                return
+        probe = f"_maintd_probe/{uuid.uuid4().hex}"
+        try:
+            obstore.put(self._commit_store, probe, b"probe", mode="create")
+            try:
+                obstore.put(self._commit_store, probe, b"again", mode="create")
+                honoured = False
+            except (obx.AlreadyExistsError, obx.PreconditionError):
+                honoured = True
+        except (NotImplementedError, obx.NotSupportedError):
+            raise self._no_conditional_put("the client refuses conditional put for this store") from None
+        except (obx.BaseError, OSError, RuntimeError) as exc:
+            if "501" in str(exc) or "NotImplemented" in str(exc):
+                raise self._no_conditional_put(f"the store answered {_first_line(exc)}") from None
+            raise storage_error(exc, uri=self._uri, family=self.family, op="put_if_absent", path=probe) from None
+        finally:
+            with contextlib.suppress(obx.BaseError, OSError, RuntimeError):  # else left for orphan cleanup
+                obstore.delete(self._store, probe)
+        if not honoured:
+            raise self._no_conditional_put("the store overwrote an object that a create-only put named")
+        with _probe_lock:
+            _probed.add(key)
+
+    def _no_conditional_put(self, why: str) -> ConditionalPutUnsupportedError:
+        return ConditionalPutUnsupportedError(
+            f"table {self._uri}: the store does not honour conditional put ({why}), so concurrent commits could "
+            "overwrite each other; use a store that does (AWS S3, GCS, Azure, MinIO, recent Ceph), or opt into a "
+            "commit lock held in the state store with the storage option commit_lock=state_store (every writer "
+            "of the table must then use it)", uri=self._uri)
+
+    # -- files --------------------------------------------------------------------------------------
+    def write_atomic(self, path: str, data: bytes) -> None:
+        check_path(path, root=self._uri)
+        self._call("write", path, lambda: obstore.put(self._store, path, data))
+
+    def read(self, path: str) -> bytes:
+        check_path(path, root=self._uri)
+        return self._call("read", path, lambda: bytes(obstore.get(self._store, path).bytes()))
+
+    def exists(self, path: str) -> bool:
+        check_path(path, root=self._uri)
+        try:
+            self._call("exists", path, lambda: obstore.head(self._store, path))
+            return True
+        except FileNotFoundError:
+            return False
+
+    @staticmethod
+    def _info(meta: Mapping[str, Any]) -> FileInfo:
+        return FileInfo(str(meta["path"]), int(meta["size"]), int(meta["last_modified"].timestamp() * 1000))
+
+    def list_dir(self, path: str) -> list[FileInfo]:
+        check_path(path, root=self._uri, allow_root=True)
+        res = self._call("list", path, lambda: obstore.list_with_delimiter(self._store, path or None))
+        return [self._info(m) for m in res["objects"]]
+
+    def list_subdirs(self, path: str) -> list[str]:
+        """The names of the "directories" (common prefixes) directly below ``path``."""
+        check_path(path, root=self._uri, allow_root=True)
+        res = self._call("list", path, lambda: obstore.list_with_delimiter(self._store, path or None))
+        return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in res["common_prefixes"])
+
+    def list_first(self, path: str, limit: int) -> list[FileInfo]:
+        """One LIST request from the start of ``path`` for its first ``limit`` names.
+
+        On S3 the request asks for exactly ``limit`` keys (:mod:`maintd.storage.s3list`), so its cost does
+        not depend on how many names follow; elsewhere it is the store's first page.
+        """
+        check_path(path, root=self._uri)
+        base = f"{path.rstrip('/')}/"
+        if self.family == "s3":
+            root = f"{self.prefix}/" if self.prefix else ""
+            keys = s3list.first_keys(self._uri, self.bucket, root + base, limit, self.options.for_store(),
+                                     _WHAT_TO_SET["s3"])
+            return [FileInfo(k[len(root):], size, mtime) for k, size, mtime in keys
+                    if "/" not in k[len(root) + len(base):]]
+
+        def first() -> list[FileInfo]:
+            out: list[FileInfo] = []
+            for chunk in obstore.list(self._store, base, chunk_size=max(1, limit)):
+                out += [self._info(m) for m in chunk if "/" not in str(m["path"])[len(base):]]
+                if len(out) >= limit:
+                    break
+            return out[:limit]
+
+        return self._call("list", path, first)
+
+    def walk(self, path: str = "") -> list[FileInfo]:
+        check_path(path, root=self._uri, allow_root=True)
+        prefix = f"{path.rstrip('/')}/" if path else None
+
+        def collect() -> list[FileInfo]:
+            return [self._info(m) for chunk in obstore.list(self._store, prefix, chunk_size=1000) for m in chunk]
+
+        return self._call("list", path, collect)
+
+    def delete(self, path: str) -> bool:
+        check_path(path, root=self._uri)
+        if not self.exists(path):  # S3 answers a DELETE of a missing key with success: ask first
+            return False
+        self._call("delete", path, lambda: obstore.delete(self._store, path))
+        return True
+
+    def makedirs(self, path: str) -> None:
+        check_path(path, root=self._uri, allow_root=True)  # object stores have no directories
+
+
+def object_store_factory(uri: str) -> Storage:
+    return ObjectStoreStorage(uri)
+
+
+for _scheme in FAMILIES:
+    register_storage(_scheme, object_store_factory)
+
+__all__ = ["ObjectStoreStorage", "object_store_factory", "split_uri", "storage_error"]

@@ -1,0 +1,83 @@
+"""A real S3 server for the tests: the moto standalone server on a free loopback port.
+
+:class:`S3Server` starts ``moto_server`` (S3 protocol over HTTP, conditional put honoured), waits until it
+answers, creates buckets, and hands out the storage options and environment a table (or a subprocess)
+needs to reach it. The pytest fixtures in tests/conftest.py start one per test session (``s3_server``, ``s3_root``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+ACCESS_KEY = "testing-access-key"
+SECRET_KEY = "testing-secret-key-never-shown"
+REGION = "us-east-1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class S3Server:
+    def __init__(self, log_dir: Path) -> None:
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        exe = shutil.which("moto_server", path=os.path.dirname(sys.executable)) or shutil.which("moto_server")
+        if exe is None:
+            raise RuntimeError("moto_server not found: install the test extra (moto[server])")
+        self.log = open(log_dir / f"moto-{self.port}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(self.port)], stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=2).close()
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"moto_server did not start on {self.endpoint}") from None
+                time.sleep(0.1)
+
+    @property
+    def options(self) -> dict[str, str]:
+        """Storage options reaching this server (what ``configure_storage`` takes)."""
+        return {"aws_endpoint": self.endpoint, "aws_access_key_id": ACCESS_KEY,
+                "aws_secret_access_key": SECRET_KEY, "aws_region": REGION, "aws_allow_http": "true"}
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The standard AWS environment reaching this server (for subprocesses: CLI, writers, Spark workers)."""
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+                "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": REGION, "AWS_ALLOW_HTTP": "true",
+                "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def child_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        return {**(os.environ if base is None else base), **self.env}
+
+    def create_bucket(self, name: str | None = None) -> str:
+        name = name or f"b-{uuid.uuid4().hex[:20]}"
+        req = urllib.request.Request(f"{self.endpoint}/{name}", method="PUT")
+        urllib.request.urlopen(req, timeout=10).close()
+        return name
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log.close()
