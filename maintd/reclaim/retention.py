@@ -45,7 +45,7 @@ from maintd.reclaim.engine import (
 )
 from maintd.reclaim.files import PartitionFilter
 from maintd.reclaim.models import ReclaimPlan, ReclaimReport
-from maintd.table import Table, timeline
+from maintd.table import Pin, Snapshot, Table, timeline
 from maintd.table.actions import EXPIRE_OPERATION
 from maintd.table.pins import oldest_pinned
 
@@ -98,6 +98,28 @@ def record_expiry(table: Table, plan: ReclaimPlan) -> int | None:
                  "data_bytes": sum(f.bytes for f in plan.data_files), "pinned_bytes": plan.pinned_bytes})
 
 
+def held_by_pins(table: Table, snapshot: Snapshot, now: datetime) -> tuple[list[Pin], int]:
+    """The pins live at ``now`` and the bytes they hold back: of the data files reclamation at ``now`` would
+    delete but for the pins (removed after the oldest pinned version, at or before the version retention keeps).
+
+    Read from the log alone (the sizes the ``remove`` actions record), without listing the storage: what
+    ``maintd table describe`` and the daemon's gauges show; a reclamation plan counts the files on storage.
+    """
+    now_ms = to_ms(now)
+    live = snapshot.live_pins(now_ms)
+    if not live:
+        return live, 0
+    by_time = timeline.oldest_retained_version(table.log, snapshot.version, snapshot.retain_hours, now_ms)
+    floor = live[0].version
+    if floor >= by_time:
+        return live, 0
+    floor_ms, by_time_ms = timeline.commit_time(table.log, floor), timeline.commit_time(table.log, by_time)
+    if floor_ms is None or by_time_ms is None:
+        return live, 0
+    held = sum(r.bytes or 0 for r in snapshot.tombstones.values() if floor_ms < r.deletion_time <= by_time_ms)
+    return live, held
+
+
 REPLANS = 3
 """A reclamation whose expire commit meets a conflict plans again this often before it gives up."""
 
@@ -140,4 +162,4 @@ def reclaim_table(table: Table, *, now: datetime | None = None, orphan_grace: ti
     raise AssertionError("unreachable")
 
 
-__all__ = ["DEFAULT_ORPHAN_GRACE", "plan_reclamation", "reclaim_table"]
+__all__ = ["DEFAULT_ORPHAN_GRACE", "held_by_pins", "plan_reclamation", "reclaim_table", "record_expiry"]
