@@ -62,10 +62,10 @@ def _fired(s: BucketStats, p: CompactionPolicy, rewritten: Sequence[AddFile], ke
         # Pins hold history back: what a compaction removes now stays on storage until they expire.
         pinned = s.pinned_until_ms is not None and bool(expired)
         old = f"{len(expired)} DeltaFiles older than acid.data.retain.hours {s.retain_hours} h"
-        quiet = (f"{old}, but pins hold the table's history for "
+        held = (f"{old}, but pins hold the table's history for "
                  f"{fmt_hours(hours((s.pinned_until_ms or 0) - s.now_ms))} more: compacting them frees nothing before"
                  if pinned else f"no DeltaFile older than acid.data.retain.hours {s.retain_hours} h")
-        check(bool(expired) and not pinned, "retention_pressure", old, quiet)
+        check(bool(expired) and not pinned, "retention_pressure", old, held)
     n = len(s.deltas)
     check(n >= p.max_delta_files, "max_delta_files", f"{n} DeltaFiles >= max_delta_files {p.max_delta_files}",
           f"{n} DeltaFiles < max_delta_files {p.max_delta_files}")
