@@ -121,7 +121,7 @@ def test_a_pin_expires_with_its_ttl_and_is_removed_by_a_commit(tmp_path: Path) -
             Table.open(table.uri).read(version=2)
     assert Table.open(table.uri).pins(include_expired=True) == []
     assert not needed & data_files_on_disk(tmp_path / "t")
-    expire = [r for r in Table.open(table.uri).history() if r.operation == EXPIRE_OPERATION][0]
+    expire = next(r for r in Table.open(table.uri).history() if r.operation == EXPIRE_OPERATION)
     assert expire.parameters["pins_removed"] == [pin.id]
 
 
@@ -129,11 +129,11 @@ def test_bad_pins_get_one_clear_error(tmp_path: Path) -> None:
     table, _ = overwritten_table(tmp_path / "t", retain_hours=0)
     with pytest.raises(VersionNotFoundError, match="has no version 9; the latest is 4: pin an existing version"):
         table.pin(9, timedelta(hours=1))
-    with pytest.raises(VersionNotFoundError, match="version 1 has expired .* pin version 4 or newer"):
+    with pytest.raises(VersionNotFoundError, match=r"version 1 has expired .* pin version 4 or newer"):
         table.pin(1, timedelta(hours=1))
-    with pytest.raises(InvalidInputError, match="TTL -1 day.* is not positive"):
+    with pytest.raises(InvalidInputError, match=r"TTL -1 day.* is not positive"):
         table.pin(4, timedelta(hours=-1))
-    with pytest.raises(InvalidInputError, match="must be a datetime.timedelta"):
+    with pytest.raises(InvalidInputError, match=r"must be a datetime\.timedelta"):
         table.pin(4, 3)  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="has no pin 'nope'"):
         table.unpin("nope")
@@ -197,7 +197,7 @@ def test_a_pin_coming_after_reclamation_committed_its_expiry_is_refused(tmp_path
 
     reclaim_table(Table.open(table.uri), now=LATER, on_step=pin_after_the_expire_commit)
 
-    assert pinned and pinned[0].returncode != 0, "by its own clock version 2 is retained: only the expire record says no"
+    assert pinned and pinned[0].returncode != 0, "by its clock version 2 is retained: only the expire record says no"
     assert "version 2 has expired" in pinned[0].stderr and "pin version 4 or newer" in pinned[0].stderr
     assert Table.open(table.uri).pins(include_expired=True) == []
     assert not needed & data_files_on_disk(tmp_path / "t")
