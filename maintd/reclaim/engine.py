@@ -87,14 +87,20 @@ def list_files(table: Table) -> Listed:
 
 
 def oldest_listed(listing: Listing, latest: int) -> int:
-    """The oldest version that can still be built, from the log files of a listing (``oldest_buildable``)."""
+    """The oldest version that can still be built, from the log files of a listing (``oldest_buildable``).
+
+    The listing is taken before the snapshot of ``latest`` is loaded, so commits made in between are not in it:
+    the unbroken run is the one ending at the newest commit listed, not at ``latest`` (which would make every
+    version before ``latest`` look unbuildable, and so expire them all).
+    """
     commits: list[int] = []
     checkpoints: list[int] = []
     for path in listing:
         parsed = parse_log_name(path) if in_log(path) else None
         if parsed is not None:
             (commits if parsed[0] == "commit" else checkpoints).append(parsed[1])
-    return oldest_buildable(commits, checkpoints, latest)
+    listed = max((c for c in commits if c <= latest), default=latest)
+    return oldest_buildable(commits, checkpoints, listed)
 
 
 def check_intact(table: Table, snapshot: Snapshot, listing: Listing) -> None:
