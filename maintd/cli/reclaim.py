@@ -198,6 +198,13 @@ def print_reports(console: Console, reports: Sequence[Any], *, dry_run: bool) ->
                   f"{r.seconds:.2f} s")
     print_table(console, t)
     for r in reports:
+        if r.pinned_versions:
+            kept = ", ".join(map(str, r.pinned_versions))
+            console.print(f"{escape(r.table)}: pinned version(s) {kept} kept, holding back "
+                          f"{fmt_bytes(r.pinned_bytes)} (`maintd table pins` lists the pins)", highlight=False)
+        if r.pins_removed:
+            console.print(f"{escape(r.table)}: removed {len(r.pins_removed)} pin(s): {', '.join(r.pins_removed)}",
+                          highlight=False)
         if not r.complete:
             console.print(f"[yellow]{escape(r.table)}:[/yellow] some files could not be deleted; the next run "
                           "retries them (see the log)", highlight=False)
