@@ -141,16 +141,17 @@ def test_reclamation_deletes_what_retention_frees_and_publishes_it_by_reason(
     settings = settings_for(tmp_path).model_copy(update={"reclaim": ReclaimSettings(orphan_grace_hours=6)})
     now = datetime.now(UTC) + timedelta(hours=7)  # the orphan is older than the grace by then
     metrics = Metrics()
+    latest = table.version
 
     result = TableJobs(settings, store, metrics, clock=lambda: now).reclaim(table.uri)
 
     assert result.status is RunStatus.SUCCEEDED
     assert result.metrics["data_files_deleted"] == len(replaced) and result.metrics["orphan_files_deleted"] == 1
-    assert result.metrics["oldest_retained_version"] == table.version
+    assert result.metrics["oldest_retained_version"] == latest and table.version == latest + 1, "and its record"
     assert not any((tmp_path / "wh" / "orders" / p).exists() for p in replaced) and not orphan.exists()
     assert sample(metrics, "maintd_files_reclaimed_total", table=table.uri, reason="data") == len(replaced)
     assert sample(metrics, "maintd_files_reclaimed_total", table=table.uri, reason="orphan") == 1
-    assert sample(metrics, "maintd_files_reclaimed_total", table=table.uri, reason="log") == table.version
+    assert sample(metrics, "maintd_files_reclaimed_total", table=table.uri, reason="log") == latest
     assert sample(metrics, "maintd_bytes_reclaimed_total", table=table.uri) == (
         result.metrics["data_bytes_deleted"] + result.metrics["orphan_bytes_deleted"]
         + result.metrics["log_bytes_deleted"])
