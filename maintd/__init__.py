@@ -24,6 +24,7 @@ from maintd.errors import (
     MaintdError,
     MetadataChangedError,
     PathOutsideTableError,
+    PinConflictError,
     PolicyError,
     PrimaryKeyError,
     ProtocolChangedError,
@@ -36,7 +37,7 @@ from maintd.errors import (
     UnsupportedProtocolError,
     VersionNotFoundError,
 )
-from maintd.table import CommitRecord, RetryPolicy, Snapshot, Table, Transaction
+from maintd.table import CommitRecord, Pin, RetryPolicy, Snapshot, Table, Transaction
 
 __version__ = "0.1.0"
 
@@ -62,6 +63,8 @@ __all__ = [
     "MaintdError",
     "MetadataChangedError",
     "PathOutsideTableError",
+    "Pin",
+    "PinConflictError",
     "PolicyError",
     "PrimaryKeyError",
     "ProtocolChangedError",

@@ -35,7 +35,8 @@ without parsing messages::
     │       ├── ConcurrentTransactionError
     │       ├── ConcurrentAppendError
     │       ├── ConcurrentDeleteReadError
-    │       └── ConcurrentDeleteDeleteError
+    │       ├── ConcurrentDeleteDeleteError
+    │       └── PinConflictError   a pin and a reclamation that expires the pinned version raced
     ├── PolicyError                    a maintenance policy file is invalid
     ├── ConfigError                    the settings are invalid
     ├── TaskExecutionError             a maintenance task failed while rewriting files
@@ -260,6 +261,12 @@ class ConcurrentDeleteReadError(CommitConflictError):
 
 class ConcurrentDeleteDeleteError(CommitConflictError):
     """A concurrent commit removed files this transaction also removes."""
+
+
+class PinConflictError(CommitConflictError):
+    """A pin of a version and a reclamation (or PURGE) expiring that version raced: the one that landed
+    first wins. A pin that lost names the oldest version still retained; a reclamation that lost plans again.
+    """
 
 
 class PolicyError(MaintdError):

@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 
 from maintd.cli._output import fail, parse_kv, print_json, print_table, user_errors
-from maintd.errors import ConfirmationRequiredError, MaintdError
+from maintd.errors import ConfirmationRequiredError, InvalidInputError, MaintdError
 from maintd.planner.candidates import fmt_bytes
 
 SHOWN_PATHS = 20
@@ -97,6 +97,8 @@ def purge_command(
     orphan_grace_hours: float | None = typer.Option(None, "--orphan-grace-hours", help=_GRACE_HELP),
     force_short_grace: bool = typer.Option(False, "--force-short-grace", help=_FORCE_HELP),
     config: Path | None = typer.Option(None, "--config", help=_CONFIG_HELP),
+    force_unpin: bool = typer.Option(False, "--force-unpin", help="Drop pinned versions too, removing their pins "
+                                                                  "(recorded in the PURGE commit)."),
 ) -> None:
     """Drop all history before the current version now (time travel to older versions ends), and delete every
     file the current version does not reference; recorded as a PURGE commit in the table history."""
@@ -111,6 +113,11 @@ def purge_command(
         check_grace(grace, force)
         table = Table.open(uri)
         preview = plan_purge(table, partitions=[spec] if spec else [], orphan_grace=grace)
+        if preview.pinned_versions and not force_unpin:
+            raise InvalidInputError(
+                f"table {table.uri}: PURGE would drop pinned version(s) "
+                f"{', '.join(map(str, preview.pinned_versions))}; wait for the pins to expire, unpin them "
+                "(`maintd table pins` lists them), or pass --force-unpin to remove them")
     _print_purge_preview(out, preview)
     if dry_run:
         if json_out:
@@ -118,7 +125,8 @@ def purge_command(
         return
     _confirm(table.uri, yes, out)
     with user_errors():
-        report = purge_table(table, partitions=[spec] if spec else [], orphan_grace=grace, force_short_grace=force)
+        report = purge_table(table, partitions=[spec] if spec else [], orphan_grace=grace, force_short_grace=force,
+                             force_unpin=force_unpin)
     if json_out:
         print_json(report.model_dump(mode="json"))
     else:
@@ -190,6 +198,13 @@ def print_reports(console: Console, reports: Sequence[Any], *, dry_run: bool) ->
                   f"{r.seconds:.2f} s")
     print_table(console, t)
     for r in reports:
+        if r.pinned_versions:
+            kept = ", ".join(map(str, r.pinned_versions))
+            console.print(f"{escape(r.table)}: pinned version(s) {kept} kept, holding back "
+                          f"{fmt_bytes(r.pinned_bytes)} (`maintd table pins` lists the pins)", highlight=False)
+        if r.pins_removed:
+            console.print(f"{escape(r.table)}: removed {len(r.pins_removed)} pin(s): {', '.join(r.pins_removed)}",
+                          highlight=False)
         if not r.complete:
             console.print(f"[yellow]{escape(r.table)}:[/yellow] some files could not be deleted; the next run "
                           "retries them (see the log)", highlight=False)

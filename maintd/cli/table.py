@@ -1,8 +1,10 @@
-"""``maintd table create | describe | history``: create a table, show its layout and its commit log."""
+"""``maintd table create | describe | history | pin | unpin | pins``: create a table, show its layout and its
+commit log, and pin versions for long reads."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import typer
@@ -12,7 +14,7 @@ from rich.table import Table as RichTable
 from maintd.cli._output import iso_ms, parse_kv, print_json, print_table, user_errors
 from maintd.planner import load_policy_file
 from maintd.planner.candidates import fmt_bytes
-from maintd.table import Snapshot, Table
+from maintd.table import Pin, Snapshot, Table
 from maintd.table.actions import AddFile
 from maintd.table.snapshot import format_partition
 
@@ -65,8 +67,18 @@ def check_policy_properties(uri: str, properties: dict[str, str]) -> None:
         load_policy_file(None).resolve(uri=uri, properties=properties)
 
 
-def describe(snap: Snapshot) -> dict[str, Any]:
-    """A JSON-able description of a snapshot: schema, properties, files and bytes per layer and per bucket."""
+def pin_row(pin: Pin, now_ms: int | None = None) -> dict[str, Any]:
+    """A pin as JSON-able fields (``expired``: its TTL passed at ``now_ms``, when given)."""
+    row: dict[str, Any] = {"id": pin.id, "version": pin.version, "created": iso_ms(pin.created),
+                           "expires": iso_ms(pin.expires), "reason": pin.reason, "who": pin.who}
+    if now_ms is not None:
+        row["expired"] = not pin.live(now_ms)
+    return row
+
+
+def describe(snap: Snapshot, pins: tuple[list[Pin], int] | None = None) -> dict[str, Any]:
+    """A JSON-able description of a snapshot: schema, properties, files and bytes per layer and per bucket, and
+    (given ``pins``: the live pins and the bytes they hold back) its pins."""
     md = snap.metadata
     layers: dict[str, dict[str, int]] = defaultdict(lambda: {"files": 0, "bytes": 0, "rows": 0})
     buckets: dict[tuple[str, int], Counter[str]] = defaultdict(Counter)
@@ -94,6 +106,7 @@ def describe(snap: Snapshot) -> dict[str, Any]:
             {"partition": part, "bucket": bucket, **dict(sorted(c.items()))}
             for (part, bucket), c in sorted(buckets.items())
         ],
+        **({} if pins is None else {"pins": [pin_row(p) for p in pins[0]], "pinned_bytes": pins[1]}),
     }
 
 
@@ -104,10 +117,13 @@ def describe_command(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Schema, properties, version, files and bytes per level and kind, and a per-bucket table."""
+    from maintd.reclaim import held_by_pins
+
     with user_errors():
         table = Table.open(uri)
         v = table.resolve_version(version)
-        desc = describe(table.snapshot(v))
+        latest = table.snapshot()
+        desc = describe(table.snapshot(v), held_by_pins(table, latest, datetime.now(UTC)))
     if json_out:
         print_json({"uri": table.uri, **desc})
         return
@@ -128,6 +144,83 @@ def describe_command(
         per.add_row(b["partition"], str(b["bucket"]), *(str(b.get(n, 0)) for n in names),
                     fmt_bytes(b["bytes"]), str(b["rows"]))
     print_table(out, per)
+    if desc["pins"]:
+        pins = RichTable("pin", "version", "expires", "who", "reason",
+                         title=f"pins (holding back {fmt_bytes(desc['pinned_bytes'])} from reclamation)")
+        for p in desc["pins"]:
+            pins.add_row(p["id"], str(p["version"]), p["expires"], p["who"], p["reason"])
+        print_table(out, pins)
+    else:
+        out.print("pins: none")
+
+
+@table_app.command("pin")
+def pin_command(
+    uri: str = typer.Argument(..., help="Table URI."),
+    version: int = typer.Argument(..., help="The version to keep readable."),
+    ttl_hours: float = typer.Option(..., "--ttl-hours", help="How long the pin holds, in hours (> 0): longer than "
+                                                             "the reads of the version take."),
+    reason: str = typer.Option("", "--reason", help="Why, for operators (e.g. the job that reads it)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the pin as JSON."),
+) -> None:
+    """Pin a version: reclamation (and PURGE, unless forced) keeps it and every file it reads until the pin is
+    removed or its TTL passes. The first pin raises the table to protocol 3."""
+    with user_errors():
+        table = Table.open(uri)
+        if not ttl_hours > 0:  # also NaN
+            from maintd.errors import InvalidInputError
+
+            raise InvalidInputError(f"--ttl-hours {ttl_hours} is not positive; give how long the readers of version "
+                                    f"{version} need it, e.g. --ttl-hours 3")
+        pin = table.pin(version, timedelta(hours=ttl_hours), reason)
+    if json_out:
+        print_json(pin_row(pin))
+    else:
+        Console(soft_wrap=True).print(
+            f"pinned version {pin.version} of {table.uri} until {iso_ms(pin.expires)}: pin id {pin.id} "
+            f"(`maintd table unpin {table.uri} {pin.id}` releases it)", highlight=False)
+
+
+@table_app.command("unpin")
+def unpin_command(
+    uri: str = typer.Argument(..., help="Table URI."),
+    pin_id: str = typer.Argument(..., help="The pin's id (`maintd table pins` lists them)."),
+) -> None:
+    """Remove a pin: reclamation may expire the version again."""
+    with user_errors():
+        table = Table.open(uri)
+        version = table.unpin(pin_id)
+    Console().print(f"removed pin {pin_id} of {table.uri} at version {version}", highlight=False)
+
+
+@table_app.command("pins")
+def pins_command(
+    uri: str = typer.Argument(..., help="Table URI."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """The table's pins (expired ones too, until reclamation removes them) and the bytes they hold back."""
+    from maintd.reclaim import held_by_pins
+
+    with user_errors():
+        table = Table.open(uri)
+        snap = table.snapshot()
+        now = datetime.now(UTC)
+        _, held = held_by_pins(table, snap, now)
+        now_ms = int(now.timestamp() * 1000)
+        rows = [pin_row(p, now_ms) for p in sorted(snap.pins.values(), key=lambda p: (p.version, p.id))]
+    if json_out:
+        print_json({"uri": table.uri, "version": snap.version, "pins": rows, "pinned_bytes": held})
+        return
+    out = Console(soft_wrap=True, highlight=False)
+    if not rows:
+        out.print(f"{table.uri}: no pins")
+        return
+    listing = RichTable("pin", "version", "created", "expires", "state", "who", "reason",
+                        title=f"pins of {table.uri} (holding back {fmt_bytes(held)} from reclamation)")
+    for r in rows:
+        listing.add_row(r["id"], str(r["version"]), r["created"], r["expires"], "expired" if r["expired"] else "live",
+                        r["who"], r["reason"])
+    print_table(out, listing)
 
 
 @table_app.command("set-properties")

@@ -59,9 +59,13 @@ def _fired(s: BucketStats, p: CompactionPolicy, rewritten: Sequence[AddFile], ke
 
     expired = s.expired_deltas
     if p.retention_pressure:
-        check(bool(expired), "retention_pressure",
-              f"{len(expired)} DeltaFiles older than acid.data.retain.hours {s.retain_hours} h",
-              f"no DeltaFile older than acid.data.retain.hours {s.retain_hours} h")
+        # Pins hold history back: what a compaction removes now stays on storage until they expire.
+        pinned = s.pinned_until_ms is not None and bool(expired)
+        old = f"{len(expired)} DeltaFiles older than acid.data.retain.hours {s.retain_hours} h"
+        held = (f"{old}, but pins hold the table's history for "
+                 f"{fmt_hours(hours((s.pinned_until_ms or 0) - s.now_ms))} more: compacting them frees nothing before"
+                 if pinned else f"no DeltaFile older than acid.data.retain.hours {s.retain_hours} h")
+        check(bool(expired) and not pinned, "retention_pressure", old, held)
     n = len(s.deltas)
     check(n >= p.max_delta_files, "max_delta_files", f"{n} DeltaFiles >= max_delta_files {p.max_delta_files}",
           f"{n} DeltaFiles < max_delta_files {p.max_delta_files}")

@@ -53,6 +53,9 @@ class BucketStats:
     by_kind: dict[str, KindStats] = field(default_factory=dict)
     compaction_clock_ms: int | None = None
     retain_hours: int = 24
+    pinned_until_ms: int | None = None
+    """When the table's last live pin expires (None: no live pin). While pins hold history back, reclamation
+    keeps every file removed after the oldest pinned version, so a compaction frees nothing before then."""
 
     @property
     def label(self) -> str:
@@ -123,7 +126,7 @@ def _by_kind(files: Sequence[AddFile]) -> dict[str, KindStats]:
 
 
 def bucket_stats_of(partition: PartitionKey, bucket: int, files: Sequence[AddFile], now_ms: int,
-                    retain_hours: int = 24) -> BucketStats:
+                    retain_hours: int = 24, pinned_until_ms: int | None = None) -> BucketStats:
     """Statistics of one bucket's live files (any order)."""
     ordered = sorted(files, key=lambda f: (f.min_version, f.max_version, f.path))
     bases = tuple(f for f in ordered if f.kind == "base")
@@ -132,7 +135,8 @@ def bucket_stats_of(partition: PartitionKey, bucket: int, files: Sequence[AddFil
         clock: int | None = max(f.modification_time for f in bases)
     else:
         clock = min((f.min_commit_time for f in deltas), default=None)
-    return BucketStats(partition, bucket, now_ms, bases, deltas, _by_kind(ordered), clock, retain_hours)
+    return BucketStats(partition, bucket, now_ms, bases, deltas, _by_kind(ordered), clock, retain_hours,
+                       pinned_until_ms)
 
 
 def bucket_stats(snapshot: Snapshot, now: datetime) -> list[BucketStats]:
@@ -140,7 +144,8 @@ def bucket_stats(snapshot: Snapshot, now: datetime) -> list[BucketStats]:
     now_ms = to_ms(now)
     retain = snapshot.retain_hours
     groups = snapshot.by_bucket()
-    return [bucket_stats_of(p, b, groups[(p, b)], now_ms, retain)
+    pinned_until = max((p.expires for p in snapshot.live_pins(now_ms)), default=None)
+    return [bucket_stats_of(p, b, groups[(p, b)], now_ms, retain, pinned_until)
             for p, b in sorted(groups, key=lambda k: (_sort_key(k[0]), k[1]))]
 
 

@@ -10,7 +10,7 @@ from maintd.reclaim.engine import MIN_GRACE, StepHook
 from maintd.reclaim.files import PartitionFilter
 from maintd.reclaim.models import FileRef, ReclaimPlan, ReclaimReport
 from maintd.reclaim.purge import plan_purge, purge_table
-from maintd.reclaim.retention import DEFAULT_ORPHAN_GRACE, plan_reclamation, reclaim_table
+from maintd.reclaim.retention import DEFAULT_ORPHAN_GRACE, held_by_pins, plan_reclamation, reclaim_table
 
 __all__ = [
     "DEFAULT_ORPHAN_GRACE",
@@ -20,6 +20,7 @@ __all__ = [
     "ReclaimPlan",
     "ReclaimReport",
     "StepHook",
+    "held_by_pins",
     "plan_purge",
     "plan_reclamation",
     "purge_table",

@@ -46,8 +46,9 @@ from maintd.table import Snapshot, Table, timeline
 from maintd.table.log import oldest_buildable, parse_log_name
 
 StepHook = Callable[[str], None]
-"""Called after each step and each deleted file with the step's name: ``checkpoint``, ``log``, ``data``,
-``orphan``, ``watermark`` (and ``commit`` for a PURGE). Tests use it to crash a run at any point."""
+"""Called after each step and each deleted file with the step's name: ``plan`` (planned, nothing committed or
+deleted yet), ``expire`` (the expire record committed), ``checkpoint``, ``log``, ``data``, ``orphan``,
+``watermark`` (and ``commit`` for a PURGE). Tests use it to crash a run, or race it, at any point."""
 
 MIN_GRACE = timedelta(hours=1)
 
@@ -86,14 +87,20 @@ def list_files(table: Table) -> Listed:
 
 
 def oldest_listed(listing: Listing, latest: int) -> int:
-    """The oldest version that can still be built, from the log files of a listing (``oldest_buildable``)."""
+    """The oldest version that can still be built, from the log files of a listing (``oldest_buildable``).
+
+    The listing is taken before the snapshot of ``latest`` is loaded, so commits made in between are not in it:
+    the unbroken run is the one ending at the newest commit listed, not at ``latest`` (which would make every
+    version before ``latest`` look unbuildable, and so expire them all).
+    """
     commits: list[int] = []
     checkpoints: list[int] = []
     for path in listing:
         parsed = parse_log_name(path) if in_log(path) else None
         if parsed is not None:
             (commits if parsed[0] == "commit" else checkpoints).append(parsed[1])
-    return oldest_buildable(commits, checkpoints, latest)
+    listed = max((c for c in commits if c <= latest), default=latest)
+    return oldest_buildable(commits, checkpoints, listed)
 
 
 def check_intact(table: Table, snapshot: Snapshot, listing: Listing) -> None:
@@ -109,8 +116,12 @@ def check_intact(table: Table, snapshot: Snapshot, listing: Listing) -> None:
 
 
 def build_plan(table: Table, snapshot: Snapshot, listing: Listing, *, now: datetime, floor: int, floor_ms: int,
-               oldest_available: int, grace: timedelta, where: PartitionFilter) -> ReclaimPlan:
+               oldest_available: int, grace: timedelta, where: PartitionFilter, unpinned_floor_ms: int | None = None,
+               ) -> ReclaimPlan:
     """What to delete so that ``floor`` becomes the oldest version (pure but for the checkpoint probe).
+
+    ``unpinned_floor_ms`` is the commit time of the oldest retained version there would be without the pins:
+    the data files between the two are what the pins hold back (``pinned_bytes``).
 
     Raises:
         DataFileMissingError, UnsupportedProtocolError: the table is damaged or too new (:func:`check_intact`).
@@ -120,6 +131,11 @@ def build_plan(table: Table, snapshot: Snapshot, listing: Listing, *, now: datet
     # Expired commits and checkpoints, and log files left below the unbroken run of commits (a commit
     # published into removed history by a writer that died before taking it back): no version needs them.
     log_files = tuple(log_files_below(listing, floor))
+    data_files = tuple(expired_data_files(snapshot, listing, floor_ms, where))
+    pinned_bytes = 0
+    if unpinned_floor_ms is not None and unpinned_floor_ms > floor_ms:
+        pinned_bytes = _size(tuple(expired_data_files(snapshot, listing, unpinned_floor_ms, where))) - _size(data_files)
+    now_ms = to_ms(now)
     return ReclaimPlan(
         table=table.uri,
         now=now,
@@ -132,10 +148,13 @@ def build_plan(table: Table, snapshot: Snapshot, listing: Listing, *, now: datet
         partitions=where.specs,
         checkpoint_needed=bool(log_files) and not table.log.checkpoint_exists(floor),
         log_files=log_files,
-        data_files=tuple(expired_data_files(snapshot, listing, floor_ms, where)),
+        data_files=data_files,
         orphan_files=orphans.files,
         orphans_within_grace=orphans.within_grace,
         unknown_files=orphans.unknown,
+        pinned_versions=tuple(p.version for p in snapshot.live_pins(now_ms)),
+        pinned_bytes=pinned_bytes,
+        expired_pins=tuple(sorted(i for i, p in snapshot.pins.items() if not p.live(now_ms))),
     )
 
 
@@ -152,6 +171,7 @@ def report_of(plan: ReclaimPlan, *, dry_run: bool, operation: str = "reclaim", *
         "oldest_retained_version": plan.oldest_retained_version, "versions_expired": plan.versions_expired,
         "partitions": plan.partitions, "orphans_within_grace": plan.orphans_within_grace,
         "unknown_files_kept": plan.unknown_files,
+        "pinned_versions": plan.pinned_versions, "pinned_bytes": plan.pinned_bytes,
         "checkpoint_written": plan.oldest_retained_version if dry_run and plan.checkpoint_needed else None,
     }
     return ReclaimReport.model_validate(fields | planned | done)

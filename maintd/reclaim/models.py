@@ -42,6 +42,10 @@ class ReclaimPlan(_Model):
     orphan_files: tuple[FileRef, ...] = ()
     orphans_within_grace: int = Field(default=0, description="unreferenced files kept: younger than the grace")
     unknown_files: int = Field(default=0, description="files maintd did not write (by name): never deleted")
+    pinned_versions: tuple[int, ...] = Field(default=(), description="versions live pins hold at ``now``")
+    pinned_bytes: int = Field(default=0, ge=0, description="bytes of data files kept only because of the pins")
+    expired_pins: tuple[str, ...] = Field(default=(), description="ids of pins whose TTL passed: removed by the "
+                                                                  "expire commit")
 
     @property
     def versions_expired(self) -> int:
@@ -69,6 +73,12 @@ class ReclaimReport(_Model):
     versions_expired: int
     checkpoint_written: int | None = None
     purge_version: int | None = Field(default=None, description="the version of the PURGE audit commit")
+    expire_version: int | None = Field(default=None, description="the version of the commit that recorded what "
+                                                                 "this run expires (before it deleted anything)")
+    pinned_versions: tuple[int, ...] = ()
+    pinned_bytes: int = Field(default=0, description="bytes of data files kept only because of live pins")
+    pins_removed: tuple[str, ...] = Field(default=(), description="expired (or, PURGE --force-unpin, live) pins "
+                                                                  "removed")
     partitions: tuple[dict[str, str | None], ...] = ()
     log_files_deleted: int = 0
     log_bytes_deleted: int = 0

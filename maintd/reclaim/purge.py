@@ -11,36 +11,41 @@ still ends for the whole table, because the log is one for all partitions and an
 the deleted files; the other partitions' unreferenced files go at the next reclamation, whose oldest
 retained version is then ``P`` or later.
 
+A PURGE drops pinned versions too, so it refuses to run while live pins exist (an
+:class:`~maintd.errors.InvalidInputError` naming them) unless ``force_unpin`` is given: then the audit
+commit also removes those pins, recorded with who forced it. The audit commit records that it expires every
+version before itself, so a pin landing concurrently makes it fail (:class:`~maintd.errors.PinConflictError`)
+before anything is deleted.
+
 Files no commit references but younger than the grace are kept even by a PURGE: they may belong to a
 writer that is about to commit them, and deleting them would lose its rows.
 """
 
 from __future__ import annotations
 
-import contextlib
-import getpass
-import os
-import socket
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 
-from maintd.reclaim.engine import StepHook, build_plan, check_grace, execute_plan, list_files, oldest_listed, report_of
+from maintd.errors import InvalidInputError
+from maintd.reclaim.engine import (
+    StepHook,
+    build_plan,
+    check_grace,
+    execute_plan,
+    list_files,
+    oldest_listed,
+    report_of,
+    to_ms,
+)
 from maintd.reclaim.files import PartitionFilter
 from maintd.reclaim.models import ReclaimPlan, ReclaimReport
 from maintd.reclaim.retention import DEFAULT_ORPHAN_GRACE
-from maintd.table import Snapshot, Table
+from maintd.table import Pin, Snapshot, Table
+from maintd.table.actions import PURGE_OPERATION
+from maintd.table.pins import who
 
-OPERATION = "PURGE"
-
-
-def who() -> str:
-    """``user@host`` of this process, for the audit record."""
-    user = os.environ.get("MAINTD_USER")
-    if not user:
-        with contextlib.suppress(OSError, KeyError):
-            user = getpass.getuser()
-    return f"{user or f'uid {os.getuid()}'}@{socket.gethostname()}"
+OPERATION = PURGE_OPERATION
 
 
 def _plan(table: Table, snapshot: Snapshot, *, now: datetime, floor: int, grace: timedelta,
@@ -65,7 +70,7 @@ def plan_purge(table: Table, *, now: datetime | None = None, partitions: Iterabl
 def purge_table(table: Table, *, now: datetime | None = None, partitions: Iterable[Mapping[str, object]] = (),
                 orphan_grace: timedelta = DEFAULT_ORPHAN_GRACE, dry_run: bool = False,
                 force_short_grace: bool = False, user: str | None = None,
-                on_step: StepHook | None = None) -> ReclaimReport:
+                on_step: StepHook | None = None, force_unpin: bool = False) -> ReclaimReport:
     """PURGE ``table``: record an audit commit, then delete all history before it (see the module docstring).
 
     Args:
@@ -77,33 +82,50 @@ def purge_table(table: Table, *, now: datetime | None = None, partitions: Iterab
         force_short_grace: allow a grace below 1 hour (only when no writer runs).
         user: who runs it, for the audit commit (default: ``$MAINTD_USER`` or the OS user, at the host).
         on_step: called after each step and each deleted file.
+        force_unpin: drop pinned versions too, removing their pins in the audit commit.
 
     Raises:
         InvalidInputError: a partition filter naming a column that is not a partition column, or a
             short grace without ``force_short_grace``.
-        CommitConflictError: a concurrent metadata change; nothing was deleted, run it again.
+        InvalidInputError: live pins exist and ``force_unpin`` is not given (naming them); nothing changed.
+        CommitConflictError: a concurrent metadata change or pin; nothing was deleted, run it again.
     """
     started = time.monotonic()
     check_grace(orphan_grace, force_short_grace)
     now = now or datetime.now(UTC)
     preview = plan_purge(table, now=now, partitions=partitions, orphan_grace=orphan_grace)
+    pinned = table.snapshot(preview.latest_version).live_pins(to_ms(now))
+    if pinned and not force_unpin:
+        raise InvalidInputError(
+            f"table {table.uri}: PURGE would drop pinned version(s) {_shown(pinned)}; wait for the pins to expire, "
+            "unpin them (`maintd table unpin`), or purge with --force-unpin (force_unpin=True) to remove them")
     if dry_run:
         return report_of(preview, dry_run=True, operation="purge", seconds=round(time.monotonic() - started, 3))
     where = PartitionFilter.of(table.snapshot().metadata.partition_by, partitions, table=table.uri)
-    version = _audit_commit(table, preview, user or who())
+    user = user or who()
+    version = _audit_commit(table, preview, user, pinned)
     if on_step is not None:
         on_step("commit")
     plan = _plan(table, table.snapshot(version), now=now, floor=version, grace=orphan_grace, where=where)
     report = execute_plan(table, plan, on_step=on_step, operation="purge", started=started)
-    return report.model_copy(update={"purge_version": version})
+    return report.model_copy(update={"purge_version": version, "pins_removed": tuple(p.id for p in pinned)})
 
 
-def _audit_commit(table: Table, preview: ReclaimPlan, user: str) -> int:
-    txn = table.new_transaction(OPERATION)
+def _shown(pins: list[Pin]) -> str:
+    return ", ".join(f"{p.version} (pin {p.id} by {p.who or 'unknown'}, until {p.expires_at:%Y-%m-%d %H:%M} UTC)"
+                     for p in pins)
+
+
+def _audit_commit(table: Table, preview: ReclaimPlan, user: str, unpinned: list[Pin]) -> int:
+    txn = table.new_transaction(OPERATION, read_snapshot=table.snapshot(preview.latest_version))
+    txn.expire(None)  # every version before this commit: a concurrent pin conflicts with it
+    for pin in unpinned:
+        txn.unpin(pin.id, f"PURGE --force-unpin by {user}")
     parameters = {
         "user": user,
         "partitions": [dict(p) for p in preview.partitions],
         "orphan_grace_hours": preview.orphan_grace_hours,
+        "pins_removed": [p.id for p in unpinned],
     }
     metrics = {
         "versions_expired": preview.versions_expired,

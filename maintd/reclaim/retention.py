@@ -7,6 +7,19 @@ reader's ``VersionNotFoundError`` check computes ``R`` the same way
 (:func:`maintd.table.timeline.oldest_retained_version`).
 The property is read from the latest version at each run, so a change takes effect at the next one.
 
+Pins (:mod:`maintd.table.pins`) hold history back: ``R`` is never newer than the oldest version a live pin
+holds at ``now``, so that version, every version after it and every file they read stay. Pins whose TTL
+passed by ``now`` are ignored, and removed by the run's expire commit.
+
+Before it deletes anything, a run commits what it expires (an ``EXPIRE`` commit: an ``expire`` action, or in
+tables below protocol 3 its ``commit_info`` parameters) on top of the state it planned from. A pin of an
+expired version that lands first makes that commit fail (:class:`~maintd.errors.PinConflictError`); the run
+then plans again and keeps the pinned version. A pin that comes later finds the version expired, or fails
+against the expire commit. Either way no pin is acknowledged for a version whose files are deleted. A run that
+expires no version and finds no expired pin commits nothing; expire commits themselves are no history (the
+version before one is retained with it, :func:`maintd.table.timeline.past_expire_commits`), so runs on an idle
+table do not each add, and expire, one commit.
+
 DeltaFiles the current state still reads are live, never tombstones, so they are never reclaimed however
 old they are; only a compaction (which the planner schedules under retention pressure) or an overwrite
 frees them.
@@ -17,7 +30,9 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
-from maintd.errors import StorageError
+from loguru import logger
+
+from maintd.errors import CommitConflictError, StorageError
 from maintd.reclaim.engine import (
     StepHook,
     build_plan,
@@ -30,7 +45,9 @@ from maintd.reclaim.engine import (
 )
 from maintd.reclaim.files import PartitionFilter
 from maintd.reclaim.models import ReclaimPlan, ReclaimReport
-from maintd.table import Table, timeline
+from maintd.table import Pin, Snapshot, Table, timeline
+from maintd.table.actions import EXPIRE_OPERATION
+from maintd.table.pins import oldest_pinned
 
 DEFAULT_ORPHAN_GRACE = timedelta(hours=72)
 """Files no commit references are kept this long: a writer may be about to commit them (Iceberg: 3 days)."""
@@ -45,15 +62,66 @@ def plan_reclamation(table: Table, *, now: datetime | None = None,
         snapshot = table.snapshot()
         latest = snapshot.version
         oldest_available = oldest_listed(listing, latest)
-        floor = timeline.oldest_retained_version(table.log, latest, snapshot.retain_hours, to_ms(now),
-                                                 start=oldest_available)
+        by_time = timeline.oldest_retained_version(table.log, latest, snapshot.retain_hours, to_ms(now),
+                                                   start=oldest_available)
+        held = oldest_pinned(snapshot, to_ms(now))
+        floor = by_time if held is None else max(oldest_available, min(by_time, held))
         floor_ms = timeline.commit_time(table.log, floor)
+        unpinned_ms = timeline.commit_time(table.log, by_time) if floor < by_time else None
         if floor_ms is not None:
             return build_plan(table, snapshot, listing, now=now, floor=floor, floor_ms=floor_ms,
                               oldest_available=oldest_available, grace=orphan_grace,
-                              where=PartitionFilter(snapshot.metadata.partition_by))
+                              where=PartitionFilter(snapshot.metadata.partition_by), unpinned_floor_ms=unpinned_ms)
         # Commit ``floor`` was reclaimed while this run looked at it (another run went further): look again.
     raise StorageError(f"table {table.uri}: the log changed under three reclamation plans in a row; retry later")
+
+
+def record_expiry(table: Table, plan: ReclaimPlan) -> int | None:
+    """Commit what ``plan`` expires (and remove the pins whose TTL passed) on top of the state it was planned
+    from, before anything is deleted; the version committed, None when there is nothing to record.
+
+    Raises:
+        CommitConflictError: a concurrent commit changed what the plan may expire (a pin of a version it expires:
+            :class:`~maintd.errors.PinConflictError`, a protocol or metadata change); nothing was deleted.
+    """
+    if plan.versions_expired <= 0 and not plan.expired_pins:
+        return None
+    txn = table.new_transaction(EXPIRE_OPERATION, read_snapshot=table.snapshot(plan.latest_version))
+    if plan.versions_expired > 0:
+        txn.expire(plan.oldest_retained_version, plan.retained_timestamp)
+    for pin_id in plan.expired_pins:
+        txn.unpin(pin_id, "expired")
+    return txn.commit(
+        parameters={"retain_hours": plan.retain_hours, "pinned_versions": list(plan.pinned_versions),
+                    "pins_removed": list(plan.expired_pins)},
+        metrics={"versions_expired": plan.versions_expired, "data_files": len(plan.data_files),
+                 "data_bytes": sum(f.bytes for f in plan.data_files), "pinned_bytes": plan.pinned_bytes})
+
+
+def held_by_pins(table: Table, snapshot: Snapshot, now: datetime) -> tuple[list[Pin], int]:
+    """The pins live at ``now`` and the bytes they hold back: of the data files reclamation at ``now`` would
+    delete but for the pins (removed after the oldest pinned version, at or before the version retention keeps).
+
+    Read from the log alone (the sizes the ``remove`` actions record), without listing the storage: what
+    ``maintd table describe`` and the daemon's gauges show; a reclamation plan counts the files on storage.
+    """
+    now_ms = to_ms(now)
+    live = snapshot.live_pins(now_ms)
+    if not live:
+        return live, 0
+    by_time = timeline.oldest_retained_version(table.log, snapshot.version, snapshot.retain_hours, now_ms)
+    floor = live[0].version
+    if floor >= by_time:
+        return live, 0
+    floor_ms, by_time_ms = timeline.commit_time(table.log, floor), timeline.commit_time(table.log, by_time)
+    if floor_ms is None or by_time_ms is None:
+        return live, 0
+    held = sum(r.bytes or 0 for r in snapshot.tombstones.values() if floor_ms < r.deletion_time <= by_time_ms)
+    return live, held
+
+
+REPLANS = 3
+"""A reclamation whose expire commit meets a conflict plans again this often before it gives up."""
 
 
 def reclaim_table(table: Table, *, now: datetime | None = None, orphan_grace: timedelta = DEFAULT_ORPHAN_GRACE,
@@ -74,10 +142,24 @@ def reclaim_table(table: Table, *, now: datetime | None = None, orphan_grace: ti
     """
     started = time.monotonic()
     check_grace(orphan_grace, force_short_grace)
-    plan = plan_reclamation(table, now=now, orphan_grace=orphan_grace)
-    if dry_run:
-        return report_of(plan, dry_run=True, seconds=round(time.monotonic() - started, 3))
-    return execute_plan(table, plan, on_step=on_step, started=started)
+    hook = on_step or (lambda step: None)
+    for attempt in range(1, REPLANS + 1):
+        plan = plan_reclamation(table, now=now, orphan_grace=orphan_grace)
+        if dry_run:
+            return report_of(plan, dry_run=True, seconds=round(time.monotonic() - started, 3))
+        hook("plan")
+        try:
+            expire_version = record_expiry(table, plan)
+        except CommitConflictError as exc:
+            if attempt == REPLANS:
+                raise
+            logger.info("table {}: reclamation plans again, nothing was deleted: {}", table.uri, exc)
+            continue
+        if expire_version is not None:
+            hook("expire")
+        report = execute_plan(table, plan, on_step=on_step, started=started)
+        return report.model_copy(update={"expire_version": expire_version, "pins_removed": plan.expired_pins})
+    raise AssertionError("unreachable")
 
 
-__all__ = ["DEFAULT_ORPHAN_GRACE", "plan_reclamation", "reclaim_table"]
+__all__ = ["DEFAULT_ORPHAN_GRACE", "held_by_pins", "plan_reclamation", "reclaim_table", "record_expiry"]

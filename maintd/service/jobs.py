@@ -178,7 +178,17 @@ class TableJobs:
         except MaintdError as exc:  # a broken policy: the layout is still worth showing
             logger.debug("table {}: backlog not read: {}", uri, exc)
         summary.after = health
+        pins: tuple[int, int] | None = None
+        try:
+            from maintd.reclaim import held_by_pins
+
+            live, held = held_by_pins(table, snapshot, now)
+            pins = (len(live), held)
+        except MaintdError as exc:
+            logger.debug("table {}: pins not read: {}", uri, exc)
         return {
+            "pins": pins[0] if pins else None,
+            "pinned_bytes": pins[1] if pins else None,
             "files": health.files,
             "bytes": health.bytes,
             "levels": {level: {"files": f, "bytes": b} for level, (f, b) in health.by_level.items()},

@@ -11,6 +11,8 @@ Gauges served from the store:
 - ``maintd_table_files``, ``maintd_table_bytes`` (``table``, ``level``): the layout the table's last
   maintenance run read (any replica's, or ``maintd run``'s);
 - ``maintd_backlog_files``, ``maintd_backlog_bytes`` (``table``): what the policy would rewrite then;
+- ``maintd_table_pins``, ``maintd_table_pinned_bytes`` (``table``): the live pins of the table then, and the
+  bytes of the data files they hold back from reclamation;
 - ``maintd_last_success_timestamp_seconds`` (``table``, ``kind``): when a run of that kind last succeeded
   (kept on the table's row, so it survives the pruning of old runs);
 - ``maintd_tables`` (``state``) and ``maintd_leases_held`` (``holder``);
@@ -94,6 +96,14 @@ def _families() -> dict[str, GaugeMetricFamily]:
         "maintd_backlog_bytes": gauge(
             "maintd_backlog_bytes", "Bytes the planner would rewrite (at the last maintenance run).", ["table"]
         ),
+        "maintd_table_pins": gauge(
+            "maintd_table_pins", "Live pins of a table (at its last maintenance run).", ["table"]
+        ),
+        "maintd_table_pinned_bytes": gauge(
+            "maintd_table_pinned_bytes",
+            "Bytes of data files reclamation would delete but for the table's pins (at its last maintenance run).",
+            ["table"],
+        ),
         "maintd_last_success_timestamp_seconds": gauge(
             "maintd_last_success_timestamp_seconds",
             "Unix time of the last successful run of a table, by kind (from the state store).",
@@ -132,6 +142,9 @@ def _add_table(families: dict[str, GaugeMetricFamily], record: TableRecord) -> N
     for level, counts in sorted((layout.get("levels") or {}).items()):
         families["maintd_table_files"].add_metric([record.uri, level], counts.get("files", 0))
         families["maintd_table_bytes"].add_metric([record.uri, level], counts.get("bytes", 0))
+    if layout.get("pins") is not None:
+        families["maintd_table_pins"].add_metric([record.uri], layout["pins"])
+        families["maintd_table_pinned_bytes"].add_metric([record.uri], layout.get("pinned_bytes") or 0)
     if layout.get("backlog_files") is not None:
         families["maintd_backlog_files"].add_metric([record.uri], layout["backlog_files"])
         families["maintd_backlog_bytes"].add_metric([record.uri], layout["backlog_bytes"] or 0)

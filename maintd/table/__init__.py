@@ -1,11 +1,11 @@
 """The table format: log, snapshots, transactions, writers and the merge-on-read reader."""
 
-from maintd.table.actions import AddFile, CommitInfo, Metadata, Protocol, RemoveFile, Txn
+from maintd.table.actions import AddFile, CommitInfo, Metadata, Pin, Protocol, RemoveFile, Txn
 from maintd.table.retry import RetryPolicy
 from maintd.table.scan import TableScan
 from maintd.table.snapshot import Snapshot
 from maintd.table.table import CommitRecord, Table
 from maintd.table.transaction import Transaction
 
-__all__ = ["AddFile", "CommitInfo", "CommitRecord", "Metadata", "Protocol", "RemoveFile", "RetryPolicy",
+__all__ = ["AddFile", "CommitInfo", "CommitRecord", "Metadata", "Pin", "Protocol", "RemoveFile", "RetryPolicy",
            "Snapshot", "Table", "TableScan", "Transaction", "Txn"]

@@ -10,6 +10,8 @@ other file.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -21,10 +23,16 @@ KeyValue = int | float | str | bool | None
 
 FileKind = Literal["delta", "base"]
 IsolationLevel = Literal["WriteSerializable", "Serializable"]
-READER_VERSION = 2
-"""The newest reader protocol this code implements (2: self-verifying commit files, docs/format.md)."""
-WRITER_VERSION = 2
-"""The newest writer protocol this code implements (2: also transaction records in checkpoints)."""
+READER_VERSION = 3
+"""The newest reader protocol this code implements (2: self-verifying commit files; 3: pins, docs/format.md)."""
+WRITER_VERSION = 3
+"""The newest writer protocol this code implements (2: also transaction records in checkpoints; 3: pins and
+expire records, which reclamation honours)."""
+BASE_VERSION = 2
+"""The protocol tables are created at (and ``Table.upgrade_protocol`` raises older tables to)."""
+PINS_VERSION = 3
+"""The protocol a table is raised to by its first pin: from then on only code that honours pins reads or
+writes it (older code refuses it with ``UnsupportedProtocolError``)."""
 LOG_DIR_PREFIX = "_log/"
 
 
@@ -53,11 +61,12 @@ class Protocol(_Action):
 
     Version 1: commit files are plain action lines. Version 2: each commit file starts with a header
     line (format, version, action count, SHA-256 of the rest), and checkpoints record the transaction
-    ids of the commits they summarise. This code reads and writes both.
+    ids of the commits they summarise. Version 3: the table may hold ``pin``, ``unpin`` and ``expire``
+    actions (its commit files and checkpoints are of format 3). This code reads and writes all three.
     """
 
-    min_reader_version: int = READER_VERSION
-    min_writer_version: int = WRITER_VERSION
+    min_reader_version: int = BASE_VERSION
+    min_writer_version: int = BASE_VERSION
 
 
 class Field_(_Action):
@@ -165,7 +174,79 @@ class Txn(_Action):
     last_updated: int
 
 
-Action = Protocol | Metadata | AddFile | RemoveFile | CommitInfo | Txn
+class Pin(_Action):
+    """A reader lease: version ``version`` is kept readable (never expired, none of its files deleted) until
+    ``expires`` (ms), measured against reclamation's ``now``. Protocol 3 tables only.
+
+    ``who`` is ``user@host`` of the process that pinned it; ``reason`` is free text for operators.
+    """
+
+    id: str = Field(min_length=1, max_length=64)
+    version: int = Field(ge=0)
+    created: int
+    expires: int
+    reason: str = ""
+    who: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> Pin:
+        if self.expires <= self.created:
+            raise ValueError("a pin must expire after it was created")
+        return self
+
+    def live(self, now_ms: int) -> bool:
+        """True while the pin holds (``now_ms`` before its expiry)."""
+        return now_ms < self.expires
+
+    @property
+    def created_at(self) -> datetime:
+        return datetime.fromtimestamp(self.created / 1000, UTC)
+
+    @property
+    def expires_at(self) -> datetime:
+        return datetime.fromtimestamp(self.expires / 1000, UTC)
+
+
+class Unpin(_Action):
+    """Pin ``id`` stops holding (released by its owner, expired and cleaned up, or forced by a PURGE)."""
+
+    id: str = Field(min_length=1, max_length=64)
+    reason: str = ""
+
+
+class Expire(_Action):
+    """Reclamation's record of what it expires, committed before it deletes anything: every version before
+    ``before`` is expired (``timestamp``: the commit time of ``before``, ms). Protocol 3 tables only (older
+    tables carry the same two numbers in the ``commit_info`` parameters of an ``EXPIRE`` commit).
+
+    A pin of a version before ``before`` and this commit conflict, whichever lands first.
+    """
+
+    before: int = Field(ge=0)
+    timestamp: int = 0
+
+
+Action = Protocol | Metadata | AddFile | RemoveFile | CommitInfo | Txn | Pin | Unpin | Expire
+
+EXPIRE_OPERATION = "EXPIRE"
+"""The operation of reclamation's commit that records what it expires before it deletes anything."""
+PURGE_OPERATION = "PURGE"
+
+
+def expired_by(actions: Iterable[Action]) -> Expire | None:
+    """What a commit expires: its ``expire`` action or, in tables below protocol 3 (whose readers know no such
+    action), the ``oldest_retained_version`` and ``retained_timestamp`` parameters of an ``EXPIRE`` or ``PURGE``
+    commit; None if it expires nothing."""
+    actions = list(actions)
+    marks = [a for a in actions if isinstance(a, Expire)]
+    info = next((a for a in actions if isinstance(a, CommitInfo)), None)
+    if info is not None and info.operation in (EXPIRE_OPERATION, PURGE_OPERATION):
+        before = info.operation_parameters.get("oldest_retained_version")
+        ts = info.operation_parameters.get("retained_timestamp", 0)
+        if isinstance(before, int) and before >= 0:
+            marks.append(Expire(before=before, timestamp=ts if isinstance(ts, int) else 0))
+    return max(marks, key=lambda e: e.before) if marks else None
+
 
 ACTION_KEYS: dict[type[_Action], str] = {
     Protocol: "protocol",
@@ -174,6 +255,9 @@ ACTION_KEYS: dict[type[_Action], str] = {
     RemoveFile: "remove",
     CommitInfo: "commit_info",
     Txn: "txn",
+    Pin: "pin",
+    Unpin: "unpin",
+    Expire: "expire",
 }
 KEY_ACTIONS: dict[str, type[_Action]] = {v: k for k, v in ACTION_KEYS.items()}
 

@@ -2,11 +2,13 @@
 
 A checkpoint is a Parquet file (zstd) with one string column ``action``: one JSON log line per action of
 the state (protocol, metadata, one ``add`` per live file, one ``remove`` per tombstone, one ``txn`` per
-application). Its key-value metadata holds (docs/format.md, "Checkpoints"):
+application; in tables of protocol 3 one ``pin`` per pin and the latest ``expire`` record, so that pins survive
+the expiry of the commits that made them). Its key-value metadata holds (docs/format.md, "Checkpoints"):
 
 * ``version``, ``timestamp``: the version it holds and that version's commit time;
-* ``format`` (2), ``actions`` (the row count) and ``sha256`` (of the rows joined by ``\\n``): a damaged or
-  cut checkpoint fails the check and loading falls back to an older one (:mod:`maintd.table.log`);
+* ``format`` (2, or 3 in tables of protocol 3), ``actions`` (the row count) and ``sha256`` (of the rows joined
+  by ``\\n``): a damaged or cut checkpoint fails the check and loading falls back to an older one
+  (:mod:`maintd.table.log`);
 * ``txns``: ``{"from": v0, "records": [[txn_id, commit_time], ...]}``, the transaction id of every version
   from ``v0`` to ``version``. This is what answers "did my commit land at v?" once commit ``v`` is gone or
   was replaced: a checkpoint recording another transaction at ``v`` proves that a commit published there
@@ -24,11 +26,13 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from maintd.table.actions import RemoveFile, Txn, action_to_json
+from maintd.table.actions import Expire, RemoveFile, Txn, action_to_json
 from maintd.table.commitfile import Where, decode_lines
 from maintd.table.snapshot import Snapshot, SnapshotBuilder
 
-FORMAT = 2
+FORMAT = 3
+"""The newest checkpoint format: 3 for tables of protocol 3 (which may hold pins and expire records; older
+readers refuse it by its number), 2 for the others."""
 
 
 def encode_checkpoint(snapshot: Snapshot) -> bytes:
@@ -38,11 +42,19 @@ def encode_checkpoint(snapshot: Snapshot) -> bytes:
     lines += [action_to_json(r) for r in snapshot.tombstones.values()]
     lines += [action_to_json(Txn(app_id=a, version=v, last_updated=snapshot.timestamp))
               for a, v in snapshot.app_txns.items()]
+    lines += [action_to_json(p) for p in snapshot.pins.values()]
+    fmt = FORMAT if snapshot.protocol.min_reader_version >= 3 else 2
+    extra: dict[str, str] = {}
+    if snapshot.expired is not None and fmt >= 3:
+        lines.append(action_to_json(snapshot.expired))
+    elif snapshot.expired is not None:  # readers of format 2 know no expire action; they ignore this key
+        extra["expired"] = snapshot.expired.model_dump_json()
     versions = sorted(snapshot.txns)
     txns = {"from": versions[0] if versions else snapshot.version + 1,
             "records": [list(snapshot.txns[v]) for v in versions]}
-    meta = {"version": str(snapshot.version), "timestamp": str(snapshot.timestamp), "format": str(FORMAT),
-            "actions": str(len(lines)), "sha256": _digest(lines), "txns": json.dumps(txns, separators=(",", ":"))}
+    meta = {"version": str(snapshot.version), "timestamp": str(snapshot.timestamp), "format": str(fmt),
+            "actions": str(len(lines)), "sha256": _digest(lines),
+            "txns": json.dumps(txns, separators=(",", ":")), **extra}
     buf = io.BytesIO()
     pq.write_table(pa.table({"action": pa.array(lines, pa.string())}, metadata=meta), buf, compression="zstd")
     return buf.getvalue()
@@ -78,6 +90,11 @@ def decode_checkpoint(data: bytes, *, uri: str, path: str, version: int) -> Snap
     builder.timestamp = int(meta.get("timestamp", "0"))
     builder.txns = _records(meta, where) if "format" in meta else {}
     builder.base_checkpoint = version
+    if "expired" in meta:
+        try:
+            builder.expire(Expire.model_validate_json(meta["expired"]))
+        except ValueError:
+            raise where.corrupt("cannot be read (malformed expire record)") from None
     return builder
 
 

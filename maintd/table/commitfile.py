@@ -20,15 +20,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from maintd.errors import CorruptLogError, UnsupportedProtocolError
-from maintd.table.actions import Action, CommitInfo, action_from_dict, action_to_json
+from maintd.table.actions import Action, CommitInfo, Protocol, action_from_dict, action_to_json
 
-FORMAT = 2
-"""The newest commit file format this code reads and writes."""
+FORMAT = 3
+"""The newest commit file format this code reads and writes (3: as 2, in tables of protocol 3, which may hold
+pins; older readers refuse it by its number before they meet an action they do not know)."""
 HEADER_KEY = "header"
 RECOVER = "Restore the file from a backup, or see docs/operations.md 'Recover'"
 
 
-def encode_commit(actions: Sequence[Action], *, version: int, fmt: int = FORMAT) -> bytes:
+def format_for(protocol: Protocol) -> int:
+    """The commit file format of a table of ``protocol``: its writer version (1, 2 or 3)."""
+    return max(1, min(protocol.min_writer_version, FORMAT))
+
+
+def encode_commit(actions: Sequence[Action], *, version: int, fmt: int = 2) -> bytes:
     """The commit file of ``actions`` at ``version`` (format 1: the action lines only)."""
     body = "".join(action_to_json(a) + "\n" for a in actions).encode()
     if fmt < 2:
@@ -141,4 +147,4 @@ def commit_txn_id(actions: Sequence[Action]) -> str:
 
 
 __all__ = ["FORMAT", "HEADER_KEY", "RECOVER", "Where", "commit_txn_id", "decode_commit", "decode_commit_txn_id",
-           "decode_lines", "encode_commit"]
+           "decode_lines", "encode_commit", "format_for"]

@@ -13,6 +13,10 @@ Two refinements over Delta Lake, both for primary-key tables:
   partitions (maintenance) or, under WriteSerializable, blindly appended there: the replace then
   also removes those files, which is the serial order "winner, then replace".
 
+Pins (docs/format.md, "Pins"): a pin of version ``v`` and a commit that expires ``v`` (reclamation's
+``expire`` record, a PURGE) conflict with :class:`~maintd.errors.PinConflictError`, whichever lands first, so a
+pin is never acknowledged for a version whose files reclamation goes on to delete.
+
 When the winning commits themselves are gone (reclamation deleted them while the transaction ran),
 :func:`state_change` stands in for them: the difference between the last state checked and the latest
 state, checked the same way. It cannot tell a blind append from another add, so it counts every add,
@@ -32,9 +36,21 @@ from maintd.errors import (
     ConcurrentDeleteReadError,
     ConcurrentTransactionError,
     MetadataChangedError,
+    PinConflictError,
     ProtocolChangedError,
 )
-from maintd.table.actions import Action, AddFile, CommitInfo, Metadata, Protocol, RemoveFile, Txn
+from maintd.table.actions import (
+    Action,
+    AddFile,
+    CommitInfo,
+    Expire,
+    Metadata,
+    Pin,
+    Protocol,
+    RemoveFile,
+    Txn,
+    expired_by,
+)
 from maintd.table.snapshot import PartitionKey, Snapshot, partition_key
 
 
@@ -51,6 +67,10 @@ class WinningCommit:
     app_ids: frozenset[str]
     adds: tuple[AddFile, ...]
     removes: tuple[RemoveFile, ...]
+    pinned: tuple[int, ...] = ()
+    """Versions the commit pinned."""
+    expired_before: int | None = None
+    """The commit expired every version before this (reclamation's record, a PURGE); None: it expired none."""
 
     @classmethod
     def from_actions(cls, version: int, actions: Sequence[Action]) -> WinningCommit:
@@ -65,7 +85,13 @@ class WinningCommit:
             app_ids=frozenset(a.app_id for a in actions if isinstance(a, Txn)),
             adds=tuple(a for a in actions if isinstance(a, AddFile)),
             removes=tuple(a for a in actions if isinstance(a, RemoveFile)),
+            pinned=tuple(sorted(a.version for a in actions if isinstance(a, Pin))),
+            expired_before=_before(expired_by(actions)),
         )
+
+
+def _before(expire: Expire | None) -> int | None:
+    return None if expire is None else expire.before
 
 
 @dataclass
@@ -81,6 +107,10 @@ class TxnFootprint:
     app_ids: set[str] = field(default_factory=set)
     data_change: bool = True
     replace: bool = False
+    pins: set[int] = field(default_factory=set)
+    """Versions this transaction pins."""
+    expires_before: int | None = None
+    """This transaction expires every version before this (None: none)."""
 
     def reads(self, f: AddFile) -> bool:
         return self.read_whole_table or partition_key(f.partition, self.partition_by) in self.read_partitions
@@ -119,9 +149,21 @@ def check_winner(fp: TxnFootprint, w: WinningCommit, own_txn_id: str) -> Already
     clash = fp.app_ids & w.app_ids
     if clash:
         _fail(ConcurrentTransactionError, w, "committed for the same application id", clash)
+    _check_pins(fp, w)
     _check_appends(fp, w)
     _check_deletes(fp, w)
     return None
+
+
+def _check_pins(fp: TxnFootprint, w: WinningCommit) -> None:
+    if fp.pins and w.expired_before is not None and min(fp.pins) < w.expired_before:
+        _fail(PinConflictError, w, f"expired every version before {w.expired_before}, so version {min(fp.pins)} "
+              f"cannot be pinned any more; pin version {w.expired_before} or newer")
+    if fp.expires_before is not None:
+        hit = [v for v in w.pinned if v < fp.expires_before]
+        if hit:
+            _fail(PinConflictError, w, f"pinned version {min(hit)}, which this transaction would expire; plan the "
+                  "reclamation again (it keeps pinned versions)")
 
 
 def _check_appends(fp: TxnFootprint, w: WinningCommit) -> None:
@@ -166,4 +208,7 @@ def state_change(before: Snapshot, after: Snapshot) -> WinningCommit:
         app_ids=changed_apps,
         adds=tuple(f for p, f in after.files.items() if before.files.get(p) != f),
         removes=tuple(sorted(removed, key=lambda r: r.path)),
+        pinned=tuple(sorted(p.version for i, p in after.pins.items() if i not in before.pins)),
+        # The commits after ``before`` were reclaimed: everything up to ``before`` itself has expired.
+        expired_before=max(after.expired_before, before.version + 1),
     )

@@ -20,7 +20,7 @@ from maintd.errors import CorruptLogError, TableNotFoundError, UnsupportedProtoc
 from maintd.storage import Storage
 from maintd.table.actions import Action
 from maintd.table.checkpoint import decode_checkpoint, encode_checkpoint
-from maintd.table.commitfile import FORMAT, commit_txn_id, decode_commit, decode_commit_txn_id, encode_commit
+from maintd.table.commitfile import commit_txn_id, decode_commit, decode_commit_txn_id, encode_commit
 from maintd.table.snapshot import Snapshot, SnapshotBuilder
 
 LOG_DIR = "_log"
@@ -76,7 +76,7 @@ class TableLog:
         self.storage = storage
 
     # -- commits ---------------------------------------------------------------------------
-    def try_commit(self, version: int, actions: Sequence[Action], *, fmt: int = FORMAT) -> bool:
+    def try_commit(self, version: int, actions: Sequence[Action], *, fmt: int = 2) -> bool:
         """Publish commit ``version`` unless it exists; True if this call created it.
 
         Raises whatever the storage raises, in which case the commit may or may not have been published:

@@ -16,10 +16,14 @@ from maintd.table.actions import (
     Action,
     AddFile,
     CommitInfo,
+    Expire,
     Metadata,
+    Pin,
     Protocol,
     RemoveFile,
     Txn,
+    Unpin,
+    expired_by,
 )
 
 PartitionKey = tuple[tuple[str, str | None], ...]
@@ -72,6 +76,19 @@ class Snapshot:
     """Transaction records of the newest versions, dense up to ``version`` (docs/format.md, "Checkpoints")."""
     base_checkpoint: int = -1
     """The checkpoint this state was loaded from or last written as (-1: none)."""
+    pins: Mapping[str, Pin] = field(default_factory=dict)
+    """Pins by id, expired ones too until a commit removes them (protocol 3 tables; docs/format.md, "Pins")."""
+    expired: Expire | None = None
+    """The newest ``expire`` record: versions before ``expired.before`` were expired by reclamation."""
+
+    @property
+    def expired_before(self) -> int:
+        """Versions before this were expired by a recorded reclamation (0: none recorded)."""
+        return self.expired.before if self.expired is not None else 0
+
+    def live_pins(self, now_ms: int) -> list[Pin]:
+        """The pins that hold at ``now_ms``, oldest version first."""
+        return sorted((p for p in self.pins.values() if p.live(now_ms)), key=lambda p: (p.version, p.id))
 
     def txn_at(self, version: int) -> str | None:
         """The transaction id of the commit at ``version`` in this state's history, None if not recorded."""
@@ -138,11 +155,13 @@ class SnapshotBuilder:
     app_txns: dict[str, int] = field(default_factory=dict)
     txns: dict[int, TxnRecord] = field(default_factory=dict)
     base_checkpoint: int = -1
+    pins: dict[str, Pin] = field(default_factory=dict)
+    expired: Expire | None = None
 
     @classmethod
     def from_snapshot(cls, s: Snapshot) -> SnapshotBuilder:
         return cls(s.version, s.timestamp, s.protocol, s.metadata, dict(s.files), dict(s.tombstones),
-                   dict(s.app_txns), dict(s.txns), s.base_checkpoint)
+                   dict(s.app_txns), dict(s.txns), s.base_checkpoint, dict(s.pins), s.expired)
 
     def apply(self, version: int, actions: Iterable[Action]) -> None:
         """Apply one commit's actions in order (an add after a remove of the same path revives it).
@@ -151,7 +170,8 @@ class SnapshotBuilder:
             UnsupportedProtocolError: the commit raises the reader protocol above what this code reads.
         """
         txn_id = ""
-        for a in actions:
+        seen = list(actions)
+        for a in seen:
             if isinstance(a, AddFile):
                 self.files[a.path] = a
                 self.tombstones.pop(a.path, None)
@@ -168,8 +188,18 @@ class SnapshotBuilder:
             elif isinstance(a, CommitInfo):
                 self.timestamp = a.timestamp
                 txn_id = a.txn_id
+            elif isinstance(a, Pin):
+                self.pins[a.id] = a
+            elif isinstance(a, Unpin):
+                self.pins.pop(a.id, None)
+        self.expire(expired_by(seen))
         self.txns[version] = (txn_id, self.timestamp)
         self.version = version
+
+    def expire(self, mark: Expire | None) -> None:
+        """Record an expire mark (the newest, by version, stands)."""
+        if mark is not None and (self.expired is None or mark.before > self.expired.before):
+            self.expired = mark
 
     def build(self) -> Snapshot:
         if self.metadata is None or self.protocol is None:
@@ -184,6 +214,8 @@ class SnapshotBuilder:
             app_txns=MappingProxyType(dict(self.app_txns)),
             txns=MappingProxyType(self.kept_txns()),
             base_checkpoint=self.base_checkpoint,
+            pins=MappingProxyType(dict(self.pins)),
+            expired=self.expired,
         )
 
     def kept_txns(self) -> dict[int, TxnRecord]:

@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -28,13 +28,13 @@ from maintd.storage import Storage, storage_for_uri
 from maintd.table import interop, timeline
 from maintd.table import properties as props
 from maintd.table.actions import (
-    READER_VERSION,
-    WRITER_VERSION,
+    BASE_VERSION,
     Action,
     AddFile,
     CommitInfo,
     Field_,
     Metadata,
+    Pin,
     Protocol,
     RemoveFile,
 )
@@ -300,11 +300,11 @@ class Table:
         or the current one when the table is at that protocol already.
         """
         snap = self.snapshot()
-        if (snap.protocol.min_reader_version, snap.protocol.min_writer_version) >= (READER_VERSION, WRITER_VERSION):
+        if (snap.protocol.min_reader_version, snap.protocol.min_writer_version) >= (BASE_VERSION, BASE_VERSION):
             return snap.version
         txn = self.new_transaction("UPGRADE PROTOCOL", read_snapshot=snap)
-        txn.set_protocol(Protocol(min_reader_version=READER_VERSION, min_writer_version=WRITER_VERSION))
-        return txn.commit(parameters={"reader_version": READER_VERSION, "writer_version": WRITER_VERSION})
+        txn.set_protocol(Protocol(min_reader_version=BASE_VERSION, min_writer_version=BASE_VERSION))
+        return txn.commit(parameters={"reader_version": BASE_VERSION, "writer_version": BASE_VERSION})
 
     def set_properties(self, properties: Mapping[str, object]) -> int:
         """Set table properties (validated); ``write.bucket.num`` cannot change after create."""
@@ -318,6 +318,41 @@ class Table:
         txn.set_metadata(md)
         return txn.commit(parameters={"properties": clean})
 
+    # -- pins ------------------------------------------------------------------------------
+    def pin(self, version: int, ttl: timedelta, reason: str = "") -> Pin:
+        """Keep ``version`` readable for ``ttl``: reclamation neither expires it nor deletes a file it reads
+        while the pin lives (until :meth:`unpin`, or until ``ttl`` passes by reclamation's clock).
+
+        The first pin raises the table to protocol 3 (older maintd then refuses the table). Returns the pin
+        (its ``id`` is what :meth:`unpin` takes).
+
+        Raises:
+            InvalidInputError: ``ttl`` is not a positive timedelta (of at most a year).
+            VersionNotFoundError: ``version`` was never written, or has expired (naming the oldest retained one).
+            PinConflictError: a reclamation expiring ``version`` landed concurrently; nothing was pinned.
+        """
+        from maintd.table.pins import pin_version
+
+        return pin_version(self, version, ttl, reason)
+
+    def unpin(self, pin_id: str) -> int:
+        """Remove a pin (expired ones too); returns the committed version.
+
+        Raises:
+            InvalidInputError: the table has no pin ``pin_id``.
+        """
+        from maintd.table.pins import unpin
+
+        return unpin(self, pin_id)
+
+    def pins(self, *, include_expired: bool = False, now: datetime | None = None) -> list[Pin]:
+        """The table's pins that hold at ``now`` (default: the clock), oldest version first; with
+        ``include_expired`` also those whose TTL passed but that no commit removed yet."""
+        snap = self.snapshot()
+        if include_expired:
+            return sorted(snap.pins.values(), key=lambda p: (p.version, p.id))
+        return snap.live_pins(timeline.to_epoch_ms(now) if now is not None else now_ms())
+
     # -- reads -----------------------------------------------------------------------------
     def resolve_version(self, version: int | None = None, as_of: datetime | int | float | str | None = None,
                         *, now: int | None = None) -> int:
@@ -330,8 +365,10 @@ class Table:
             version = timeline.version_as_of(self.log, latest, timeline.to_epoch_ms(as_of), self.uri)
         if version is None:
             return latest
-        timeline.check_retained(self.log, version, latest, latest_snap.retain_hours,
-                                now if now is not None else int(time.time() * 1000), self.uri)
+        at = now if now is not None else int(time.time() * 1000)
+        live = latest_snap.live_pins(at)
+        timeline.check_retained(self.log, version, latest, latest_snap.retain_hours, at, self.uri,
+                                pinned=live[0].version if live else None)
         return version
 
     def read(self, version: int | None = None, as_of: datetime | int | float | str | None = None,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from maintd.errors import InvalidInputError, VersionNotFoundError
-from maintd.table.actions import CommitInfo
+from maintd.table.actions import EXPIRE_OPERATION, CommitInfo
 from maintd.table.log import TableLog
 
 HOUR_MS = 3_600_000
@@ -85,17 +85,36 @@ def oldest_retained_version(log: TableLog, latest: int, retain_hours: int, now_m
     read; the oldest version that can still be built (``start``, by :func:`oldest_available` if not given)
     when none was committed that early; the latest when 0."""
     if retain_hours == 0:
-        return latest
+        return past_expire_commits(log, latest, start if start is not None else 0)
     start = oldest_available(log, latest) if start is None else start
     after = first_version_at_or_after(log, start, latest, now_ms - retain_hours * HOUR_MS + 1)
-    return latest if after is None else max(start, after - 1)
+    return past_expire_commits(log, latest if after is None else max(start, after - 1), start)
 
 
-def check_retained(log: TableLog, version: int, latest: int, retain_hours: int, now_ms: int, uri: str) -> None:
-    """Raise :class:`VersionNotFoundError` if ``version`` is outside retained history."""
+def past_expire_commits(log: TableLog, floor: int, start: int) -> int:
+    """``floor``, moved back over the expire commits it stands on (not below ``start``).
+
+    Reclamation's expire commit changes no row, so the version before it holds the same rows: it stays
+    retained with it. Otherwise each reclamation of an idle table would expire the version before its own
+    expire commit, and add another expire commit in doing so.
+    """
+    while floor > start:
+        info = commit_info(log, floor)
+        if info is None or info.operation != EXPIRE_OPERATION:
+            break
+        floor -= 1
+    return floor
+
+
+def check_retained(log: TableLog, version: int, latest: int, retain_hours: int, now_ms: int, uri: str,
+                   pinned: int | None = None) -> None:
+    """Raise :class:`VersionNotFoundError` if ``version`` is outside retained history (which reaches back to the
+    oldest pinned version ``pinned``, if older: reclamation keeps every version from it on)."""
     if version > latest or version < 0:
         raise VersionNotFoundError(f"table {uri} has no version {version}; the latest is {latest}", latest=latest)
     oldest = oldest_retained_version(log, latest, retain_hours, now_ms)
+    if pinned is not None:
+        oldest = min(oldest, pinned)
     if version < oldest:
         raise VersionNotFoundError(
             f"table {uri}: version {version} is older than the retained history "

@@ -26,8 +26,20 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from maintd.errors import CommitRetriesExhaustedError, InvalidInputError
-from maintd.table.actions import Action, AddFile, CommitInfo, IsolationLevel, Metadata, Protocol, RemoveFile, Txn
-from maintd.table.commitfile import FORMAT
+from maintd.table.actions import (
+    Action,
+    AddFile,
+    CommitInfo,
+    Expire,
+    IsolationLevel,
+    Metadata,
+    Pin,
+    Protocol,
+    RemoveFile,
+    Txn,
+    Unpin,
+)
+from maintd.table.commitfile import format_for
 from maintd.table.conflicts import AlreadyCommitted, TxnFootprint, WinningCommit, check_winner, state_change
 from maintd.table.landing import STORAGE_ERRORS, Attempt
 from maintd.table.retry import Budget, RetryPolicy
@@ -64,6 +76,9 @@ class Transaction:
         self._metadata: Metadata | None = None
         self._protocol: Protocol | None = None
         self._app_txn: Txn | None = None
+        self._pins: list[Pin] = []
+        self._unpins: list[Unpin] = []
+        self._expire: tuple[int | None, int | None] | None = None
         self._footprint = TxnFootprint(level, self.read_snapshot.metadata.partition_by)
         self._committed: int | None = None
         self._rng = random.Random()
@@ -120,10 +135,26 @@ class Transaction:
         self._app_txn = Txn(app_id=app_id, version=version, last_updated=0)
         self._footprint.app_ids.add(app_id)
 
+    def pin(self, pin: Pin) -> None:
+        """Record a pin (protocol 3 tables); it conflicts with a concurrent commit expiring its version."""
+        self._pins.append(pin)
+        self._footprint.pins.add(pin.version)
+
+    def unpin(self, pin_id: str, reason: str = "") -> None:
+        """Record the removal of pin ``pin_id`` (removing a pin never conflicts)."""
+        self._unpins.append(Unpin(id=pin_id, reason=reason))
+
+    def expire(self, before: int | None, timestamp: int | None = None) -> None:
+        """Record that this commit expires every version before ``before`` (None: before this commit's own
+        version, as a PURGE does). It conflicts with a concurrent pin of such a version."""
+        self._expire = (before, timestamp)
+        self._footprint.expires_before = before if before is not None else 2**63
+
     @property
     def is_blind_append(self) -> bool:
         fp = self._footprint
-        return (not self._removes and self._metadata is None and self._protocol is None and not fp.read_files
+        return (not self._removes and not self._pins and not self._unpins and self._expire is None
+                and self._metadata is None and self._protocol is None and not fp.read_files
                 and not fp.read_partitions and not fp.read_whole_table)
 
     def set_protocol(self, protocol: Protocol) -> None:
@@ -182,7 +213,7 @@ class Transaction:
             return False  # what it builds on was reclaimed meanwhile: publishing would go into removed history
         protocol = self._protocol or base.protocol
         attempt = Attempt(log, txn_id=self.txn_id, operation=self.operation, base=base, version=version,
-                          actions=actions, fmt=FORMAT if protocol.min_writer_version >= 2 else 1, retry=self.retry,
+                          actions=actions, fmt=format_for(protocol), retry=self.retry,
                           rng=self._rng)
         try:
             return attempt.run()
@@ -241,9 +272,18 @@ class Transaction:
     def _actions(self, version: int, latest: Snapshot, blind: bool, metrics: Mapping[str, Any] | None,
                  parameters: Mapping[str, Any] | None) -> list[Action]:
         ts = max(now_ms(), latest.timestamp + 1)
+        params = dict(parameters or {})
+        expire: Expire | None = None
+        if self._expire is not None:
+            before = self._expire[0] if self._expire[0] is not None else version
+            mark_ts = self._expire[1] if self._expire[1] is not None else ts
+            if (self._protocol or latest.protocol).min_writer_version >= 3:
+                expire = Expire(before=before, timestamp=mark_ts)
+            else:  # older tables: readers of protocol 2 know no expire action; the parameters carry it
+                params |= {"oldest_retained_version": before, "retained_timestamp": mark_ts}
         info = CommitInfo(operation=self.operation, timestamp=ts, txn_id=self.txn_id,
                           read_version=self.read_snapshot.version, isolation_level=self.isolation_level,  # type: ignore[arg-type]
-                          is_blind_append=blind, operation_parameters=dict(parameters or {}),
+                          is_blind_append=blind, operation_parameters=params,
                           metrics=dict(metrics or {}))
         actions: list[Action] = [info]
         if self._protocol is not None:
@@ -252,6 +292,10 @@ class Transaction:
             actions.append(self._metadata)
         if self._app_txn is not None:
             actions.append(self._app_txn.model_copy(update={"last_updated": ts}))
+        actions += self._pins
+        actions += self._unpins
+        if expire is not None:
+            actions.append(expire)
         actions += [r.model_copy(update={"deletion_time": ts}) for r in self._removes.values()]
         for a in self._adds:
             update: dict[str, Any] = {"modification_time": ts}

@@ -41,6 +41,7 @@ import numpy as np
 from maintd import Table, VersionNotFoundError
 from maintd.reclaim import reclaim_table
 from maintd.storage.faulty import Fault, FaultPlan
+from maintd.table.actions import AddFile, RemoveFile
 from maintd.table.reader import read_snapshot
 
 WORKER = Path(__file__).with_name("model_worker.py")
@@ -280,6 +281,11 @@ class Checker:
             self.fail(f"the final reclamation failed: {type(exc).__name__}: {exc}")
             return
         table = Table.open(self.uri)
+        for v in range(max(states) + 1, table.version + 1):  # the reclamation's expire record changes no row
+            record = table.log.read_commit(v) or []
+            if any(isinstance(a, AddFile | RemoveFile) for a in record):
+                self.fail(f"the final reclamation committed files at version {v}")
+            states[v] = states[v - 1]
         oldest = self._check_reads(table, table.version, states, count=False)
         needed = set().union(*(table.snapshot(v).files for v in range(oldest, table.version + 1)))
         on_disk = {f.path for f in table.storage.walk() if not f.path.startswith("_log/")}

@@ -223,3 +223,21 @@ def test_older_backlog_ranks_higher_with_age_weight(quiet: Policy) -> None:
     files = [delta(1, bucket=0, age_h=1), delta(2, bucket=0, age_h=1),
              delta(1, bucket=1, age_h=72), delta(2, bucket=1, age_h=72)]
     assert [t.bucket for t in _plan(files, pol).tasks] == [1, 0]
+
+
+def test_retention_pressure_waits_while_pins_hold_the_history_it_would_free(quiet: Policy) -> None:
+    import dataclasses
+
+    from planner_helpers import NOW_MS
+
+    from maintd.table.actions import Pin
+
+    pol = with_overrides(quiet, {"compaction": {"retention_pressure": True}})
+    files = [base(0, compacted_h=30), delta(1, age_h=30)]
+    held = Pin(id="p", version=3, created=NOW_MS - 1000, expires=NOW_MS + 2 * 3_600_000)
+    pinned = dataclasses.replace(snapshot(files, retain_hours=24), pins={"p": held})
+    p = plan(pinned, pol, NOW, "file:///t")
+    assert p.tasks == () and "pins hold the table's history for 2 h more" in p.decisions[0].message
+    expired = held.model_copy(update={"expires": NOW_MS})
+    assert _compacts(plan(dataclasses.replace(pinned, pins={"p": expired}), pol, NOW, "file:///t")), \
+        "an expired pin holds nothing"

@@ -37,8 +37,9 @@ def advance_and_reclaim(table: Table, commits: int) -> None:
     other = Table.open(table.uri)
     for i in range(commits):
         other.upsert(pa.table({"id": [100 + i], "name": ["other"]}))
+    latest = other.version
     report = reclaim_table(other)
-    assert report.oldest_retained_version == other.version
+    assert report.oldest_retained_version == latest and report.expire_version == latest + 1
 
 
 def test_a_writer_whose_next_version_was_reclaimed_lands_after_the_latest(tmp_path: Path) -> None:
@@ -50,7 +51,7 @@ def test_a_writer_whose_next_version_was_reclaimed_lands_after_the_latest(tmp_pa
 
     version = txn.commit()
 
-    assert version == read_version + 4
+    assert version == read_version + 5, "after the 3 commits and reclamation's expire commit"
     assert not (tmp_path / "t" / commit_path(read_version + 1)).exists(), "no commit is left in the reclaimed past"
     got = {r["id"]: r["name"] for r in Table.open(table.uri).read().to_pylist()}
     assert got[42] == "late" and got[100] == got[102] == "other" and len(got) == 7
@@ -139,7 +140,7 @@ def test_a_writer_committing_right_after_reclamation_deleted_its_next_commit_lan
     assert acknowledged, "the writer committed during the reclamation"
     final = Table.open(table.uri)
     assert {r["id"]: r["name"] for r in final.read().to_pylist()}.get(42) == "late", "acknowledged rows are visible"
-    assert acknowledged[0] == 8
+    assert acknowledged[0] == 9, "after reclamation's expire commit at 8"
     assert final.log.txn_in_history(acknowledged[0]) == txn.txn_id, "the acknowledged version holds the commit"
 
 
@@ -153,10 +154,15 @@ def test_a_commit_published_into_removed_history_is_taken_back_though_a_stale_ch
     stale = (tmp_path / "t" / checkpoint_path(4)).read_bytes()
     real = TableLog.try_commit
     published: list[int] = []
+    state = {"reclaimed": False, "inside": False}
 
     def reclaim_then_publish(self: TableLog, version: int, actions: Any, **kwargs: Any) -> bool:
-        if not published:
+        if state["inside"]:  # reclamation's own expire commit (at 8)
+            return real(self, version, actions, **kwargs)
+        if not state["reclaimed"]:
+            state["inside"] = True
             reclaim_table(Table.open(table.uri))
+            state["inside"], state["reclaimed"] = False, True
             (tmp_path / "t" / checkpoint_path(4)).write_bytes(stale)
         published.append(version)
         return real(self, version, actions, **kwargs)
@@ -164,10 +170,10 @@ def test_a_commit_published_into_removed_history_is_taken_back_though_a_stale_ch
     monkeypatch.setattr(TableLog, "try_commit", reclaim_then_publish)
     version = txn.commit()
 
-    assert published[0] == 4 and version == 8
+    assert published[0] == 4 and version == 9
     final = Table.open(table.uri)
     assert final.log.read_commit_txn(4) != txn.txn_id, "the commit published into removed history was taken back"
-    assert final.log.txn_in_history(8) == txn.txn_id
+    assert final.log.txn_in_history(9) == txn.txn_id
     assert {r["id"]: r["name"] for r in final.read().to_pylist()}[42] == "late"
 
 
@@ -187,11 +193,13 @@ def test_a_commit_that_cannot_be_deleted_stops_the_log_step_so_the_log_left_stay
     report = reclaim_table(Table(plan.wrap(LocalStorage(table.uri))))
 
     assert not report.complete and report.data_files_deleted == 0
-    left = sorted(v for v in range(other.version + 1) if table.log.commit_exists(v))
-    assert left == list(range(2, other.version + 1)), "nothing after the commit that could not be deleted went"
+    left = sorted(v for v in range(10) if table.log.commit_exists(v))
+    assert left == list(range(2, 7 + 1)), "nothing after the commit that could not be deleted went"
     assert {p.name for p in (tmp_path / "t").rglob("*.parquet") if "_log" not in p.parts} == files
+    latest = Table.open(table.uri).version
+    assert latest == 6 + 1, "reclamation recorded what it expires before it deleted anything"
     again = reclaim_table(Table.open(table.uri))
-    assert again.complete and [v for v in range(other.version + 1) if table.log.commit_exists(v)] == [other.version]
+    assert again.complete and [v for v in range(latest + 1) if table.log.commit_exists(v)] == [6, 7]
 
 
 def test_a_commit_left_in_removed_history_is_never_taken_for_the_latest_or_the_oldest_version(tmp_path: Path) -> None:
@@ -216,7 +224,7 @@ def test_a_commit_left_in_removed_history_is_never_taken_for_the_latest_or_the_o
     (tmp_path / "t" / LAST_CHECKPOINT).write_text('{"version": 3, "files": 1}')
 
     reopened = Table.open(table.uri)
-    assert reopened.version == other.version == 7
+    assert reopened.version == 8, "the 7 writes and reclamation's expire commit"
     assert sorted(reopened.read().to_pylist(), key=lambda r: r["id"]) == expected
     plan = plan_reclamation(reopened)
     assert plan.oldest_available_version == 7 and commit_path(3) in [f.path for f in plan.log_files]

@@ -141,16 +141,17 @@ def test_reclamation_deletes_what_retention_frees_and_publishes_it_by_reason(
     settings = settings_for(tmp_path).model_copy(update={"reclaim": ReclaimSettings(orphan_grace_hours=6)})
     now = datetime.now(UTC) + timedelta(hours=7)  # the orphan is older than the grace by then
     metrics = Metrics()
+    latest = table.version
 
     result = TableJobs(settings, store, metrics, clock=lambda: now).reclaim(table.uri)
 
     assert result.status is RunStatus.SUCCEEDED
     assert result.metrics["data_files_deleted"] == len(replaced) and result.metrics["orphan_files_deleted"] == 1
-    assert result.metrics["oldest_retained_version"] == table.version
+    assert result.metrics["oldest_retained_version"] == latest and table.version == latest + 1, "and its record"
     assert not any((tmp_path / "wh" / "orders" / p).exists() for p in replaced) and not orphan.exists()
     assert sample(metrics, "maintd_files_reclaimed_total", table=table.uri, reason="data") == len(replaced)
     assert sample(metrics, "maintd_files_reclaimed_total", table=table.uri, reason="orphan") == 1
-    assert sample(metrics, "maintd_files_reclaimed_total", table=table.uri, reason="log") == table.version
+    assert sample(metrics, "maintd_files_reclaimed_total", table=table.uri, reason="log") == latest
     assert sample(metrics, "maintd_bytes_reclaimed_total", table=table.uri) == (
         result.metrics["data_bytes_deleted"] + result.metrics["orphan_bytes_deleted"]
         + result.metrics["log_bytes_deleted"])
@@ -161,3 +162,26 @@ def test_deleted_counts_are_read_by_reason_from_a_reclamation_report() -> None:
     report = {"data_files_deleted": 3, "data_bytes_deleted": 100, "log_files_deleted": 2, "files_deleted": 9,
               "versions_expired": 4, "dry_run": True, "orphan_files_deleted": None}
     assert reclaimed_by_reason(report) == {"data": (3, 100), "log": (2, 0), "all": (9, 0)}
+
+
+def test_the_layout_and_the_gauges_show_the_pins_and_the_bytes_they_hold_back(
+    tmp_path: Path, store: StateStore
+) -> None:
+    from maintd.reclaim import plan_reclamation
+
+    table, model = create(tmp_path / "wh" / "pinned"), Model()
+    write(table, model, commits=8, seed=4)
+    table.pin(2, timedelta(hours=5), "report")
+    table.set_properties({"acid.data.retain.hours": 0})
+    metrics = Metrics()
+    metrics.attach_store(store)
+    jobs = TableJobs(settings_for(tmp_path), store, metrics)
+    store.register_table(table.uri)
+    result = jobs.maintain(table.uri)  # compacts: the files version 2 reads become tombstones the pin holds
+    assert result.layout is not None and result.layout["pins"] == 1
+    held = plan_reclamation(Table.open(table.uri)).pinned_bytes
+    assert held > 0 and result.layout["pinned_bytes"] == held
+    run = store.start_run(table.uri, "maintenance")
+    store.finish_run(run, result.status, layout=result.layout)
+    assert sample(metrics, "maintd_table_pins", table=table.uri) == 1
+    assert sample(metrics, "maintd_table_pinned_bytes", table=table.uri) == held

@@ -1,0 +1,48 @@
+"""A reader process for the pin race: pins a recent version, reads it three times (it must read, and the same),
+unpins; over and over.
+
+Usage: ``python pin_worker.py URI ROUNDS OUT.json``. Writes counts of pins acknowledged, refused (the version
+had expired) and lost to a conflict, and every failure of a pinned version to read the same after its pin.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import timedelta
+
+from maintd import PinConflictError, Table, VersionNotFoundError
+
+
+def main(uri: str, rounds: int, out: str) -> None:
+    counts = {"acknowledged": 0, "refused": 0, "conflicts": 0, "unreadable": []}
+    for _ in range(rounds):
+        table = Table.open(uri)
+        version = max(0, table.version - 2)  # a version reclamation (running two hours ahead) wants to expire
+        try:
+            pin = table.pin(version, timedelta(hours=5), "race")  # outlives reclamation's clock (2 h ahead)
+        except VersionNotFoundError:
+            counts["refused"] += 1
+            continue
+        except PinConflictError:
+            counts["conflicts"] += 1
+            continue
+        counts["acknowledged"] += 1
+        before = None
+        for _ in range(3):  # reclamation runs meanwhile; the pinned version must read the same every time
+            try:
+                again = Table.open(uri).read(version=version).sort_by("id").to_pylist()
+            except Exception as exc:  # reported, and the test fails on it
+                counts["unreadable"].append(f"{version}: {type(exc).__name__}: {exc}")
+                break
+            if before is not None and again != before:
+                counts["unreadable"].append(f"{version}: rows differ")
+                break
+            before = again
+        Table.open(uri).unpin(pin.id)
+    with open(out, "w") as fh:
+        json.dump(counts, fh)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3])
