@@ -152,9 +152,10 @@ def _check_arguments(days: int, plot: Path | None, learn_hours: float, maintenan
 def _schedule(table: Table, config: Path | None, store: str | None, maintenance: float | None,
               reclamation: float | None) -> Schedule:
     """The cadence: explicit intervals, else recorded runs (with --config/--store), else the settings."""
-    from maintd.settings import config_file, load_settings
+    from maintd.cli._output import load_cli_settings
+    from maintd.settings import config_file
 
-    settings = load_settings(config)
+    settings = load_cli_settings(config)
     s = settings.scheduler
     source = f"settings {config_file(config)}" if config_file(config) is not None else "default settings"
     schedule = Schedule(s.maintenance_interval_seconds, s.reclamation_interval_seconds, source)
