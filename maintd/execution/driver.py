@@ -72,7 +72,8 @@ def run_plan(plan: Any, table: Table, spark: Any = None, options: ExecutionOptio
     snapshot = table.snapshot(doc.read_version)
     specs = task_specs(doc, snapshot, opts, storage=table.storage, run_id=uuid.uuid4().hex)
     run = backend or (LocalBackend(pack_threads=opts.pack_threads) if spark is None else
-                      SparkBackend(spark, opts, f"maintd: {len(doc.tasks)} task(s) of {doc.table_uri}"))
+                      SparkBackend(spark, opts, f"maintd: {len(doc.tasks)} task(s) of {doc.table_uri}",
+                                   table_uri=doc.table_uri))
     report.master, report.app_id = run.describe()
     report.units = len(specs)
     committer = IncrementalCommitter(table, doc, max_tasks=opts.commit_max_tasks,

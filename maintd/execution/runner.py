@@ -19,9 +19,11 @@ from typing import Any
 
 from loguru import logger
 
+from maintd.errors import MaintdError
 from maintd.execution.driver import run_plan
 from maintd.execution.spark import options_from_settings, spark_session
 from maintd.execution.specs import ExecutionOptions
+from maintd.storage.discovery import find_tables
 from maintd.table import RetryPolicy, Snapshot, Table
 
 Progress = Callable[[str, str], None]
@@ -98,9 +100,20 @@ class TableRunSummary:
 
 
 def discover_tables(roots: Iterable[str], max_depth: int = 4) -> list[str]:
-    """Tables under local warehouse roots: every directory holding ``_log/`` (not searched below a table)."""
+    """Tables under warehouse roots: every directory holding ``_log/`` (not searched below a table).
+
+    Local roots are walked on disk; object-store roots (``s3://bucket/warehouse``...) by listing
+    "directories" level by level (:func:`maintd.storage.find_tables`). A root that cannot be read is
+    logged and skipped, so the other roots are still maintained.
+    """
     found: list[str] = []
     for root in roots:
+        if "://" in root and not root.startswith("file:"):
+            try:
+                found += find_tables(root, max_depth)
+            except (MaintdError, OSError) as exc:
+                logger.error("warehouse root {}: cannot list it ({}); skipped", root, exc)
+            continue
         base = Path(root.removeprefix("file://")).expanduser()
         if not base.is_dir():
             logger.warning("warehouse root {} is not a directory; skipped", root)

@@ -35,7 +35,7 @@ from maintd.execution.output import name_prefix
 from maintd.execution.rewrite import run_pack
 from maintd.execution.spark import is_connect, run_pack_in_worker
 from maintd.execution.specs import ExecutionOptions, TaskResult, TaskSpec
-from maintd.storage import Storage
+from maintd.storage import Storage, carry_storage
 from maintd.table.files import data_file_path
 
 FILE_COST_BYTES = 64 << 10
@@ -91,12 +91,15 @@ class LocalBackend:
 class SparkBackend:
     """Packs run as Spark jobs of a session (classic: ``parallelize``; Connect: ``mapInArrow``)."""
 
-    def __init__(self, spark: Any, options: ExecutionOptions, description: str) -> None:
+    def __init__(self, spark: Any, options: ExecutionOptions, description: str, table_uri: str | None = None) -> None:
         self.spark = spark
         self.connect = is_connect(spark)
         self.group = f"maintd-{uuid.uuid4().hex[:12]}"
         self.description = description
-        self.fn = functools.partial(run_pack_in_worker, threads=options.pack_threads, freeze=options.freeze_zip_caches)
+        # Executors on other machines see neither this process's storage options nor its environment: the
+        # task function carries the table's resolved options (their repr hides secrets).
+        self.fn = functools.partial(run_pack_in_worker, threads=options.pack_threads, freeze=options.freeze_zip_caches,
+                                    storage=carry_storage(table_uri) if table_uri else None)
 
     def cores(self) -> int:
         if self.connect:

@@ -31,6 +31,7 @@ from loguru import logger
 
 from maintd.execution.rewrite import run_pack_json
 from maintd.execution.specs import ExecutionOptions
+from maintd.storage import CarriedStorage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -156,10 +157,16 @@ def parse_size(text: str) -> int:
     return int(float(t[:-1] if mult > 1 else t) * mult)
 
 
-def run_pack_in_worker(pack: Sequence[str], threads: int = 1, freeze: bool = True) -> list[str]:
-    """What one Spark task runs: a pack of task specs (JSON) in, one result JSON per task out."""
+def run_pack_in_worker(pack: Sequence[str], threads: int = 1, freeze: bool = True,
+                       storage: CarriedStorage | None = None) -> list[str]:
+    """What one Spark task runs: a pack of task specs (JSON) in, one result JSON per task out.
+
+    ``storage``: the table's storage options, carried from the driver, registered here before any spec runs.
+    """
     if freeze:
         freeze_zip_caches()
+    if storage is not None:
+        storage.install()
     return run_pack_json(pack, threads)
 
 

@@ -26,10 +26,11 @@ from maintd.storage.options import (
     carry_storage,
     clear_storage_options,
     configure_storage,
+    executor_storage,
     resolve_options,
 )
 
 __all__ = ["CarriedStorage", "CommitLock", "FileInfo", "LocalStorage", "Storage", "StorageFactory",
            "StorageOptions", "carry_storage", "check_path", "clear_storage_options", "commit_lock",
-           "configure_storage", "install_commit_lock", "register_storage", "resolve_options", "storage_for_uri",
-           "unregister_storage"]
+           "configure_storage", "executor_storage", "install_commit_lock", "register_storage", "resolve_options",
+           "storage_for_uri", "unregister_storage"]

@@ -238,7 +238,7 @@ class FaultyStorage(Storage):
 
     def relative(self, full: str) -> str:
         """The table-relative path of a path of :attr:`filesystem` (for matching rules)."""
-        prefix = self.inner.uri.rstrip("/") + "/"
+        prefix = self.inner.full_path("_")[:-1]  # the root as the filesystem spells it ("bucket/prefix/" on S3)
         return full[len(prefix):] if full.startswith(prefix) else full
 
     def put_if_absent(self, path: str, data: bytes) -> bool:

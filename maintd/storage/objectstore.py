@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import os
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -38,6 +39,7 @@ from maintd.errors import (
     ConditionalPutUnsupportedError,
     InvalidInputError,
     MaintdError,
+    StorageConfigError,
     StorageCredentialsError,
     StorageError,
     StorageUnreachableError,
@@ -97,9 +99,6 @@ def _store_config(family: str, options: Mapping[str, str]) -> tuple[dict[str, An
                                                          "http2_only") else value
         else:
             config[short] = value
-    endpoint = config.get("endpoint") or config.get("base_url") or ""
-    if endpoint.startswith("http://") and "allow_http" not in client:
-        client["allow_http"] = False  # said explicitly: the error then tells the user to allow it
     return config, client
 
 
@@ -185,14 +184,28 @@ def storage_error(exc: BaseException, *, uri: str, family: str, op: str, path: s
             f"table {uri}: the store's endpoint cannot be reached ({op} {where}: {line}); check "
             f"{_ENDPOINT_SETTING[family]}, and that plain http is allowed (AWS_ALLOW_HTTP=true or the storage "
             "option aws_allow_http) when the endpoint is http://", uri=uri)
-    if "allow_http" in str(exc) or "HTTP not allowed" in str(exc) or "URL scheme is not allowed" in str(exc):
-        return StorageUnreachableError(
-            f"table {uri}: the endpoint is plain http but http is not allowed ({line}); set AWS_ALLOW_HTTP=true or "
-            "the storage option aws_allow_http=true (or use https)", uri=uri)
     return StorageError(f"table {uri}: {op} {where} failed: {line}")
 
 
-_probed: set[tuple[str, ...]] = set()
+_CREDENTIAL_ENV = ("AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                   "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_PROFILE")
+
+
+def check_credentials(uri: str, family: str, options: Mapping[str, str]) -> None:
+    """Fail early when an S3 table has no credentials at all: no key in the options or the environment, no
+    web identity (IRSA) or container credentials, and the instance metadata service switched off
+    (``AWS_EC2_METADATA_DISABLED=true``). Otherwise the default chain is asked, and its failure is mapped to
+    :class:`StorageCredentialsError` on the first request."""
+    if family != "s3" or options.get("aws_access_key_id") or _truthy(options.get("aws_skip_signature")):
+        return
+    if any(os.environ.get(v) for v in _CREDENTIAL_ENV) or not _truthy(os.environ.get("AWS_EC2_METADATA_DISABLED")):
+        return
+    raise StorageCredentialsError(
+        f"table {uri}: no S3 credentials: set {_WHAT_TO_SET['s3']} (the instance metadata service is disabled by "
+        "AWS_EC2_METADATA_DISABLED=true, so no instance role can be used)", uri=uri)
+
+
+_probed: set[tuple[object, ...]] = set()
 _probe_lock = threading.Lock()
 
 
@@ -206,6 +219,14 @@ class ObjectStoreStorage(Storage):
         self.family, self.bucket, self.prefix = split_uri(self._uri)
         self.options = StorageOptions.of(options) if options is not None else resolve_options(self._uri)
         store_options = self.options.for_store()
+        check_credentials(self._uri, self.family, store_options)
+        endpoint = next((store_options[k] for k in ("aws_endpoint", "google_base_url", "azure_endpoint")
+                         if store_options.get(k)), "")
+        if endpoint.startswith("http://") and not _truthy(store_options.get(f"{_PREFIX[self.family]}allow_http")):
+            raise StorageConfigError(
+                f"table {self._uri}: the endpoint {endpoint} is plain http, which is not allowed by default; set "
+                f"AWS_ALLOW_HTTP=true or the storage option {_PREFIX[self.family]}allow_http=true (only for a "
+                "trusted network), or use https", uri=self._uri)
         self._store = _build_store(self.family, self.bucket, self.prefix, store_options, retries=True)
         self._commit_store = _build_store(self.family, self.bucket, self.prefix, store_options, retries=False)
         self._fs: pafs.FileSystem | None = None
@@ -260,8 +281,7 @@ class ObjectStoreStorage(Storage):
     def _probe_conditional_put(self) -> None:
         """Once per process and bucket: a store that ignores ``If-None-Match`` would let commits overwrite each
         other, so create a probe object twice and insist that the second create is refused."""
-        key = (self.family, self.bucket, self.options.get("aws_endpoint", ""), self.options.get("google_base_url", ""),
-               self.options.get("azure_endpoint", ""))
+        key = (self.family, self.bucket, *self.options.for_store().items())
         with _probe_lock:
             if key in _probed:
                 return

@@ -20,8 +20,12 @@ import os
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from maintd.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from maintd.storage.base import Storage
 
 REDACTED = "***"
 _SECRET_WORDS = ("secret", "token", "password", "key", "sas", "credential", "service_account")
@@ -177,6 +181,15 @@ class CarriedStorage:
             configure_storage(self.uri, self.options)
 
 
+def executor_storage(uri: str, carried: CarriedStorage | None) -> Storage:
+    """The storage of ``uri`` in a Spark task: the carried options registered first (a no-op on the driver)."""
+    from maintd.storage.base import storage_for_uri
+
+    if carried is not None:
+        carried.install()
+    return storage_for_uri(uri)
+
+
 def carry_storage(uri: str) -> CarriedStorage | None:
     """The storage of ``uri`` as a task carries it (None for local tables: nothing to carry)."""
     if "://" not in uri or uri.startswith("file:"):
@@ -185,5 +198,5 @@ def carry_storage(uri: str) -> CarriedStorage | None:
 
 
 __all__ = ["FAMILIES", "MAINTD_KEYS", "REDACTED", "CarriedStorage", "StorageOptions", "carry_storage",
-           "clear_storage_options", "configure_storage", "configured_options", "env_options", "is_secret",
-           "resolve_options"]
+           "clear_storage_options", "configure_storage", "configured_options", "env_options", "executor_storage",
+           "is_secret", "resolve_options"]

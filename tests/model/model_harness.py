@@ -67,14 +67,15 @@ class Result:
 class Workers:
     """Long-lived worker processes, one per role, answering one command per line."""
 
-    def __init__(self, writers: int = WRITERS) -> None:
+    def __init__(self, writers: int = WRITERS, env: dict[str, str] | None = None) -> None:
+        self.extra_env = dict(env or {})
         self.names = [f"writer-{i}" for i in range(writers)] + ["maintainer", "reclaimer"]
         self.procs: dict[str, subprocess.Popen[str]] = {}
         for name in self.names:
             self._spawn(name)
 
     def _spawn(self, name: str) -> None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(WORKER.parent),
+        env = dict(os.environ, **self.extra_env, PYTHONPATH=os.pathsep.join(filter(None, [str(WORKER.parent),
                                                                         os.environ.get("PYTHONPATH")])))
         self.procs[name] = subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE,
                                             stdout=subprocess.PIPE, text=True, env=env, bufsize=1)
@@ -135,10 +136,11 @@ def faults(rng: np.random.Generator) -> str:
     return FaultPlan(rules, seed=int(rng.integers(2**31))).to_json()
 
 
-def scenario(workers: Workers, root: Path, seed: int) -> tuple[int, list[str], dict[str, int]]:
-    """Run and check one scenario; returns (versions checked, mismatches, statistics)."""
+def scenario(workers: Workers, root: Path, seed: int, uri: str | None = None) -> tuple[int, list[str], dict[str, int]]:
+    """Run and check one scenario (the table at ``uri``, by default below ``root``; journals in ``root``);
+    returns (versions checked, mismatches, statistics)."""
     rng = np.random.default_rng(seed)
-    uri = str(root / "t")
+    uri = uri or str(root / "t")
     retain = int(rng.choice([0, 0, 1]))
     table = Table.create(uri, "id:int64!,name:string,ds:string", primary_key="id", partition_by="ds", buckets=2,
                          properties={"acid.data.retain.hours": retain,
@@ -280,9 +282,7 @@ class Checker:
         table = Table.open(self.uri)
         oldest = self._check_reads(table, table.version, states, count=False)
         needed = set().union(*(table.snapshot(v).files for v in range(oldest, table.version + 1)))
-        root = Path(self.uri)
-        on_disk = {p.relative_to(root).as_posix() for p in root.rglob("*")
-                   if p.is_file() and "_log" not in p.parts}
+        on_disk = {f.path for f in table.storage.walk() if not f.path.startswith("_log/")}
         if on_disk != needed:
             self.fail(f"after the final reclamation, files not needed: {sorted(on_disk - needed)[:3]}, "
                       f"files needed but missing: {sorted(needed - on_disk)[:3]}")
@@ -319,15 +319,20 @@ def _diff(got: dict[Key, Any], want: dict[Key, Any]) -> str:
     return f"unexpected {extra}, missing {lost}, changed {changed}"
 
 
-def run(n: int, seed: int, base: Path, *, progress: Callable[[Result], None] | None = None) -> Result:
-    """Run ``n`` scenarios with seeds derived from ``seed``; each table is deleted once checked."""
+def run(n: int, seed: int, base: Path, *, progress: Callable[[Result], None] | None = None,
+        table_base: str | None = None, env: dict[str, str] | None = None, writers: int = WRITERS) -> Result:
+    """Run ``n`` scenarios with seeds derived from ``seed``; each local table is deleted once checked.
+
+    ``table_base``: put the tables there instead (``s3://bucket``), the workers' environment extended by ``env``.
+    """
     result = Result()
-    workers = Workers()
+    workers = Workers(writers, env)
     try:
         for i in range(n):
             root = base / f"scenario-{seed}-{i}"
             root.mkdir(parents=True, exist_ok=True)
-            versions, mismatches, stats = scenario(workers, root, seed * 1_000_003 + i)
+            uri = f"{table_base.rstrip('/')}/scenario-{seed}-{i}/t" if table_base else None
+            versions, mismatches, stats = scenario(workers, root, seed * 1_000_003 + i, uri)
             result.scenarios += 1
             result.versions += versions
             result.mismatches += mismatches

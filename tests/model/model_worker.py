@@ -34,7 +34,7 @@ from maintd import CommitError, CommitStateUnknownError, RetryPolicy, Table, err
 from maintd.execution import PlanDoc, PlanTaskDoc, commit_rewrites, execute
 from maintd.reclaim import plan_reclamation, purge_table
 from maintd.reclaim.engine import execute_plan
-from maintd.storage import LocalStorage
+from maintd.storage import storage_for_uri
 from maintd.storage.faulty import Fault, FaultPlan
 from maintd.table import landing, transaction
 from maintd.table.commitfile import commit_txn_id, decode_commit
@@ -99,7 +99,7 @@ def observe(op: str, path: str, data: bytes | None, result: Any) -> None:
 
 
 def _table(uri: str, plan: FaultPlan) -> Table:
-    return Table(plan.wrap(LocalStorage(uri)), retry=RETRY)
+    return Table(plan.wrap(storage_for_uri(uri)), retry=RETRY)  # a local path or an s3:// URI
 
 
 def _op(kind: str, call: Any, **details: Any) -> None:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from maintd import CommitConflictError, CommitRetriesExhaustedError, Table, Transaction
-from maintd.storage import FileInfo, LocalStorage
+from maintd.storage import FileInfo, LocalStorage, storage_for_uri
 from maintd.table.files import read_data_file, write_data_file
 from maintd.table.log import parse_log_name
 from maintd.table.merge import latest_rows, sort_by_key_version
@@ -92,14 +92,15 @@ def sorted_rows(t: pa.Table, keys: Sequence[str]) -> list[Row]:
 
 
 def log_versions(root: str | Path) -> list[int]:
-    """Every commit version present in ``_log/``, ascending."""
-    parsed = [parse_log_name(p.name) for p in (Path(root) / "_log").iterdir()]
+    """Every commit version present in ``_log/``, ascending (a local directory or an object-store URI)."""
+    parsed = [parse_log_name(f.path) for f in storage_for_uri(str(root)).list_dir("_log")]
     return sorted(p[1] for p in parsed if p is not None and p[0] == "commit")
 
 
 def data_files_on_disk(root: str | Path) -> set[str]:
-    base = Path(root)
-    return {p.relative_to(base).as_posix() for p in base.rglob("*.parquet") if "_log" not in p.parts}
+    """Every Parquet data file below the table root (a local directory or an object-store URI)."""
+    return {f.path for f in storage_for_uri(str(root)).walk()
+            if f.path.endswith(".parquet") and not f.path.startswith("_log/")}
 
 
 # -- the conflict table of docs/format.md ("Conflicts") ---------------------------------------------------------

@@ -32,9 +32,11 @@ KIND = {"UPSERT": "append", "SET PROPERTIES": "metadata change", "OPTIMIZE": "co
 ROLE_KIND = {"append": "append", "properties": "metadata change", "rewrite": "compaction"}
 
 
-def start(role: str, uri: str, go: Path, out: Path, count: int = 0, seed: int = 0) -> subprocess.Popen[str]:
+def start(role: str, uri: str, go: Path, out: Path, count: int = 0, seed: int = 0,
+          env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, str(WORKER), role, uri, str(go), str(out), str(count), str(seed)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=WORKER.parent)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=WORKER.parent,
+                            env=None if env is None else {**os.environ, **env})
 
 
 def wait_ready(procs: list[subprocess.Popen[str]]) -> None:
@@ -44,7 +46,7 @@ def wait_ready(procs: list[subprocess.Popen[str]]) -> None:
         assert line.strip() == "ready", f"worker did not start: {line!r} {p.stderr.read() if p.stderr else ''}"
 
 
-def seed_table(root: Path, level: str) -> tuple[Table, Model]:
+def seed_table(root: Path | str, level: str) -> tuple[Table, Model]:
     table = Table.create(str(root), SCHEMA, primary_key="id", partition_by="ds", buckets=3,
                          properties={"isolation.level": level})
     model = Model(tuple(SCHEMA.names), ("id",), ("ds",))
@@ -56,12 +58,17 @@ def seed_table(root: Path, level: str) -> tuple[Table, Model]:
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_processes_appending_while_properties_change_and_maintenance_rewrites(tmp_path: Path, level: str) -> None:
-    root = tmp_path / "t"
+    appending_while_properties_change_and_maintenance_rewrites(str(tmp_path / "t"), tmp_path, level)
+
+
+def appending_while_properties_change_and_maintenance_rewrites(root: str, tmp_path: Path, level: str,
+                                                               env: dict[str, str] | None = None) -> None:
+    """Four appending processes, one changing properties, one rewriting buckets, on the table at ``root``."""
     _, model = seed_table(root, level)
     go = tmp_path / "go"
     roles = [("append", 6, seed) for seed in range(4)] + [("properties", 3, 10), ("rewrite", 3, 11)]
     outs = [tmp_path / f"out-{i}.json" for i in range(len(roles))]
-    procs = [start(role, str(root), go, out, count, seed) for (role, count, seed), out in zip(roles, outs, strict=True)]
+    procs = [start(role, root, go, out, count, seed, env) for (role, count, seed), out in zip(roles, outs, strict=True)]
     try:
         wait_ready(procs)
         go.touch()
@@ -74,7 +81,7 @@ def test_processes_appending_while_properties_change_and_maintenance_rewrites(tm
                 p.kill()
     results = [json.loads(out.read_text()) for out in outs]
 
-    latest = Table.open(str(root))
+    latest = Table.open(root)
     history = {r.version: r for r in latest.history()}
     assert log_versions(root) == list(range(latest.version + 1)), "versions must be dense"
 

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from maintd.storage import storage_for_uri
+from maintd.storage import carry_storage, executor_storage
 from maintd.table import Snapshot, Table
 from maintd.table.actions import Metadata, Protocol
 from maintd.table.filters import Predicate, RowFilter, typed
@@ -83,6 +83,7 @@ class SnapshotReader(DataSourceReader):
                  row_filter: RowFilter | None, split_bytes: int | None,
                  nullable: Sequence[bool] | None = None) -> None:
         self.uri, self.version, self.metadata = uri, version, metadata
+        self.carried = carry_storage(uri)  # the storage options executors open the table with (secrets hidden)
         self.columns = tuple(columns)
         self.row_filter = row_filter
         self.split_bytes = split_bytes
@@ -106,7 +107,7 @@ class SnapshotReader(DataSourceReader):
         if partition is None:
             return
         unit: ScanUnit = partition.value
-        t = read_unit(storage_for_uri(self.uri), self.metadata, unit, self.columns, self.row_filter)
+        t = read_unit(executor_storage(self.uri, self.carried), self.metadata, unit, self.columns, self.row_filter)
         yield from t.cast(self.arrow_schema).to_batches(max_chunksize=BATCH_ROWS)
 
 
@@ -116,6 +117,7 @@ class ChangeFeedReader(DataSourceReader):
     def __init__(self, uri: str, start: int, end: int, protocol: Protocol, metadata: Metadata,
                  columns: Sequence[str], nullable: Sequence[bool] | None = None) -> None:
         self.uri, self.start, self.end = uri, start, end
+        self.carried = carry_storage(uri)
         self.before = Snapshot(version=start, timestamp=0, protocol=protocol, metadata=metadata, files={})
         self.after = Snapshot(version=end, timestamp=0, protocol=protocol, metadata=metadata, files={})
         self.columns = tuple(columns)
@@ -131,7 +133,7 @@ class ChangeFeedReader(DataSourceReader):
         if partition is None:
             return
         unit: ChangeUnit = partition.value
-        t = read_change_unit(storage_for_uri(self.uri), self.before, self.after, unit)
+        t = read_change_unit(executor_storage(self.uri, self.carried), self.before, self.after, unit)
         yield from t.select(list(self.columns)).cast(self.arrow_schema).to_batches(max_chunksize=BATCH_ROWS)
 
 

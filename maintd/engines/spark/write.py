@@ -50,7 +50,7 @@ from maintd.errors import (
     MetadataChangedError,
     PrimaryKeyError,
 )
-from maintd.storage import Storage, storage_for_uri
+from maintd.storage import CarriedStorage, Storage, carry_storage, executor_storage, storage_for_uri
 from maintd.table import AddFile, Metadata, Snapshot, Table
 from maintd.table.files import read_data_file
 from maintd.table.filters import RowFilter
@@ -88,6 +88,12 @@ class WriteJob:
     replace_where: RowFilter | None = None
     operation: str = "WRITE"
     parameters: dict[str, Any] = field(default_factory=dict)
+    carried: CarriedStorage | None = None
+    """The storage options executors open the table with (taken from the driver; secrets hidden in repr)."""
+
+    def __post_init__(self) -> None:
+        if self.carried is None:
+            object.__setattr__(self, "carried", carry_storage(self.uri))
 
     # -- executors ------------------------------------------------------------------------------
     def write_task(self, batches: Iterable[pa.RecordBatch]) -> FilesWritten:
@@ -111,7 +117,7 @@ class WriteJob:
                     f"table {self.uri}: {outside} row(s) lie outside replaceWhere ({self.replace_where}); an "
                     "overwrite writes only rows of the partitions it replaces: filter the DataFrame first"
                 )
-        adds = split_and_write(storage_for_uri(self.uri), self.metadata, batch)
+        adds = split_and_write(executor_storage(self.uri, self.carried), self.metadata, batch)
         return FilesWritten(task, self.metadata.table_id, _fields(self.metadata),
                             tuple(a.model_dump_json() for a in adds), batch.num_rows)
 
