@@ -25,7 +25,6 @@ from maintd.redaction import redact_secrets
 
 LOG_DIR = "_log"
 
-
 @dataclass(frozen=True)
 class RootScan:
     """What one search of a warehouse root found: its tables, or why it could not be searched."""
@@ -111,28 +110,12 @@ def _scan_local(root: str, max_depth: int) -> list[str]:
 
 
 def _scan_store(root: str, max_depth: int) -> list[str]:
-    from maintd.storage import storage_for_uri
+    from maintd.storage.discovery import find_tables
 
-    storage = storage_for_uri(root)
     base = root.rstrip("/")
-    found: list[str] = []
-    level = [""]
-    for depth in range(max_depth + 1):
-        below: list[str] = []
-        for path in level:
-            subdirs = storage.list_subdirs(path)  # the first listing fails for the whole root (bucket, credentials)
-            if path and LOG_DIR in subdirs:
-                found.append(f"{base}/{path}")
-                continue
-            if not path and LOG_DIR in subdirs:  # the root itself is a table
-                found.append(base)
-                continue
-            if depth < max_depth:
-                below += [f"{path}/{d}" if path else d for d in subdirs if not d.startswith((".", "_"))]
-        level = below
-        if not level:
-            break
-    return sorted(found)
+    found = find_tables(root, max_depth)  # the first listing fails for the whole root (bucket, credentials)
+    # Keep the root's own spelling (s3a://...), so that a table is registered once under the URI its root names.
+    return [base + uri[len(base):] if uri.startswith(base) else uri for uri in found]
 
 
 __all__ = ["RootScan", "discover", "is_object_store", "scan_root", "tables_of", "warehouse_tables"]
