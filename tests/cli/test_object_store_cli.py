@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from s3server import free_port
 
 from maintd import Table
 from maintd.redaction import forget_secrets
-from maintd.storage import clear_storage_options
+from maintd.storage import clear_storage_options, configure_storage
 
 SCHEMA = "id:int64,name:string,amount:float64"
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,3 +162,64 @@ def test_every_cli_command_answers_on_s3_as_on_local_disk(
     assert run[0]["status"] == "ok" and run[0]["tasks_committed"] > 0, run
     status = results["s3"][11]
     assert status["tables"][0]["health"] == "healthy" and status["tables"][0]["uri"] == "<T>"
+
+
+BAD_INPUTS = {
+    # case: (URI, storage options in the settings, what the one error line must say)
+    "unknown scheme": ("hdfs://namenode/wh/t", {}, ["hdfs://namenode/wh/t", "no storage for scheme 'hdfs'", "s3://"]),
+    "missing bucket": ("s3://no-such-bucket-anywhere/wh/t", None, ["s3://no-such-bucket-anywhere/wh/t",
+                                                                   "the bucket does not exist"]),
+    "missing credentials": ("s3://{bucket}/wh/t", {"aws_access_key_id": "", "aws_secret_access_key": ""},
+                            ["s3://{bucket}/wh/t", "AWS_ACCESS_KEY_ID"]),
+    "unreachable endpoint": ("s3://{bucket}/wh/t", {"aws_endpoint": "CLOSED", "connect_timeout": "2s"},
+                             ["s3://{bucket}/wh/t", "cannot be reached", "AWS_ENDPOINT_URL"]),
+    "no conditional put": ("s3://{bucket}/wh/t", {"aws_conditional_put": "disabled"},
+                           ["s3://{bucket}/wh/t", "conditional put", "commit_lock=state_store"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_storage_input_is_one_error_line_with_exit_code_2(case: str, s3_server: Any, tmp_path: Path) -> None:
+    bucket = s3_server.create_bucket()
+    uri, extra, expected = BAD_INPUTS[case]
+    uri = uri.format(bucket=bucket)
+    options = {**s3_server.options, **(extra or {})}
+    if options.get("aws_endpoint") == "CLOSED":
+        options["aws_endpoint"] = f"http://127.0.0.1:{free_port()}"
+    options = {k: v for k, v in options.items() if v}
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "maintd.yaml").write_text(
+        f"warehouse:\n  storage_options: {json.dumps(options)}\n  prefix_storage_options: "
+        f"{json.dumps({uri.rsplit('/', 2)[0]: {}})}\n" if "://" in uri and not uri.startswith("hdfs") else "{}\n")
+    env = clean_env(tmp_path)
+    command = (["table", "create", uri, "--schema", SCHEMA, "--primary-key", "id"] if case == "no conditional put"
+               else ["table", "describe", uri])
+    done = maintd_cli(command, env, tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    for part in expected:
+        assert part.format(bucket=bucket) in lines[0], lines[0]
+    assert s3_server.options["aws_secret_access_key"] not in done.stderr + done.stdout
+
+
+def test_maintd_run_reports_a_root_it_cannot_search_and_maintains_the_others(s3_server: Any, tmp_path: Path) -> None:
+    """`maintd run` of a warehouse with a root on a missing bucket: the error names the root, the tables of
+    the other root are maintained, the exit code is 1."""
+    bucket = s3_server.create_bucket()
+    good, bad = f"s3://{bucket}/wh", "s3://bucket-gone-missing/wh"
+    configure = tmp_path / "maintd.yaml"
+    configure.write_text(f"state_dir: {tmp_path / 'state'}\nwarehouse:\n  roots: [\"{good}\", \"{bad}\"]\n"
+                         f"  storage_options: {json.dumps(s3_server.options)}\n")
+    env = clean_env(tmp_path)
+    done = maintd_cli(["run", "--dry-run", "--config", str(configure)], env, tmp_path)
+    assert done.returncode == 2 and "cannot be searched" in done.stderr and bad in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    configure_storage(good, s3_server.options)
+    Table.create(f"{good}/t", SCHEMA, primary_key="id", buckets=2)
+    done = maintd_cli(["run", "--dry-run", "--json", "--config", str(configure)], env, tmp_path)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert [o["uri"] for o in json.loads(done.stdout)] == [f"{good}/t"]
+    assert f"warehouse root {bad} cannot be searched for tables: the bucket does not exist" in done.stderr
+    assert "Traceback" not in done.stderr
