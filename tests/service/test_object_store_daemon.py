@@ -218,3 +218,36 @@ def _wait_idle(daemon: Daemon, timeout: float = 120) -> None:
     while daemon._snapshot():
         assert time.monotonic() < deadline, "runs did not finish"
         time.sleep(0.05)
+
+
+def test_the_kubernetes_example_config_maintains_an_s3_table_with_credentials_from_the_environment(
+    s3_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """config/maintd.k8s.yaml as the pod runs it: AWS_* from the environment (the chart's Secret), the bucket
+    `lake`, a table found under s3a://lake/warehouse and maintained."""
+    from maintd.settings import load_settings
+
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("MAINTD_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("MAINTD_STORE__URL", f"sqlite:///{tmp_path / 'maintd.db'}")
+    settings = load_settings(Path(__file__).resolve().parents[2] / "config" / "maintd.k8s.yaml")
+    settings.store.db_schema = None  # a PostgreSQL schema in the example; SQLite here
+    assert settings.warehouse.roots == ["s3a://lake/warehouse"]
+    apply_storage_settings(settings)
+    try:
+        s3_server.create_bucket("lake")
+    except urllib.error.HTTPError:  # another test created it
+        pass
+    table = s3_table("s3://lake/warehouse/sales/orders", commits=4)
+    store = StateStore(settings.store.url)
+    try:
+        jobs = TableJobs(settings, store, Metrics())
+        found = jobs.discover()
+        assert "s3a://lake/warehouse/sales/orders" in found
+        result = jobs.maintain("s3a://lake/warehouse/sales/orders")
+        assert result.status in (RunStatus.SUCCEEDED, RunStatus.SKIPPED), result.error
+        assert result.layout is not None and result.layout["files"] == len(table.snapshot().files)
+        assert store.list_roots()[0].healthy
+    finally:
+        store.close()
