@@ -4,9 +4,11 @@ the daemon goes on with the other tables."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -235,17 +237,16 @@ def test_the_kubernetes_example_config_maintains_an_s3_table_with_credentials_fr
     settings.store.db_schema = None  # a PostgreSQL schema in the example; SQLite here
     assert settings.warehouse.roots == ["s3a://lake/warehouse"]
     apply_storage_settings(settings)
-    try:
+    with contextlib.suppress(urllib.error.HTTPError):  # another test may have created it
         s3_server.create_bucket("lake")
-    except urllib.error.HTTPError:  # another test created it
-        pass
-    table = s3_table("s3://lake/warehouse/sales/orders", commits=4)
+    name = f"orders_{uuid.uuid4().hex[:8]}"
+    table = s3_table(f"s3://lake/warehouse/sales/{name}", commits=4)
     store = StateStore(settings.store.url)
     try:
         jobs = TableJobs(settings, store, Metrics())
         found = jobs.discover()
-        assert "s3a://lake/warehouse/sales/orders" in found
-        result = jobs.maintain("s3a://lake/warehouse/sales/orders")
+        assert f"s3a://lake/warehouse/sales/{name}" in found
+        result = jobs.maintain(f"s3a://lake/warehouse/sales/{name}")
         assert result.status in (RunStatus.SUCCEEDED, RunStatus.SKIPPED), result.error
         assert result.layout is not None and result.layout["files"] == len(table.snapshot().files)
         assert store.list_roots()[0].healthy
