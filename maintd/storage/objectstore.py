@@ -44,6 +44,7 @@ from maintd.errors import (
     StorageError,
     StorageUnreachableError,
 )
+from maintd.storage import s3list
 from maintd.storage.base import FileInfo, Storage, check_path, register_storage
 from maintd.storage.lock import commit_lock
 from maintd.storage.options import FAMILIES, StorageOptions, resolve_options
@@ -91,9 +92,9 @@ def _store_config(family: str, options: Mapping[str, str]) -> tuple[dict[str, An
     """The store config and client options of ``options`` (family prefixes such as ``aws_`` dropped)."""
     config: dict[str, Any] = {}
     client: dict[str, Any] = dict(DEFAULT_CLIENT)
-    prefix = _PREFIX[family]
+    prefixes = ("azure_storage_", "azure_") if family == "azure" else (_PREFIX[family],)
     for key, value in options.items():
-        short = key[len(prefix):] if key.startswith(prefix) else key
+        short = next((key[len(p):] for p in prefixes if key.startswith(p)), key)
         if short in _CLIENT_KEYS:
             client[short] = _truthy(value) if short in ("allow_http", "allow_invalid_certificates", "http1_only",
                                                          "http2_only") else value
@@ -218,6 +219,9 @@ class ObjectStoreStorage(Storage):
         self._uri = uri.rstrip("/")
         self.family, self.bucket, self.prefix = split_uri(self._uri)
         self.options = StorageOptions.of(options) if options is not None else resolve_options(self._uri)
+        account = urlsplit(self._uri).netloc.partition("@")[2].split(".", 1)[0]
+        if self.family == "azure" and account and "azure_storage_account_name" not in self.options:
+            self.options = StorageOptions.of({**self.options, "azure_storage_account_name": account})
         store_options = self.options.for_store()
         check_credentials(self._uri, self.family, store_options)
         endpoint = next((store_options[k] for k in ("aws_endpoint", "google_base_url", "azure_endpoint")
@@ -347,9 +351,19 @@ class ObjectStoreStorage(Storage):
         return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in res["common_prefixes"])
 
     def list_first(self, path: str, limit: int) -> list[FileInfo]:
-        """One LIST request from the start of ``path``: its first page (S3 answers up to 1,000 keys)."""
+        """One LIST request from the start of ``path`` for its first ``limit`` names.
+
+        On S3 the request asks for exactly ``limit`` keys (:mod:`maintd.storage.s3list`), so its cost does
+        not depend on how many names follow; elsewhere it is the store's first page.
+        """
         check_path(path, root=self._uri)
         base = f"{path.rstrip('/')}/"
+        if self.family == "s3":
+            root = f"{self.prefix}/" if self.prefix else ""
+            keys = s3list.first_keys(self._uri, self.bucket, root + base, limit, self.options.for_store(),
+                                     _WHAT_TO_SET["s3"])
+            return [FileInfo(k[len(root):], size, mtime) for k, size, mtime in keys
+                    if "/" not in k[len(root) + len(base):]]
 
         def first() -> list[FileInfo]:
             out: list[FileInfo] = []
