@@ -34,7 +34,8 @@ _SECRET_KEY = (
     r"private_key|credentials?)[A-Za-z0-9_\-]*|x-amz-signature|x-amz-security-token|sig)"
 )
 _KEY_VALUE = re.compile(
-    rf"(?P<prefix>(?P<q>['\"]?)\b{_SECRET_KEY}(?P=q)\s*(?:=|:)\s*)(?P<open>['\"])?"
+    rf"(?P<prefix>(?P<q>['\"]?)\b{_SECRET_KEY}(?<!error)(?<!exception)(?<!warning)(?P=q)\s*(?:=|:)\s*)"
+    r"(?P<open>['\"])?"
     r"(?P<value>(?(open)[^'\"]*|[^\s&;,'\"})\]]+))",
     re.IGNORECASE,
 )

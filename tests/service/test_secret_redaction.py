@@ -71,6 +71,8 @@ def test_text_redaction_covers_credential_pairs_signed_urls_pem_keys_and_registe
     pem = "key -----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBg\n-----END PRIVATE KEY----- end"
     assert redact_secrets(pem) == "key *** end"
     assert redact_secrets("aws_access_key_id=AKIAEXAMPLE design=2") == "aws_access_key_id=AKIAEXAMPLE design=2"
+    kept = "StorageCredentialsError: table s3://lake/t: no credentials; InvalidTokenError: expired"
+    assert redact_secrets(kept) == kept, "error class names are not keys"
     register_secret(SECRET)
     register_secret("abc")  # too short to be replaced wherever it appears
     assert redact_secrets(f"signature mismatch for {SECRET}!") == "signature mismatch for ***!"
