@@ -32,7 +32,8 @@ def test_the_chart_renders_lints_and_validates_for_every_example_values_file() -
     report = check.Report()
     check.check_chart(report)
     assert report.problems == []
-    assert len(report.checked) == len(check.VALUES_FILES) == 4
+    assert len(report.checked) == len(check.VALUES_FILES) == 5
+    assert set(check.VALUES_FILES) == {"default", "ha", "pvc", "spark-k8s", "s3-irsa"}
 
 
 def test_the_dockerfile_passes_hadolint_without_findings() -> None:
