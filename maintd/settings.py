@@ -36,8 +36,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from maintd.errors import ConfigError
-from maintd.redaction import redact_secrets, redact_url
+from maintd.errors import ConfigError, MaintdError
+from maintd.redaction import redact_options, redact_secrets, redact_url
 from maintd.settings_environment import check_environment
 
 ENV_PREFIX = "MAINTD_"
@@ -80,6 +80,73 @@ class WarehouseSettings(_Group):
     discovery_interval_seconds: float = Field(
         default=300.0, gt=0, description="How often the roots are searched again for new tables. Seconds."
     )
+    storage_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Object-store options of every root and table of the warehouse (`aws_endpoint`, "
+        "`aws_region`, `aws_allow_http`, `google_service_account`, `azure_storage_account_name`...; "
+        "docs/configuration.md, \"Object stores\"); they override the standard environment (`AWS_REGION`, "
+        "`AWS_ENDPOINT_URL`...). Give secrets through the environment or a Secret, not in this file. "
+        "Mapping of strings.",
+    )
+    prefix_storage_options: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description="Object-store options by URI prefix (`s3://bucket/path`), merged over `storage_options` for "
+        "the tables below that prefix (the longest prefix wins). Mapping of URI prefix to mapping of strings.",
+    )
+
+    @field_validator("storage_options", "prefix_storage_options", mode="before")
+    @classmethod
+    def _stringify(cls, value: object) -> object:
+        """YAML gives ``aws_allow_http: true`` as a boolean and ports as numbers: accept them as text."""
+
+        def text(v: object) -> object:
+            return ("true" if v else "false") if isinstance(v, bool) else str(v) if isinstance(v, int | float) else v
+
+        if not isinstance(value, dict):
+            return value
+        return {k: {kk: text(vv) for kk, vv in v.items()} if isinstance(v, dict) else text(v)
+                for k, v in value.items()}
+
+    @field_validator("prefix_storage_options")
+    @classmethod
+    def _prefixes_are_uris(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        for prefix in value:
+            if "://" not in prefix:
+                raise ValueError(
+                    f"prefix {prefix!r} is not a URI prefix; write it as scheme://bucket/path (s3://lake/warehouse)"
+                )
+        return value
+
+    def __repr_args__(self) -> Any:  # the settings dump never shows a secret option
+        for name, value in super().__repr_args__():
+            if name == "storage_options":
+                value = redact_options(value)
+            elif name == "prefix_storage_options":
+                value = {prefix: redact_options(options) for prefix, options in value.items()}
+            yield name, value
+
+    def object_store_uris(self) -> list[str]:
+        """The roots and tables of the warehouse that name an object store (``scheme://``, not ``file://``)."""
+        return [u for u in dict.fromkeys([*self.roots, *self.tables]) if "://" in u and not u.startswith("file:")]
+
+    def storage_prefixes(self) -> dict[str, dict[str, str]]:
+        """Every URI prefix with the options its tables are opened with: each object-store root and table
+        gets ``storage_options``, each ``prefix_storage_options`` entry those merged with its own."""
+        out: dict[str, dict[str, str]] = {}
+        if self.storage_options:
+            for uri in self.object_store_uris():
+                out[uri] = dict(self.storage_options)
+        for prefix, options in self.prefix_storage_options.items():
+            out[prefix] = {**self.storage_options, **options}
+        def same(uri: str) -> str:  # s3a:// is s3://
+            return "s3://" + uri[len("s3a://"):] if uri.startswith("s3a://") else uri
+
+        for uri in list(out):  # a root below a prefix keeps that prefix's options (longest prefix wins)
+            best = max((p for p in self.prefix_storage_options if same(uri).startswith(same(p))), key=len,
+                       default=None)
+            if best is not None and uri != best:
+                out[uri] = {**out[uri], **self.prefix_storage_options[best]}
+        return out
 
 
 class SparkSettings(_Group):
@@ -408,6 +475,27 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
         _yaml_file.reset(token)
 
 
+def apply_storage_settings(settings: Settings) -> dict[str, dict[str, str]]:
+    """Register the warehouse's object-store options (:meth:`WarehouseSettings.storage_prefixes`) with the
+    storage layer, and every secret among them and among the credential variables of the environment with
+    the redaction of logs and errors. Called at the start of the daemon, ``maintd run`` and every command.
+
+    Returns the prefixes registered, with their options.
+    """
+    from maintd.redaction import is_secret_option, register_environment_secrets, register_secrets
+    from maintd.storage import configure_storage
+
+    register_environment_secrets()
+    prefixes = settings.warehouse.storage_prefixes()
+    for prefix, options in prefixes.items():
+        register_secrets(v for k, v in options.items() if is_secret_option(k))
+        try:
+            configure_storage(prefix, options)
+        except MaintdError as exc:
+            raise ConfigError(f"warehouse.prefix_storage_options: {prefix}: {redact_secrets(str(exc))}") from None
+    return prefixes
+
+
 def _check_yaml(path: Path) -> None:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -485,6 +573,7 @@ __all__ = [
     "SparkSettings",
     "StoreSettings",
     "WarehouseSettings",
+    "apply_storage_settings",
     "config_file",
     "iter_fields",
     "load_settings",

@@ -38,6 +38,7 @@ VALUES_FILES: dict[str, Path | None] = {
     "ha": CHART / "ci" / "ha-values.yaml",
     "pvc": CHART / "ci" / "pvc-values.yaml",
     "spark-k8s": CHART / "ci" / "spark-k8s-values.yaml",
+    "s3-irsa": CHART / "ci" / "s3-irsa-values.yaml",
 }
 #: Kinds each values file must render, so that a template silently rendering nothing is caught.
 _BASE = {"ConfigMap", "Deployment", "Service", "ServiceAccount", "PodDisruptionBudget"}
@@ -46,10 +47,11 @@ EXPECTED_KINDS = {
     "ha": _BASE | {"ServiceMonitor", "CronJob", "NetworkPolicy"},
     "pvc": _BASE | {"CronJob"},
     "spark-k8s": _BASE | {"Role", "RoleBinding", "NetworkPolicy"},
+    "s3-irsa": _BASE | {"NetworkPolicy"},
 }
 #: Kinds a values file must not render (RBAC only for executors on Kubernetes).
 UNEXPECTED_KINDS = {"default": {"Role", "RoleBinding"}, "ha": {"Role", "RoleBinding"}, "pvc": {"Role", "RoleBinding"},
-                    "spark-k8s": set()}
+                    "spark-k8s": set(), "s3-irsa": {"Role", "RoleBinding"}}
 
 
 @dataclass

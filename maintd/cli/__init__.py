@@ -39,12 +39,36 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     """maintd keeps primary-key delta tables healthy: it merges small files, compacts and reclaims history."""
     from maintd.service.logging import configure_logging
 
     configure_logging(level="WARNING")
+    if ctx.invoked_subcommand and not _takes_config(ctx, ctx.invoked_subcommand):
+        # Commands on table URIs (table, read, plan, demo) open object stores with the warehouse's storage
+        # options of the default settings ($MAINTD_CONFIG, config/maintd.yaml, MAINTD_*); the others load
+        # the settings of their --config themselves (maintd.cli._output.load_cli_settings).
+        from maintd.cli._output import load_cli_settings
+
+        load_cli_settings(None)
+
+
+def _takes_config(ctx: typer.Context, name: str) -> bool:
+    """Whether command ``name`` (or any command of group ``name``) has its own ``--config`` option."""
+    import click
+
+    group = ctx.command
+    command = group.get_command(ctx, name) if isinstance(group, click.Group) else None
+    stack: list[click.Command] = [command] if command is not None else []
+    while stack:
+        cmd = stack.pop()
+        if any(p.name == "config" for p in cmd.params):
+            return True
+        if isinstance(cmd, click.Group):
+            stack.extend(cmd.commands.values())
+    return False
 
 
 for _name in COMMAND_MODULES:

@@ -50,6 +50,18 @@ def print_table(console: Console, table: Table) -> None:
     plain.print(table)
 
 
+def load_cli_settings(config: Any) -> Any:
+    """The settings of a command (``--config`` or the default sources), with the warehouse's object-store
+    options registered (:func:`maintd.settings.apply_storage_settings`); invalid settings end the command
+    with one line and exit code 2."""
+    from maintd.settings import apply_storage_settings, load_settings
+
+    with user_errors():
+        settings = load_settings(config)
+        apply_storage_settings(settings)
+    return settings
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Turn library errors into one clear line on stderr and exit code 2."""

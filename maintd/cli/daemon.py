@@ -20,12 +20,12 @@ def daemon_command(
     ),
 ) -> None:
     """Maintain every table until SIGTERM (then drain and exit 0); serves /healthz, /readyz and /metrics."""
+    from maintd.cli._output import load_cli_settings
     from maintd.service.logging import configure_logging
     from maintd.service.runtime import serve
-    from maintd.settings import load_settings
 
     with user_errors():
-        settings = load_settings(config)
+        settings = load_cli_settings(config)
         configure_logging(settings.logging, own_stderr=True)
         code = serve(settings)
     raise typer.Exit(code)

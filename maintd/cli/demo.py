@@ -35,32 +35,40 @@ def register(app: typer.Typer) -> None:
 
 
 def demo_command(
-    warehouse: Path | None = typer.Option(None, "--warehouse", help="Directory for the demo table "
-                                                                     "(default: a new temporary directory)."),
+    warehouse: str | None = typer.Option(None, "--warehouse", help="Directory or object-store URI "
+                                         "(s3://bucket/path, gs://, az://) for the demo table (default: a new "
+                                         "temporary directory)."),
     batches: int = typer.Option(300, "--batches", min=10, help="Micro-batches (commits) to stream."),
     rows: int = typer.Option(500, "--rows", min=10, help="Rows per micro-batch."),
 ) -> None:
     """Create a table, pile up small files, run maintenance, and show the difference."""
+    from maintd.cli._output import user_errors
+
     console = Console()
-    ok = run_demo(console, warehouse, batches=batches, rows=rows)
+    with user_errors():  # a bad URI, a missing bucket, refused credentials: one line, exit 2
+        ok = run_demo(console, warehouse, batches=batches, rows=rows)
     if not ok:
         raise typer.Exit(1)
 
 
-def run_demo(console: Console, warehouse: Path | None, *, batches: int = 300, rows: int = 500,
+def run_demo(console: Console, warehouse: str | Path | None, *, batches: int = 300, rows: int = 500,
              spark: Any = None) -> bool:
-    """The demo itself; returns whether the data read before and after maintenance is identical."""
+    """The demo itself, in a local directory or under an object-store URI (its storage options from the
+    settings or the environment); returns whether the data read before and after maintenance is identical."""
     from maintd import Table
-    from maintd.execution.runner import Runner
+    from maintd.errors import TableExistsError
 
-    root = warehouse or Path(tempfile.mkdtemp(prefix="maintd-demo-"))
-    uri = root / "orders"
-    if (uri / "_log").exists():
-        console.print(f"[red]{uri} already holds a table;[/red] give another --warehouse directory")
-        return False
+    root = str(warehouse or Path(tempfile.mkdtemp(prefix="maintd-demo-"))).rstrip("/")
+    uri = f"{root}/orders"
     console.rule("[bold]maintd demo")
     console.print(f"warehouse: {root}\n")
-    table = Table.create(str(uri), SCHEMA, primary_key="order_id", partition_by="region", buckets=4, name="orders")
+    try:
+        table = Table.create(uri, SCHEMA, primary_key="order_id", partition_by="region", buckets=4, name="orders")
+    except TableExistsError:
+        console.print(f"[red]{uri} already holds a table;[/red] give another --warehouse directory or URI")
+        return False
+    from maintd.execution.runner import Runner
+
     console.print("1. A primary-key table [bold]orders[/bold], partitioned by region (3), 4 buckets per partition.")
     ingest_seconds = _stream(console, table, batches, rows)
     console.print(f"   {batches} commits in {ingest_seconds:.1f} s\n")

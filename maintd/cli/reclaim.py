@@ -37,9 +37,9 @@ _CONFIG_HELP = "Settings YAML (default: $MAINTD_CONFIG, config/maintd.yaml)."
 
 
 def _grace(config: Path | None, hours: float | None, force: bool) -> tuple[timedelta, bool, Any]:
-    from maintd.settings import load_settings
+    from maintd.cli._output import load_cli_settings
 
-    settings = load_settings(config)
+    settings = load_cli_settings(config)
     chosen = settings.reclaim.orphan_grace_hours if hours is None else hours
     return timedelta(hours=chosen), force or (hours is None and settings.reclaim.force_short_grace), settings
 
@@ -53,18 +53,23 @@ def gc_command(
     config: Path | None = typer.Option(None, "--config", help=_CONFIG_HELP),
 ) -> None:
     """Reclaim tables now: expire versions older than acid.data.retain.hours and delete what nothing needs."""
-    from maintd.execution.runner import tables_from_settings
     from maintd.reclaim import plan_reclamation, reclaim_table
     from maintd.reclaim.engine import check_grace, report_of
+    from maintd.service.discovery import warehouse_tables
     from maintd.table import Table
 
     with user_errors():
         grace, force, settings = _grace(config, orphan_grace_hours, force_short_grace)
         check_grace(grace, force)
-        targets = list(uris or tables_from_settings(settings))
+        targets, failed_roots = (list(uris), []) if uris else warehouse_tables(settings)
     if not targets:
-        fail("no tables: give table URIs or set warehouse.roots / warehouse.tables in the config")
-    reports, failed = [], []
+        fail("; ".join(r.error or r.root for r in failed_roots)
+             or "no tables: give table URIs or set warehouse.roots / warehouse.tables in the config")
+    reports: list[Any] = []
+    failed: list[str] = []
+    for root in failed_roots:  # reported as failing; the tables found elsewhere are still reclaimed
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(root.error or root.root)}",
+                                                   highlight=False)
     for uri in targets:
         try:
             table = Table.open(uri)
@@ -83,8 +88,9 @@ def gc_command(
         print_json([r.model_dump(mode="json") for r in reports])
     else:
         print_reports(Console(soft_wrap=True), reports, dry_run=dry_run)
-    if failed:
-        fail(f"reclamation failed for {len(failed)} table(s): {', '.join(failed)}", code=1)
+    if failed or failed_roots:
+        roots = f"; {len(failed_roots)} warehouse root(s) could not be searched" if failed_roots else ""
+        fail(f"reclamation failed for {len(failed)} table(s): {', '.join(failed)}{roots}", code=1)
 
 
 def purge_command(

@@ -41,19 +41,20 @@ def run_command(
 ) -> None:
     """Run maintenance once on tables, then reclaim them, and print what it did; exits non-zero naming the
     failing tables. With a state store, each table is maintained under its lease and its runs are recorded."""
+    from maintd.cli._output import load_cli_settings
     from maintd.errors import MaintdError
-    from maintd.execution.runner import tables_from_settings
+    from maintd.service.discovery import warehouse_tables
     from maintd.service.logging import configure_logging
     from maintd.service.oneshot import OneShot, store_for_run
-    from maintd.settings import load_settings
 
     console = Console(stderr=json_out, soft_wrap=True)
     try:
-        settings = load_settings(config)
+        settings = load_cli_settings(config)
         configure_logging(settings.logging, own_stderr=True)
-        targets = list(uris or tables_from_settings(settings))
+        targets, failed_roots = (list(uris), []) if uris else warehouse_tables(settings)
         if not targets:
-            fail("no tables: give table URIs or set warehouse.roots / warehouse.tables in the config")
+            fail("; ".join(r.error or r.root for r in failed_roots)
+                 or "no tables: give table URIs or set warehouse.roots / warehouse.tables in the config")
         check_tables(uris or [])
         store = None if dry_run else store_for_run(settings)
         try:
@@ -77,8 +78,11 @@ def run_command(
             console.print(f"{o.uri}: skipped: its lease is held by {o.leased_by}, which maintains it now",
                           highlight=False, markup=False)
     failing = [o.uri for o in outcomes if not o.ok]
+    for root in failed_roots:  # the tables found elsewhere were maintained; the root is reported, exit 1
+        console.print(f"[red]error:[/red] {root.error}", highlight=False)
     if failing:
         console.print(f"[red]maintenance failed for {len(failing)} table(s):[/red] {', '.join(failing)}")
+    if failing or failed_roots:
         raise typer.Exit(1)
 
 

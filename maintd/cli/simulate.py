@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
-from maintd.cli._output import fail, print_json, user_errors
+from maintd.cli._output import fail, load_cli_settings, print_json, user_errors
 from maintd.planner import load_policy_file
 from maintd.planner.candidates import fmt_bytes
 from maintd.simulate import (
@@ -80,6 +80,7 @@ def simulate_command(
     with user_errors():
         _check_arguments(days, plot, learn_hours, maintenance_interval, reclamation_interval, backtest_past)
         policy_files = [(p.stem, load_policy_file(p)) for p in policies] or [("default", load_policy_file(None))]
+        load_cli_settings(config)  # the warehouse's object-store options, before the table is opened
         table = Table.open(uri)
         schedule = _schedule(table, config, store, maintenance_interval, reclamation_interval)
         snap = table.snapshot()
@@ -152,9 +153,9 @@ def _check_arguments(days: int, plot: Path | None, learn_hours: float, maintenan
 def _schedule(table: Table, config: Path | None, store: str | None, maintenance: float | None,
               reclamation: float | None) -> Schedule:
     """The cadence: explicit intervals, else recorded runs (with --config/--store), else the settings."""
-    from maintd.settings import config_file, load_settings
+    from maintd.settings import config_file
 
-    settings = load_settings(config)
+    settings = load_cli_settings(config)
     s = settings.scheduler
     source = f"settings {config_file(config)}" if config_file(config) is not None else "default settings"
     schedule = Schedule(s.maintenance_interval_seconds, s.reclamation_interval_seconds, source)

@@ -71,12 +71,47 @@ def status_command(
         store = open_store(config)
         try:
             rows = collect_status(store)
+            roots = collect_roots(store)
         finally:
             store.close()
     if json_out:
-        print_json({"summary": summarise(rows), "tables": rows})
+        print_json({"summary": summarise(rows, roots), "tables": rows, "roots": roots})
         return
-    print_status(Console(), rows)
+    console = Console()
+    print_roots(console, roots)
+    print_status(console, rows)
+
+
+def collect_roots(store: StateStore) -> list[dict[str, Any]]:
+    """The last search of every warehouse root, one JSON-able row each."""
+    return [
+        {
+            "uri": root.uri,
+            "health": "healthy" if root.healthy else "failing",
+            "tables": root.tables,
+            "checked_at": root.checked_at,
+            "checked_by": root.holder,
+            "consecutive_failures": root.failures,
+            "last_success": root.succeeded_at,
+            "error": root.error,
+            "error_type": root.error_type,
+        }
+        for root in store.list_roots()
+    ]
+
+
+def print_roots(console: Console, roots: list[dict[str, Any]]) -> None:
+    """One line per warehouse root; a failing one in red with its error (what to set)."""
+    for root in roots:
+        when = _when(root["checked_at"])
+        if root["health"] == "healthy":
+            console.print(f"root {root['uri']}: {root['tables']} table(s) (searched {when})", highlight=False)
+        else:
+            console.print(
+                f"[red]root {root['uri']}: failing ({root['consecutive_failures']} search(es) in a row, last "
+                f"{when}):[/red] {root['error']}",
+                highlight=False,
+            )
 
 
 def health_of(table: TableRecord, last_runs: list[RunRecord | None]) -> str:
@@ -145,8 +180,8 @@ def _run_brief(run: RunRecord | None) -> dict[str, Any] | None:
     }
 
 
-def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Counts by health and the total backlog."""
+def summarise(rows: list[dict[str, Any]], roots: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Counts by health, the total backlog and the failing warehouse roots."""
     by_health: dict[str, int] = {}
     for row in rows:
         by_health[row["health"]] = by_health.get(row["health"], 0) + 1
@@ -156,6 +191,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "backlog_files": sum(row["backlog_files"] or 0 for row in rows),
         "backlog_bytes": sum(row["backlog_bytes"] or 0 for row in rows),
         "leased": sum(1 for row in rows if row["leased_by"]),
+        "roots": len(roots or []),
+        "roots_failing": sum(1 for root in roots or [] if root["health"] != "healthy"),
     }
 
 

@@ -27,7 +27,8 @@ from loguru import logger
 
 from maintd.errors import LeaseLostError, MaintdError
 from maintd.execution.commit import OPERATION as MAINTENANCE_OPERATION
-from maintd.execution.runner import Progress, Runner, TableHealth, TableRunSummary, discover_tables
+from maintd.execution.runner import Progress, Runner, TableHealth, TableRunSummary
+from maintd.service.discovery import RootScan, discover, tables_of
 from maintd.service.metrics import Metrics
 from maintd.service.records import Decision, RunResult, RunStatus
 from maintd.service.store import StateStore
@@ -49,6 +50,10 @@ _STATUS = {
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+class NotReadyError(RuntimeError):
+    """A readiness check that fails: its message is served by ``/readyz``."""
 
 
 class TableJobs:
@@ -98,18 +103,56 @@ class TableJobs:
         self._lock = threading.Lock()
         self._discovered: list[str] = []
         self._discovered_at: float | None = None
+        self._scans: dict[str, RootScan] = {}
 
     # -- discovery --------------------------------------------------------------------------------------
 
     def discover(self) -> list[str]:
-        """The tables under the warehouse roots, searched again at most every ``discovery_interval_seconds``."""
+        """The tables under the warehouse roots, searched again at most every ``discovery_interval_seconds``;
+        a root whose last search failed is searched again at every call (every pass), so that it recovers
+        as soon as its bucket, credentials or endpoint are fixed. Each search is recorded in the store."""
         wh = self.settings.warehouse
         now = time.monotonic()
-        if self._discovered_at is None or now - self._discovered_at >= wh.discovery_interval_seconds:
-            self._discovered = discover_tables(wh.roots, wh.discovery_max_depth)
+        due = self._discovered_at is None or now - self._discovered_at >= wh.discovery_interval_seconds
+        roots = list(dict.fromkeys(wh.roots)) if due else [s.root for s in self._scans.values() if not s.ok]
+        if roots:
+            for scan in discover(roots, wh.discovery_max_depth):
+                self._scans[scan.root] = scan
+                self._record_scan(scan)
+            self._scans = {root: self._scans[root] for root in wh.roots if root in self._scans}
+            self._discovered = tables_of(list(self._scans.values()))
+            logger.debug("found {} table(s) under {}", len(self._discovered), ", ".join(wh.roots))
+        if due:
             self._discovered_at = now
-            logger.debug("found {} table(s) under {}", len(self._discovered), ", ".join(wh.roots) or "no root")
+            if self.store is not None:
+                self.store.forget_roots(wh.roots)
         return list(self._discovered)
+
+    def root_scans(self) -> list[RootScan]:
+        """The last search of every root (empty before the first)."""
+        return list(self._scans.values())
+
+    def warehouse_ready(self) -> bool:
+        """The readiness check ``warehouse``: fails (raises) when every warehouse root failed its last search
+        and no table is registered, the daemon then having nothing to maintain because of a storage error;
+        one root failing while others (or explicit tables) are maintained keeps the daemon ready, the root
+        being shown in ``/metrics`` and ``maintd status``."""
+        scans = self.root_scans()
+        if not scans or any(scan.ok for scan in scans):
+            return True
+        if self.settings.warehouse.tables or (self.store is not None and self.store.list_tables(enabled_only=True)):
+            return True
+        raise NotReadyError("no table to maintain: every warehouse root failed its search: "
+                            + "; ".join(scan.error or scan.root for scan in scans))
+
+    def _record_scan(self, scan: RootScan) -> None:
+        if self.store is None:
+            return
+        try:
+            self.store.record_root_scan(scan.root, tables_found=len(scan.tables), error=scan.error,
+                                        error_type=scan.error_type, holder=self.holder)
+        except MaintdError as exc:
+            logger.warning("cannot record the search of warehouse root {}: {}", scan.root, exc)
 
     # -- maintenance ------------------------------------------------------------------------------------
 

@@ -70,7 +70,7 @@ class Metrics:
 
         if self._store_attached:
             return
-        self.registry.register(StoreGauges(store.list_tables, store.lease_holders))
+        self.registry.register(StoreGauges(store.list_tables, store.lease_holders, store.list_roots))
         self._store_attached = True
 
     def expose(self) -> bytes:

@@ -72,6 +72,24 @@ class TableRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class RootRecord:
+    """The last search of a warehouse root for tables."""
+
+    uri: str
+    checked_at: datetime
+    holder: str | None
+    tables: int
+    error: str | None
+    error_type: str | None
+    failures: int
+    succeeded_at: datetime | None
+
+    @property
+    def healthy(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True, slots=True)
 class RunRecord:
     """One maintenance or reclamation run of one table."""
 

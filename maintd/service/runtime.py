@@ -30,7 +30,7 @@ from maintd.service.jobs import TableJobs
 from maintd.service.metrics import Metrics
 from maintd.service.spark_driver import SparkDriver
 from maintd.service.store import StateStore, open_store
-from maintd.settings import Settings, redact_url
+from maintd.settings import Settings, apply_storage_settings, redact_url
 
 
 def serve(settings: Settings, *, stop: threading.Event | None = None, holder: str | None = None) -> int:
@@ -49,6 +49,7 @@ def serve(settings: Settings, *, stop: threading.Event | None = None, holder: st
     holder = holder or default_holder()
     with _signals_set(stop):
         load_policy_file(settings.policy.path)  # a broken policy file fails the start, not every run
+        apply_storage_settings(settings)  # object-store options of the warehouse, their secrets redacted
         store = open_store(settings, upgrade=settings.store.migrate_on_start)
         logger.info("state store {} ({})", redact_url(settings.store.url), store.dialect)
         driver = SparkDriver()
@@ -56,8 +57,14 @@ def serve(settings: Settings, *, stop: threading.Event | None = None, holder: st
         server: HealthServer | None = None
         daemon: Daemon | None = None
         try:
+            jobs: TableJobs | None = None
+
+            def warehouse() -> bool:
+                return jobs is None or jobs.warehouse_ready()
+
             server = _http_server(
-                settings, metrics, {"state_store": store.ping, "spark": driver.ready}, {"spark_driver": driver.alive}
+                settings, metrics, {"state_store": store.ping, "spark": driver.ready, "warehouse": warehouse},
+                {"spark_driver": driver.alive},
             )
             if not stop.is_set() and driver.start(settings, stop):
                 jobs = TableJobs(settings, store, metrics, holder=holder, spark=driver.session)

@@ -119,3 +119,19 @@ leases = Table(
     Column("acquired_at", UTCDateTime(), nullable=True),
     Column("expires_at", UTCDateTime(), nullable=False),
 )
+
+roots = Table(
+    "maintd_roots",
+    metadata,
+    # The last search of each warehouse root for tables: a root that cannot be searched (a missing bucket,
+    # refused credentials, an unreachable endpoint) is shown as failing by every replica and `maintd status`.
+    Column("uri", URI, primary_key=True),
+    Column("checked_at", UTCDateTime(), nullable=False),
+    Column("holder", String(256), nullable=True),
+    Column("tables", Integer, nullable=False, default=0),
+    Column("error", Text, nullable=True),
+    Column("error_type", String(128), nullable=True),
+    Column("failures", Integer, nullable=False, default=0),
+    Column("succeeded_at", UTCDateTime(), nullable=True),
+)
+

@@ -32,12 +32,13 @@ from maintd.service.records import (
     Decision,
     DecisionRecord,
     LeaseRecord,
+    RootRecord,
     RunKind,
     RunRecord,
     RunStatus,
     TableRecord,
 )
-from maintd.service.schema import decisions, metadata, runs, tables
+from maintd.service.schema import decisions, metadata, roots, runs, tables
 from maintd.service.store_engine import make_engine
 from maintd.settings import redact_secrets, redact_url
 
@@ -417,6 +418,46 @@ class StateStore:
     def lease_holders(self, *, now: datetime | None = None) -> dict[str, str]:
         """Table URI to holder, for every unexpired lease."""
         return {lease.table_uri: lease.holder for lease in self.leases(now=now) if lease.holder is not None}
+
+    # -- warehouse roots --------------------------------------------------------------------------------
+
+    def record_root_scan(
+        self,
+        uri: str,
+        *,
+        tables_found: int = 0,
+        error: str | None = None,
+        error_type: str | None = None,
+        holder: str | None = None,
+        now: datetime | None = None,
+    ) -> None:
+        """Record a search of warehouse root ``uri``: how many tables it found, or why it failed (redacted)."""
+        error = None if error is None else redact_secrets(error)
+        with self._transaction("record a warehouse root") as conn:
+            now = now or _leases.db_now(conn)
+            _leases.insert_missing(conn, roots, [{"uri": uri, "checked_at": now, "tables": 0, "failures": 0}], "uri")
+            values: dict[str, Any] = {"checked_at": now, "holder": holder, "tables": tables_found, "error": error,
+                                      "error_type": error_type}
+            if error is None:
+                values.update(failures=0, succeeded_at=now)
+            else:
+                values["failures"] = roots.c.failures + 1
+            conn.execute(sa.update(roots).where(roots.c.uri == uri).values(**values))
+
+    def list_roots(self) -> list[RootRecord]:
+        """The last search of every recorded warehouse root, by URI."""
+        with self._transaction("list warehouse roots") as conn:
+            rows = conn.execute(sa.select(roots).order_by(roots.c.uri)).mappings()
+            return [RootRecord(**row) for row in rows]
+
+    def forget_roots(self, keep: Iterable[str]) -> int:
+        """Delete the records of roots not in ``keep`` (no longer configured); returns how many."""
+        kept = set(keep)
+        with self._transaction("forget warehouse roots") as conn:
+            gone = [uri for uri in conn.execute(sa.select(roots.c.uri)).scalars() if uri not in kept]
+            if gone:
+                conn.execute(sa.delete(roots).where(roots.c.uri.in_(gone)))
+            return len(gone)
 
     # -- plumbing ---------------------------------------------------------------------------------------
 

@@ -16,6 +16,11 @@ Gauges served from the store:
 - ``maintd_last_success_timestamp_seconds`` (``table``, ``kind``): when a run of that kind last succeeded
   (kept on the table's row, so it survives the pruning of old runs);
 - ``maintd_tables`` (``state``) and ``maintd_leases_held`` (``holder``);
+- ``maintd_table_healthy`` (``table``): 1, or 0 while the table's runs fail (a storage error: missing bucket,
+  refused credentials, unreachable endpoint; a damaged table...; ``maintd status`` says why);
+- ``maintd_root_healthy`` (``root``): 1 when the last search of a warehouse root for tables succeeded, else 0
+  (the root cannot be listed: ``maintd status`` names the error), and ``maintd_root_tables`` (``root``): the
+  tables that search found;
 - ``maintd_store_up``: 1 when the store answered this scrape; when it does not, the other store gauges are
   absent from that scrape rather than stale.
 
@@ -33,7 +38,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from maintd.errors import MaintdError
-from maintd.service.records import RunKind, TableRecord
+from maintd.service.records import RootRecord, RunKind, TableRecord
 
 
 class StoreGauges(Collector):
@@ -44,9 +49,11 @@ class StoreGauges(Collector):
         holders: returns table URI to lease holder for every live lease (``StateStore.lease_holders``).
     """
 
-    def __init__(self, tables: Callable[[], Iterable[TableRecord]], holders: Callable[[], dict[str, str]]) -> None:
+    def __init__(self, tables: Callable[[], Iterable[TableRecord]], holders: Callable[[], dict[str, str]],
+                 roots: Callable[[], Iterable[RootRecord]] | None = None) -> None:
         self._tables = tables
         self._holders = holders
+        self._roots = roots or (lambda: ())
         self._failing = False
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
@@ -57,6 +64,7 @@ class StoreGauges(Collector):
         try:
             records = list(self._tables())
             holders = self._holders()
+            root_records = list(self._roots())
         except MaintdError as exc:
             if not self._failing:  # once per outage, not once per scrape
                 logger.warning("the state store gauges are not served while the store fails: {}", exc)
@@ -71,6 +79,9 @@ class StoreGauges(Collector):
         for record in records:
             if record.enabled:
                 _add_table(families, record)
+        for root in root_records:
+            families["maintd_root_healthy"].add_metric([root.uri], 1 if root.healthy else 0)
+            families["maintd_root_tables"].add_metric([root.uri], root.tables)
         yield from families.values()
 
 
@@ -83,6 +94,15 @@ def _families() -> dict[str, GaugeMetricFamily]:
         "maintd_tables": gauge("maintd_tables", "Registered tables, by state (from the state store).", ["state"]),
         "maintd_leases_held": gauge(
             "maintd_leases_held", "Table leases held, by holder (from the state store).", ["holder"]
+        ),
+        "maintd_table_healthy": gauge(
+            "maintd_table_healthy", "1 unless the table's last runs failed (maintd status names the error).", ["table"]
+        ),
+        "maintd_root_healthy": gauge(
+            "maintd_root_healthy", "1 when the last search of a warehouse root succeeded, 0 when it failed.", ["root"]
+        ),
+        "maintd_root_tables": gauge(
+            "maintd_root_tables", "Tables the last search of a warehouse root found.", ["root"]
         ),
         "maintd_table_files": gauge(
             "maintd_table_files", "Live data files of a table, by level (its last maintenance run).", ["table", "level"]
@@ -134,6 +154,7 @@ def _add_holders(family: GaugeMetricFamily, holders: dict[str, str]) -> None:
 
 
 def _add_table(families: dict[str, GaugeMetricFamily], record: TableRecord) -> None:
+    families["maintd_table_healthy"].add_metric([record.uri], 0 if record.consecutive_failures else 1)
     for kind in RunKind:
         moment = record.succeeded_at(kind)
         if moment is not None:

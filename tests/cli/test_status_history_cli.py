@@ -78,7 +78,8 @@ def test_status_json_shows_health_layout_backlog_last_runs_and_lease_of_every_ta
     assert good["leased_by"] == "pod-b:7"
     assert rows[BAD]["consecutive_failures"] == 1 and "PolicyError" in rows[BAD]["last_maintenance"]["error"]
     assert doc["summary"] == {"tables": 4, "by_health": {"healthy": 1, "failing": 1, "new": 1, "disabled": 1},
-                              "backlog_files": 5, "backlog_bytes": 1 << 20, "leased": 1}
+                              "backlog_files": 5, "backlog_bytes": 1 << 20, "leased": 1,
+                              "roots": 0, "roots_failing": 0}
 
 
 def test_status_text_names_the_failing_table_and_its_error(store: StateStore, config: Path) -> None:

@@ -32,7 +32,8 @@ def test_the_chart_renders_lints_and_validates_for_every_example_values_file() -
     report = check.Report()
     check.check_chart(report)
     assert report.problems == []
-    assert len(report.checked) == len(check.VALUES_FILES) == 4
+    assert len(report.checked) == len(check.VALUES_FILES) == 5
+    assert set(check.VALUES_FILES) == {"default", "ha", "pvc", "spark-k8s", "s3-irsa"}
 
 
 def test_the_dockerfile_passes_hadolint_without_findings() -> None:
@@ -233,3 +234,27 @@ def test_the_network_policy_admits_ingress_to_the_metrics_port_only() -> None:
     executors: Any = render({**PG, "networkPolicy": {"enabled": True},
                              "sparkOnKubernetes": {"enabled": True, "executorImage": "x"}})["NetworkPolicy"][0]
     assert [p["port"] for p in executors["spec"]["ingress"][1]["ports"]] == [7078, 7079]
+
+
+def test_object_store_credentials_come_from_a_secret_and_irsa_from_service_account_annotations() -> None:
+    values = yaml_values(CHART / "ci" / "ha-values.yaml")
+    manifests = render(values)
+    for doc in manifests["Deployment"] + manifests["CronJob"]:
+        env = {e["name"]: e for e in pod_spec(doc)["containers"][0]["env"]}  # type: ignore[index]
+        assert env["AWS_ACCESS_KEY_ID"]["valueFrom"] == {"secretKeyRef": {"name": "lake-s3", "key": "access-key-id"}}
+        assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "secret-access-key"
+        assert env["AWS_SESSION_TOKEN"]["valueFrom"]["secretKeyRef"]["optional"] is True
+        assert env["AWS_REGION"]["value"] == "eu-west-1" and "AWS_ENDPOINT_URL" not in env
+    irsa = render(yaml_values(CHART / "ci" / "s3-irsa-values.yaml"))
+    [account] = irsa["ServiceAccount"]
+    assert account["metadata"]["annotations"] == {  # type: ignore[index]
+        "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/maintd-lake"}
+    env = {e["name"] for e in pod_spec(irsa["Deployment"][0])["containers"][0]["env"]}  # type: ignore[index]
+    assert "AWS_ACCESS_KEY_ID" not in env and "AWS_SECRET_ACCESS_KEY" not in env, "IRSA: no static credentials"
+    minio = render({"objectStore": {"existingSecret": "minio", "endpoint": "http://minio.storage:9000",
+                                    "allowHttp": True, "secretKeys": {"AWS_ACCESS_KEY_ID": "user",
+                                                                      "AWS_SECRET_ACCESS_KEY": "password"}}})
+    env_of = {e["name"]: e for e in pod_spec(minio["Deployment"][0])["containers"][0]["env"]}  # type: ignore[index]
+    assert env_of["AWS_ENDPOINT_URL"]["value"] == "http://minio.storage:9000" and env_of["AWS_ALLOW_HTTP"]["value"]
+    assert "endpoint" in schema_refuses({"objectStore": {"endpoint": "minio:9000"}})
+    assert "objectStore" in schema_refuses({"objectStore": {"secret": "x"}})

@@ -117,6 +117,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
   value: /home/maintd
 - name: TMPDIR
   value: /tmp
+{{- include "maintd.objectStoreEnv" . }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
@@ -157,5 +158,40 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
   mountPath: /home/maintd
 {{- with .Values.extraVolumeMounts }}
 {{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The object store's credentials (from objectStore.existingSecret) and endpoint, as the standard variables. */}}
+{{- define "maintd.objectStoreEnv" -}}
+{{- $os := .Values.objectStore | default dict }}
+{{- with $os.existingSecret }}
+{{- $secret := . }}
+{{- range $name, $key := $os.secretKeys }}
+- name: {{ $name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $key }}
+{{- end }}
+{{- range $name, $key := $os.optionalSecretKeys }}
+- name: {{ $name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $key }}
+      optional: true
+{{- end }}
+{{- end }}
+{{- with $os.region }}
+- name: AWS_REGION
+  value: {{ . | quote }}
+{{- end }}
+{{- with $os.endpoint }}
+- name: AWS_ENDPOINT_URL
+  value: {{ . | quote }}
+{{- end }}
+{{- if $os.allowHttp }}
+- name: AWS_ALLOW_HTTP
+  value: "true"
 {{- end }}
 {{- end }}
