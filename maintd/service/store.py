@@ -495,6 +495,10 @@ def _table_name(uri: str) -> str:
 def open_store(settings: Settings, *, upgrade: bool = True) -> StateStore:
     """The store of ``settings``: its schema upgraded (``upgrade``), or checked to be this maintd's.
 
+    The store also becomes this process's commit lock (:mod:`maintd.service.commit_lock`), so that the
+    daemon and ``maintd run`` can commit to tables whose store lacks conditional put and that opted into
+    ``commit_lock: state_store``; tables that did not opt in never take it.
+
     Raises:
         StateStoreError: the store cannot be reached, or (``upgrade`` false) its schema is not current.
     """
@@ -506,6 +510,9 @@ def open_store(settings: Settings, *, upgrade: bool = True) -> StateStore:
         except StateStoreError:
             store.close()
             raise
+    from maintd.service.commit_lock import install
+
+    install(store)
     return store
 
 

@@ -54,3 +54,22 @@ def test_writers_commit_under_the_state_store_lock_without_conditional_put(locke
 def test_lock_keys_are_stable_64_bit_integers() -> None:
     assert lock_key("s3://b/t/_log/x.json") == lock_key("s3://b/t/_log/x.json")
     assert lock_key("a") != lock_key("b") and all(-(2**63) <= lock_key(n) < 2**63 for n in ("a", "b", "c" * 500))
+
+
+def test_opening_the_state_store_makes_it_the_commit_lock_of_the_daemon_and_maintd_run(tmp_path: Any) -> None:
+    from maintd.errors import ConfigError
+    from maintd.service.commit_lock import StateStoreCommitLock
+    from maintd.service.store import open_store
+    from maintd.settings import Settings
+    from maintd.storage.lock import commit_lock
+
+    install_commit_lock(None)
+    with pytest.raises(ConfigError, match=r"state_store\.url"):
+        commit_lock("s3://b/t")
+    store = open_store(Settings(store={"url": f"sqlite:///{tmp_path}/state.db"}))
+    try:
+        lock = commit_lock("s3://b/t")
+        assert isinstance(lock, StateStoreCommitLock) and lock.engine is store.engine
+    finally:
+        store.close()
+        install_commit_lock(None)
