@@ -8,7 +8,7 @@ table's type or of a narrower one that converts exactly (``int`` into ``bigint``
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from pyspark.sql import types as T
 
@@ -133,7 +133,7 @@ def _case_hint(names: Iterable[str], available: Iterable[str]) -> str:
     return f" (column names are case-sensitive: {', '.join(hits)})" if hits else ""
 
 
-def parse_int_option(options: dict[str, str], key: str, *, uri: str) -> int | None:
+def parse_int_option(options: Mapping[str, str], key: str, *, uri: str) -> int | None:
     raw = options.get(key)
     if raw is None or str(raw).strip() == "":
         return None
