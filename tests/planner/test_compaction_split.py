@@ -1,0 +1,91 @@
+"""Which BaseFiles a compaction rewrites, at the boundaries of its rules, and how it explains them.
+
+These pin the behaviour mutation testing found unpinned (docs/testing.md): the half-target "small" bound,
+small neighbours joining from both sides (and only their true neighbours), a single BaseFile, BaseFiles
+without key statistics, and the words of the delta/base ratio.
+"""
+
+from __future__ import annotations
+
+from planner_helpers import NOW, NOW_MS, MiB, base, delta, policy, snapshot
+
+from maintd.planner import Policy, plan, with_overrides
+from maintd.planner.compaction import rewrite_split
+from maintd.planner.stats import BucketStats
+from maintd.table.actions import AddFile
+
+TARGET = 100 * MiB
+
+
+def keyed(f: AddFile, lo: int | None, hi: int | None) -> AddFile:
+    return f.model_copy(update={"key_min": None if lo is None else (lo,), "key_max": None if hi is None else (hi,)})
+
+
+def b(name: str, size: float, lo: int | None, hi: int | None) -> AddFile:
+    """A BaseFile of ``size`` target files holding keys lo..hi."""
+    f = base(0, size=int(size * TARGET))
+    return keyed(f.model_copy(update={"path": f"b/base-{name}.parquet"}), lo, hi)
+
+
+def d(lo: int, hi: int, size: int = MiB) -> AddFile:
+    return keyed(delta(1, size=size), lo, hi)
+
+
+def split(bases: list[AddFile], deltas: list[AddFile]) -> tuple[list[str], list[str]]:
+    stats = BucketStats(partition=(), bucket=0, now_ms=NOW_MS, bases=tuple(bases), deltas=tuple(deltas))
+    pol = policy(compaction={"target_file_bytes": TARGET}).compaction
+    rewritten, kept = rewrite_split(stats, pol)
+    name = lambda f: f.path.rsplit("-", 1)[-1].removesuffix(".parquet")  # noqa: E731
+    return [name(f) for f in rewritten], [name(f) for f in kept]
+
+
+def test_a_base_below_half_the_target_joins_its_touched_neighbour_and_one_of_half_does_not() -> None:
+    touched, big = b("T", 1, 0, 9), b("X", 2, 40, 49)
+    assert split([touched, b("S", 0.4, 10, 19), big], [d(1, 2)]) == (["T", "S"], ["X"])
+    assert split([touched, b("S", 0.5, 10, 19), big], [d(1, 2)]) == (["T"], ["S", "X"])
+
+
+def test_small_bases_join_towards_the_front_through_a_run_of_small_neighbours() -> None:
+    # X S1 S2 T: S2 joins T from behind, then S1 joins S2 (the backward pass, every index).
+    assert split([b("X", 2, 0, 9), b("S1", 0.1, 10, 19), b("S2", 0.1, 20, 29), b("T", 1, 30, 39)],
+                 [d(31, 32)]) == (["S1", "S2", "T"], ["X"])
+
+
+def test_small_bases_join_towards_the_back_and_the_first_only_joins_its_real_neighbour() -> None:
+    # T S X: S joins T in the forward pass, from index 1.
+    assert split([b("T", 1, 0, 9), b("S", 0.1, 10, 19), b("X", 2, 20, 29)], [d(1, 2)]) == (["T", "S"], ["X"])
+    # S X T: the first BaseFile has no neighbour before it (not the last one, by wrapping around).
+    assert split([b("S", 0.1, 0, 9), b("X", 2, 10, 19), b("T", 1, 20, 29)], [d(21, 22)]) == (["T"], ["S", "X"])
+    # T X S: nor has the last one a neighbour after it.
+    assert split([b("T", 1, 0, 9), b("X", 2, 10, 19), b("S", 0.1, 20, 29)], [d(1, 2)]) == (["T"], ["X", "S"])
+
+
+def test_a_single_base_is_always_rewritten_even_if_no_delta_touches_it() -> None:
+    assert split([b("X", 2, 0, 9)], [d(50, 60)]) == (["X"], [])
+
+
+def test_bases_without_key_statistics_sort_first() -> None:
+    rewritten, kept = split([b("K2", 1, 20, 29), b("U", 1, None, None), b("K1", 1, 10, 19)], [d(11, 12)])
+    assert rewritten == ["U", "K1"] and kept == ["K2"]
+
+
+def _plan_reason(files: list[AddFile], pol: Policy) -> str:
+    p = plan(snapshot(files), pol, NOW, "file:///t")
+    return p.decisions[0].message
+
+
+def test_the_ratio_is_explained_by_the_base_files_it_counts(quiet: Policy) -> None:
+    pol = with_overrides(quiet, {"compaction": {"delta_base_ratio": 0.5, "target_file_bytes": TARGET}})
+    whole = _plan_reason([b("A", 1, 0, 9), d(1, 2, size=60 * MiB)], pol)
+    assert ": delta/base bytes 0.60 >= delta_base_ratio 0.5" in whole
+    part = _plan_reason([b("A", 1, 0, 9), b("B", 2, 10, 19), d(1, 2, size=60 * MiB)], pol)
+    assert "delta bytes / bytes of the 1 BaseFile(s) they touch 0.60 >= delta_base_ratio 0.5" in part
+    untouched = _plan_reason([b("A", 1, 0, 9), b("B", 2, 10, 19), d(50, 60, size=60 * MiB)], pol)
+    assert ", DeltaFiles touch no BaseFile's key range, " in untouched
+
+
+def test_no_delete_estimate_without_delta_rows(quiet: Policy) -> None:
+    pol = with_overrides(quiet, {"compaction": {"max_delta_files": 1}})
+    p = plan(snapshot([base(0), delta(1, rows=0)]), pol, NOW, "file:///t")
+    [task] = p.tasks
+    assert task.expected_output_bytes == task.input_bytes, "nothing is estimated dropped"
