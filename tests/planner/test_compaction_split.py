@@ -89,3 +89,19 @@ def test_no_delete_estimate_without_delta_rows(quiet: Policy) -> None:
     p = plan(snapshot([base(0), delta(1, rows=0)]), pol, NOW, "file:///t")
     [task] = p.tasks
     assert task.expected_output_bytes == task.input_bytes, "nothing is estimated dropped"
+
+
+def test_quiet_rules_say_the_measured_ratio_and_delete_share(quiet: Policy) -> None:
+    pol = with_overrides(quiet, {"compaction": {"delta_base_ratio": 0.5, "update_delete_share": 0.6,
+                                                "target_file_bytes": TARGET}})
+    reason = _plan_reason([b("A", 1, 0, 9), d(1, 2, size=10 * MiB).model_copy(update={"rows": 4, "delete_rows": 2})],
+                          pol)
+    assert "delta/base bytes 0.10 < delta_base_ratio 0.5" in reason
+    assert "delete share 0.50 < update_delete_share 0.6" in reason
+
+
+def test_the_ratio_fires_on_a_single_byte_of_deltas(quiet: Policy) -> None:
+    pol = with_overrides(quiet, {"compaction": {"delta_base_ratio": 0.5, "target_file_bytes": TARGET}})
+    tiny_base = base(0, size=1).model_copy(update={"key_min": (0,), "key_max": (9,)})
+    p = plan(snapshot([tiny_base, d(1, 2, size=1)]), pol, NOW, "file:///t")
+    assert [t.kind for t in p.tasks] == ["compact"] and p.decisions[0].rule == "compaction.delta_base_ratio"
