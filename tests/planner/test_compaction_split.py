@@ -105,3 +105,15 @@ def test_the_ratio_fires_on_a_single_byte_of_deltas(quiet: Policy) -> None:
     tiny_base = base(0, size=1).model_copy(update={"key_min": (0,), "key_max": (9,)})
     p = plan(snapshot([tiny_base, d(1, 2, size=1)]), pol, NOW, "file:///t")
     assert [t.kind for t in p.tasks] == ["compact"] and p.decisions[0].rule == "compaction.delta_base_ratio"
+
+
+def test_the_delete_share_fires_from_one_delete_by_its_own_rule_and_never_without_rows(quiet: Policy) -> None:
+    pol = with_overrides(quiet, {"compaction": {"delta_base_ratio": 1000, "update_delete_share": 0.6,
+                                                "target_file_bytes": TARGET}})
+    one = d(1, 2).model_copy(update={"rows": 1, "delete_rows": 1})
+    p = plan(snapshot([b("A", 1, 0, 9), one]), pol, NOW, "file:///t")
+    assert p.decisions[0].rule == "compaction.update_delete_share"
+    assert "delete share 1.00 >= update_delete_share 0.6" in p.tasks[0].reason
+    empty = d(1, 2).model_copy(update={"rows": 0, "delete_rows": 0})
+    reason = _plan_reason([b("A", 1, 0, 9), empty], pol)
+    assert ", delete share 0 < update_delete_share 0.6" in reason
