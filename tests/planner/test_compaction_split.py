@@ -117,3 +117,15 @@ def test_the_delete_share_fires_from_one_delete_by_its_own_rule_and_never_withou
     empty = d(1, 2).model_copy(update={"rows": 0, "delete_rows": 0})
     reason = _plan_reason([b("A", 1, 0, 9), empty], pol)
     assert ", delete share 0 < update_delete_share 0.6" in reason
+
+
+def test_a_bucket_that_cannot_compact_says_which_rule_and_why() -> None:
+    from maintd.planner.candidates import Skip
+    from maintd.planner.compaction import compaction_candidate
+
+    stats = BucketStats(partition=(), bucket=0, now_ms=NOW_MS, bases=(b("A", 1, 0, 9),), deltas=())
+    on = policy(compaction={"target_file_bytes": TARGET}).compaction
+    off = on.model_copy(update={"enabled": False})
+    assert compaction_candidate(stats, off) == Skip("compaction.enabled", "compaction disabled")
+    assert compaction_candidate(stats, on) == Skip("no_delta_files",
+                                                   "no compaction, no DeltaFiles on top of the BaseFile")
