@@ -129,3 +129,28 @@ def test_a_bucket_that_cannot_compact_says_which_rule_and_why() -> None:
     assert compaction_candidate(stats, off) == Skip("compaction.enabled", "compaction disabled")
     assert compaction_candidate(stats, on) == Skip("no_delta_files",
                                                    "no compaction, no DeltaFiles on top of the BaseFile")
+
+
+def test_the_words_of_a_compaction_and_of_a_held_back_or_quiet_one() -> None:
+    from maintd.planner.compaction import compaction_candidate
+
+    pol = policy(compaction={"target_file_bytes": TARGET, "delta_base_ratio": 0.5, "max_delta_files": 1,
+                             "min_interval_hours": 0, "retention_pressure": False}).compaction
+
+    def stats(bases: list[AddFile], deltas: list[AddFile]) -> BucketStats:
+        return BucketStats(partition=(), bucket=0, now_ms=NOW_MS, bases=tuple(bases), deltas=tuple(deltas),
+                           compaction_clock_ms=NOW_MS - 2 * 3_600_000)
+
+    whole = compaction_candidate(stats([b("A", 1, 0, 9)], [d(1, 2, size=60 * MiB)]), pol)
+    assert whole.reason.startswith("compact 1 BaseFile(s) and 1 DeltaFiles")
+    assert "1 DeltaFiles >= max_delta_files 1; delta/base bytes 0.60 >= delta_base_ratio 0.5" in whole.reason
+    part = compaction_candidate(stats([b("A", 1, 0, 9), b("B", 2, 10, 19)], [d(1, 2)]), pol)
+    assert part.reason.startswith("compact 1 of 2 BaseFiles (keeping 1, 200.0 MiB, whose key ranges no DeltaFile")
+    held = compaction_candidate(stats([b("A", 1, 0, 9)], [d(1, 2)]), pol.model_copy(update={"min_interval_hours": 3}))
+    assert held.rule == "compaction.min_interval_hours"
+    assert held.message == ("no compaction, 1 DeltaFiles >= max_delta_files 1 but last compaction 2 h ago "
+                            "< min_interval_hours 3 h")
+    quiet = compaction_candidate(stats([b("A", 1, 0, 9)], [d(1, 2)]), pol.model_copy(
+        update={"max_delta_files": 5, "delta_base_ratio": 100.0}))
+    assert quiet.rule == "compaction.below_thresholds"
+    assert quiet.message.startswith("no compaction, 1 DeltaFiles < max_delta_files 5, ")
