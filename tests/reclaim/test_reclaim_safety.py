@@ -164,3 +164,14 @@ def test_checkpoints_drop_exactly_the_tombstones_below_the_watermark(tmp_path: P
     assert set(state.files) == set(snapshot.files)
     reclaim_table(Table.open(table.uri))
     assert not any((tmp_path / "t" / p).exists() for p in above), "the tombstones kept let them be reclaimed"
+
+
+def test_a_dry_run_says_so_and_how_long_it_took(tmp_path: Path) -> None:
+    import time
+
+    table = table_with_history(tmp_path / "t")
+    started = time.monotonic()
+    report = reclaim_table(table, dry_run=True)
+    took = time.monotonic() - started
+    assert report.dry_run and report.data_files_deleted > 0 and (tmp_path / "t" / "_log").exists()
+    assert 0 < report.seconds <= took + 0.001 and report.seconds == round(report.seconds, 3)
