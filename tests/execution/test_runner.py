@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,22 @@ def test_the_demo_shows_fewer_files_and_identical_reads(tmp_path: Path, spark: A
     console = Console(record=True, width=140)
     assert demo_cli.run_demo(console, tmp_path, batches=40, rows=200, spark=spark)
     text = console.export_text()
-    assert "rows read before and after are identical" in text and "faster" in text
+    assert "rows read before and after are identical" in text
+    found = re.search(r"read time (\d+) ms -> (\d+) ms \(([^)]*)\); files (\d+) -> (\d+)", text)
+    assert found, text
+    before_ms, after_ms, change, files_before, files_after = found.groups()
+    assert int(files_after) < int(files_before)
+    # The word must agree with the figures it stands next to (the old demo said "faster" when slower).
+    assert ("faster" in change and int(after_ms) <= int(before_ms)) or (
+        "slower" in change and int(after_ms) >= int(before_ms)) or change == "as fast", text
+
+
+@pytest.mark.parametrize(("before", "after", "said"), [(2.0, 1.0, "2.0x faster"), (1.0, 1.5, "1.5x slower"),
+                                                       (1.0, 1.0, "as fast"), (1.0, 0.0, "too fast to compare")])
+def test_the_demo_calls_a_slower_read_slower(before: float, after: float, said: str) -> None:
+    from rich.text import Text
+
+    assert Text.from_markup(demo_cli.speed_change(before, after)).plain == said
 
 
 def test_a_table_of_a_newer_protocol_is_reported_and_nothing_is_written_into_it(tmp_path: Path) -> None:

@@ -55,10 +55,14 @@ def test_a_writer_in_another_process_and_maintenance_both_land(tmp_path: Path, s
         deadline = time.monotonic() + 60
         while table.version == plan.read_version and time.monotonic() < deadline:
             time.sleep(0.05)  # commit only once the writer has landed after the read version
+        landed_before_commit = table.version - plan.read_version
         outcome = commit_rewrites(table, plan, results)
     finally:
         assert writer.wait(timeout=120) == 0
-    assert outcome.version is not None and not outcome.dropped
+    assert landed_before_commit >= 1, "the writer never landed between the plan and the commit"
+    assert outcome.retries >= 1, "the maintenance commit must have had to get past the writer's commits"
+    assert outcome.version is not None and outcome.version > plan.read_version + landed_before_commit
+    assert not outcome.dropped
     model.apply(pq.read_table(out))
     assert sorted_read(table).equals(model.table())
     ops = [c.operation for c in table.history()]

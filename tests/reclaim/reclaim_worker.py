@@ -7,14 +7,22 @@ this process right after the ``N``-th occurrence of step ``STEP`` (``checkpoint`
 ``python reclaim_worker.py write URI COMMITS OUT.parquet OFFSET``: commit ``COMMITS`` batches of upserts
 and deletes of keys ``OFFSET`` to ``OFFSET + 199``, then write every committed batch, in order, to
 ``OUT.parquet`` for the test's model (writers with different offsets touch different keys).
+
+``python reclaim_worker.py write-paused URI DIR``: upsert one row, pausing right before the put-if-absent of
+its first commit file: it writes ``DIR/paused`` (the version it is about to publish) and waits for
+``DIR/resume``; then prints a JSON line with the version it landed at and how many of its publishes went
+into history that reclamation had removed (and were taken back).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
+import time
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -51,8 +59,37 @@ def write(uri: str, commits: int, out: str, offset: int) -> None:
     pq.write_table(pa.concat_tables(written), out)
 
 
+def write_paused(uri: str, sync: str) -> None:
+    from loguru import logger
+
+    from maintd.storage.local import LocalStorage
+
+    taken_back: list[str] = []
+    logger.add(lambda m: taken_back.append(m), filter=lambda r: "published into history" in r["message"])
+    publish = LocalStorage.put_if_absent
+    paused: list[str] = []
+
+    def put_if_absent(self: LocalStorage, path: str, data: bytes) -> bool:
+        if path.startswith("_log/") and path.endswith(".json") and not paused:
+            paused.append(path)
+            Path(sync, "paused").write_text(path)
+            deadline = time.monotonic() + 120
+            while not Path(sync, "resume").exists():
+                if time.monotonic() > deadline:
+                    raise SystemExit("never told to resume")
+                time.sleep(0.01)
+        return publish(self, path, data)
+
+    LocalStorage.put_if_absent = put_if_absent  # type: ignore[method-assign]
+    table = Table.open(uri)
+    version = table.upsert(pa.table({"id": [4242], "name": ["paused writer"], "ds": ["a"]}))
+    print(json.dumps({"version": version, "paused_at": paused[0], "taken_back": len(taken_back)}), flush=True)
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "reclaim":
+    if sys.argv[1] == "write-paused":
+        write_paused(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "reclaim":
         reclaim(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
     else:
         write(sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
@@ -110,3 +112,46 @@ def test_writers_committing_in_other_processes_during_reclamation_lose_nothing(t
     assert rows(final.read()) == rows(pa.Table.from_pylist(list(expected.values())))
     reclaim_table(final, orphan_grace=timedelta(seconds=30), force_short_grace=True)
     assert data_files_on_disk(Path(table.uri)) == set(final.snapshot().files)
+
+
+def test_a_writer_process_publishing_into_the_reclaimed_past_takes_it_back_and_lands_later(tmp_path: Path) -> None:
+    """The race, forced: a writer process stops right before publishing version v; meanwhile another writer
+    commits v and v + 1 and reclamation (retain 0) deletes every commit before v + 1. The writer's
+    put-if-absent of v then succeeds, into removed history: it must take it back and land at v + 2."""
+    table = Table.create(str(tmp_path / "t"), "id:int64!,name:string,ds:string", primary_key="id",
+                         partition_by="ds", buckets=2, properties={"acid.data.retain.hours": 0})
+    for i in range(3):
+        table.upsert(pa.table({"id": [i], "name": [f"n{i}"], "ds": ["a"]}))
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    writer = subprocess.Popen([sys.executable, str(WORKER), "write-paused", table.uri, str(sync)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (sync / "paused").exists():
+            assert writer.poll() is None, writer.communicate()
+            assert time.monotonic() < deadline, "the writer never reached its publish"
+            time.sleep(0.01)
+        about_to_publish = (sync / "paused").read_text()
+        assert about_to_publish == commit_path(table.version + 1)
+        other = Table.open(table.uri)
+        for i in range(2):
+            other.upsert(pa.table({"id": [100 + i], "name": ["other"], "ds": ["b"]}))
+        latest = other.version
+        report = reclaim_table(Table.open(table.uri))
+        assert report.oldest_retained_version == latest
+        assert about_to_publish == commit_path(latest - 1) and not table.log.commit_exists(latest - 1), (
+            "the slot the writer publishes to was committed by the other writer and then reclaimed")
+        (sync / "resume").touch()
+        out, err = writer.communicate(timeout=120)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+    assert writer.returncode == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["taken_back"] == 1, "the writer must have published into the reclaimed past once"
+    assert result["version"] == latest + 1
+    final = Table.open(table.uri)
+    assert final.version == latest + 1 and not final.log.commit_exists(latest - 1), "the file was taken back"
+    assert {"id": 4242, "name": "paused writer", "ds": "a"} in rows(final.read())
+    assert len(rows(final.read())) == 6

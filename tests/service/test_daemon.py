@@ -69,7 +69,7 @@ def store(tmp_path: Path) -> Iterator[StateStore]:
     opened.close()
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+def wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition not reached in time"
@@ -133,14 +133,14 @@ def test_stopping_lets_a_run_finish_within_the_grace_period(tmp_path: Path, stor
     daemon = Daemon(make_settings(tmp_path, max_concurrent_tables=1), store, maintain, Recorder(), holder="d1")
     daemon.start()
     wait_for(lambda: maintain.active == 1)
-    daemon.stop(grace_seconds=3)
+    daemon.stop(grace_seconds=60)
     assert [r.status for r in store.history(kind=RunKind.MAINTENANCE)] == ["succeeded"]
     assert store.lease_holders() == {}
 
 
 def test_a_run_past_the_grace_period_is_abandoned_and_its_lease_released(tmp_path: Path, store: StateStore) -> None:
     release = threading.Event()
-    maintain = Recorder(lambda uri: release.wait(5))
+    maintain = Recorder(lambda uri: release.wait(60))
     daemon = Daemon(make_settings(tmp_path, max_concurrent_tables=1), store, maintain, Recorder(), holder="d1")
     daemon.start()
     wait_for(lambda: maintain.active == 1)
@@ -188,14 +188,14 @@ def test_a_failed_result_is_recorded_and_backed_off_like_an_exception(tmp_path: 
 
 def test_a_run_ending_after_the_grace_period_stays_abandoned(tmp_path: Path, store: StateStore) -> None:
     release = threading.Event()
-    maintain = Recorder(lambda uri: release.wait(5))
+    maintain = Recorder(lambda uri: release.wait(60))
     daemon = Daemon(make_settings(tmp_path, max_concurrent_tables=1), store, maintain, Recorder(), holder="d1")
     daemon.start()
     wait_for(lambda: maintain.active == 1)
     daemon.stop(grace_seconds=0.1)
     release.set()
     wait_for(lambda: maintain.active == 0)
-    time.sleep(0.1)
+    wait_for(lambda: not daemon._snapshot())  # the run's thread has finished recording (or not) its end
     [run] = store.history(kind=RunKind.MAINTENANCE)
     assert (run.status, run.error) == ("abandoned", "the daemon stopped (grace period over)")
 

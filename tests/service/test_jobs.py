@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from freezegun import freeze_time
 
 from maintd import Table
 from maintd.service.jobs import TableJobs, reclaimed_by_reason
@@ -119,12 +119,14 @@ def test_a_run_that_lost_its_lease_does_not_commit(tmp_path: Path, store: StateS
 
 def test_discovery_searches_the_roots_again_only_after_its_interval(tmp_path: Path, store: StateStore) -> None:
     create(tmp_path / "wh" / "a")
-    jobs = TableJobs(settings_for(tmp_path, discovery_interval_seconds=0.3), store, Metrics())
-    assert jobs.discover() == [str(tmp_path / "wh" / "a")]
-    create(tmp_path / "wh" / "b")
-    assert jobs.discover() == [str(tmp_path / "wh" / "a")]
-    time.sleep(0.35)
-    assert jobs.discover() == [str(tmp_path / "wh" / "a"), str(tmp_path / "wh" / "b")]
+    jobs = TableJobs(settings_for(tmp_path, discovery_interval_seconds=300), store, Metrics())
+    with freeze_time("2026-01-05 08:00:00") as clock:  # the interval is measured on time.monotonic
+        assert jobs.discover() == [str(tmp_path / "wh" / "a")]
+        create(tmp_path / "wh" / "b")
+        clock.tick(299)
+        assert jobs.discover() == [str(tmp_path / "wh" / "a")]
+        clock.tick(2)
+        assert jobs.discover() == [str(tmp_path / "wh" / "a"), str(tmp_path / "wh" / "b")]
 
 
 def test_reclamation_deletes_what_retention_frees_and_publishes_it_by_reason(

@@ -96,12 +96,24 @@ def test_a_failed_run_is_recorded_with_the_daemons_backoff(
     assert store.due_tables([broken.uri], RunKind.MAINTENANCE) == [], "a daemon now waits out the backoff"
 
 
-def test_the_lease_is_renewed_while_a_run_lasts(store: StateStore) -> None:
-    store.acquire_leases("maintd-run@x", ["/wh/a"], 1.5, 1)
-    renewal = _Renewal(store, "maintd-run@x", "/wh/a", 1.5, 0.3)
-    try:
-        time.sleep(2.5)
-        assert store.lease_holders() == {"/wh/a": "maintd-run@x"}
+def test_the_lease_is_renewed_while_a_run_lasts(store: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    store.acquire_leases("maintd-run@x", ["/wh/a"], 2, 1)
+    renewed: list[bool] = []
+    renew = store.renew_lease
+
+    def counting(holder: str, uri: str, duration: float) -> bool:
+        renewed.append(renew(holder, uri, duration))
+        return renewed[-1]
+
+    monkeypatch.setattr(store, "renew_lease", counting)
+    started = time.monotonic()
+    renewal = _Renewal(store, "maintd-run@x", "/wh/a", 30, 0.2)
+    try:  # renewed (for 30 s each time) past the 2 s the lease was first taken for
+        deadline = started + 120
+        while len(renewed) < 3 or time.monotonic() - started < 2.5:
+            assert time.monotonic() < deadline, f"renewals so far: {renewed}"
+            time.sleep(0.05)
+        assert all(renewed) and store.lease_holders() == {"/wh/a": "maintd-run@x"}
     finally:
         renewal.stop()
 

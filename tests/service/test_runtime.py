@@ -52,3 +52,48 @@ def test_maintd_daemon_with_invalid_settings_exits_2_naming_the_key(tmp_path: Pa
     result = CliRunner().invoke(app, ["daemon", "--config", str(config)])
     assert result.exit_code == 2
     assert "scheduler.max_concurrent_tables" in result.stderr
+
+
+def test_a_real_sigterm_while_spark_starts_exits_0_at_once_and_leaves_no_launcher(tmp_path: Path) -> None:
+    """The race, forced: Spark's launcher (``$SPARK_HOME/bin/spark-submit``, replaced by one that never
+    brings a JVM up) is running when the daemon process gets a real SIGTERM; it must stop at once, exit 0,
+    say that it stopped while Spark started, and leave no launcher behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    spark_home = tmp_path / "spark-home"
+    (spark_home / "bin").mkdir(parents=True)
+    launched = tmp_path / "launcher.pid"
+    submit = spark_home / "bin" / "spark-submit"
+    # It lets go of the daemon's stderr, and lives while the daemon does (a zombie daemon counts as gone).
+    submit.write_text(f'#!/bin/sh\nexec >/dev/null 2>&1\necho $$ > "{launched}"\n'
+                      'while [ -e /proc/$PPID ] && [ "$(cut -d" " -f3 /proc/$PPID/stat)" != Z ]; do sleep 0.1; done\n')
+    submit.chmod(0o755)
+    config = tmp_path / "maintd.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\nhttp:\n  host: 127.0.0.1\n  port: 0\n"
+                      "spark:\n  master: local[1]\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAINTD_")} | {"SPARK_HOME": str(spark_home)}
+    proc = subprocess.Popen([sys.executable, "-m", "maintd", "daemon", "--config", str(config)],
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while not (launched.exists() and launched.read_text().strip()):
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "Spark's launcher never started"
+            time.sleep(0.05)
+        launcher = int(launched.read_text())
+        proc.send_signal(signal.SIGTERM)
+        _, log = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, log
+    assert "received SIGTERM" in log and "stopping while the SparkSession starts" in log, log
+    assert "Traceback" not in log and "maintd daemon exited" in log, log
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{launcher}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the launcher notices that the daemon is gone
+    assert not Path(f"/proc/{launcher}").exists(), "Spark's launcher outlived the daemon"

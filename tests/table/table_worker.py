@@ -61,21 +61,33 @@ def properties(table: Table, count: int, rng: random.Random) -> list[dict[str, A
 
 
 def rewrite(table: Table, count: int, rng: random.Random) -> list[dict[str, Any]]:
+    """Compactions that each read the version *before* the newest commit of another process (waiting up to
+    10 s for one), so that each commit has to get past a concurrent commit: it retries or conflicts.
+    ``raced`` says so; ``attempts`` is how many versions the commit tried."""
     out: list[dict[str, Any]] = []
+    own: set[int] = set()
     done = 0
     while done < count:
         time.sleep(rng.uniform(0.0, 0.03))
-        snap = table.snapshot()
+        deadline = time.monotonic() + 10
+        latest = table.snapshot().version
+        while latest in own and time.monotonic() < deadline:
+            time.sleep(0.005)
+            latest = table.snapshot().version
+        raced = latest not in own and latest >= 2
+        snap = table.snapshot(latest - 1 if raced else latest)
         by_bucket = snap.by_bucket()
         busiest = max(groups(snap), key=lambda g: len(by_bucket[g]))
         prepared = rewrite_bucket(table, snap, busiest, "compact")
         if prepared is None:
             continue
         try:
-            out.append({"version": prepared.commit()})
+            version = prepared.commit()
+            own.add(version)
+            out.append({"version": version, "raced": raced, "attempts": prepared.txn.attempts})
             done += 1
         except CommitConflictError as exc:
-            out.append(conflict(exc))
+            out.append(conflict(exc) | {"raced": raced, "attempts": prepared.txn.attempts})
     return out
 
 

@@ -24,13 +24,13 @@ from table_helpers import (
     data_files_on_disk,
     groups,
     race,
-    rewrite_bucket,
     rewrite_buckets,
     sorted_rows,
 )
 
 import maintd
 from maintd import CommitConflictError, Table
+from maintd.execution import CommitOutcome, PlanDoc, PlanTaskDoc, commit_rewrites, execute
 from maintd.table.actions import CommitInfo, Protocol
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "format.md"
@@ -77,13 +77,18 @@ def _rows(ids: range, tag: str) -> list[dict[str, Any]]:
     return [{"id": i, "ds": "p", "name": f"{tag}{i}"} for i in ids]
 
 
-def _maintenance(kind: str) -> Callable[[Table], None]:
-    def run(table: Table) -> None:
+def _maintenance(kind: str) -> Callable[[Table], CommitOutcome]:
+    """Maintenance as maintd runs it: a plan of one bucket of partition p, executed, then ``commit_rewrites``
+    (which does not raise on a conflict: it drops or abandons the tasks and records the conflict)."""
+    def run(table: Table) -> CommitOutcome:
         snap = table.snapshot()
-        group = next(g for g in groups(snap) if dict(g[0]) == PART and len(snap.by_bucket()[g]) > 1)
-        txn = rewrite_bucket(table, snap, group, "cluster" if kind == "clustering" else "compact")
-        assert txn is not None
-        txn.commit()
+        (part, bucket), files = next((g, f) for g, f in snap.by_bucket().items() if dict(g[0]) == PART and len(f) > 1)
+        clustering = kind == "clustering"
+        inputs = tuple(f.path for f in files if not clustering or (f.kind == "delta" and f.level == 0))
+        task = PlanTaskDoc(task_id=f"{kind}-{bucket}", kind="cluster" if clustering else "compact",
+                           partition=dict(part), bucket=bucket, target_level=1 if clustering else None, inputs=inputs)
+        plan = PlanDoc(table_uri=table.uri, read_version=snap.version, tasks=(task,))
+        return commit_rewrites(table, plan, execute(plan, table, None))
 
     return run
 
@@ -163,12 +168,25 @@ def test_conflict_table_cell(seeded: dict[str, Path], tmp_path: Path, monkeypatc
     model_apply(model, winner, base + 1)
     before_files = data_files_on_disk(root)
 
+    maintenance_loser = loser in ("clustering", "compaction")
     if expected == NONE:
         version = race(monkeypatch, lambda: RUN[loser](loser_table), lambda: RUN[winner](winner_table))
+        if isinstance(version, CommitOutcome):
+            assert version.conflict_types == [] and version.committed, version
+            version = version.version
         if version is not None:
             assert version == base + 2
         assert Table.open(str(root)).version == base + 2
         model_apply(model, loser, base + 2)  # the serial order is: winner, then loser
+    elif maintenance_loser:
+        outcome = race(monkeypatch, lambda: RUN[loser](loser_table), lambda: RUN[winner](winner_table))
+        assert outcome.conflict_types == [expected], outcome
+        assert outcome.version is None and not outcome.committed and not outcome.outputs_left
+        winning = Table.open(str(root)).history(limit=1)[0].operation
+        if outcome.error is not None:  # abandoned: the error names the winner (a DD conflict drops the task)
+            assert f"version {base + 1}" in outcome.error and winning in outcome.error, outcome.error
+        assert Table.open(str(root)).version == base + 1, "a conflicting commit must not land"
+        assert data_files_on_disk(root) - before_files <= _files_added_at(root, base + 1), "outputs deleted"
     else:
         with pytest.raises(CommitConflictError) as caught:
             race(monkeypatch, lambda: RUN[loser](loser_table), lambda: RUN[winner](winner_table))

@@ -103,6 +103,13 @@ def appending_while_properties_change_and_maintenance_rewrites(root: str, tmp_pa
             expected = CONFLICTS[KIND[winner]][loser][LEVELS.index(level)]
             assert o["error"] == expected, f"{loser} lost to {winner}: raised {o['error']}, the table says {expected}"
     assert sorted(claimed) == list(range(latest.version + 1)), "each version is the commit of exactly one process"
+    # The race this test is about happened: the compactions read a version another process had passed,
+    # so each had to retry past a concurrent commit or lose to it with the conflict the table names.
+    rewrites = next(res["outcomes"] for res in results if res["role"] == "rewrite")
+    raced = [o for o in rewrites if o["raced"]]
+    assert len(raced) >= 2, f"the compactions must commit past concurrent commits: {rewrites}"
+    assert all(o["attempts"] >= 2 or "error" in o for o in raced), rewrites
+    assert conflicts + sum(o["attempts"] - 1 for o in rewrites if "version" in o) >= len(raced)
     assert len(landed) == 4 * 6, "every append eventually lands"
 
     for version, rows in sorted(landed, key=lambda vr: vr[0]):

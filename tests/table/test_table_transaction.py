@@ -66,7 +66,7 @@ def test_a_commit_gives_up_after_the_total_time_of_the_policy(tmp_path: Path) ->
     with pytest.raises(CommitRetriesExhaustedError):
         Table(storage, retry=policy).upsert(DATA)
     elapsed = time.monotonic() - started
-    assert 0.2 <= elapsed < 5, "bounded by the total time, not by the attempts"
+    assert 0.2 <= elapsed < 60, "bounded by the total time, not by the attempts"
     assert storage.refused < 1_000_000
 
 
