@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -160,6 +161,39 @@ def read_data_file(storage: Storage, metadata: Metadata, f: AddFile, columns: Se
         _check_columns(where, f.path, expected, pf.schema_arrow, read_cols)
         t = pf.read(columns=read_cols)
     return with_hidden_columns(t, f)
+
+
+def read_rows_of_keys(storage: Storage, metadata: Metadata, f: AddFile, keys: pa.Table) -> pa.Table:
+    """The rows of ``f`` whose primary key is one of ``keys`` (every column, hidden ones filled).
+
+    Reads the key columns first, then only the row groups that hold a wanted key: the change feed's
+    read of the prior state of a few keys in a large BaseFile.
+    """
+    pk = list(metadata.primary_key)
+    expected = file_schema(metadata, f.kind, f.level)
+    where = f"table {storage.uri}: data file {f.path}"
+    with data_file_errors(storage, f), storage.filesystem.open_input_file(storage.full_path(f.path)) as source:
+        pf = pq.ParquetFile(source)
+        _check_columns(where, f.path, expected, pf.schema_arrow, expected.names)
+        found = pf.read(columns=pk)
+        if len(pk) == 1:
+            hit = np.flatnonzero(pc.is_in(found.column(pk[0]), value_set=keys.column(pk[0])).to_numpy(
+                zero_copy_only=False))
+        else:
+            rows = found.append_column("__row", pa.array(np.arange(found.num_rows, dtype=np.int64)))
+            semi = rows.join(keys.select(pk), keys=pk, join_type="left semi", use_threads=False)
+            hit = np.sort(semi.column("__row").to_numpy())
+        if hit.size == 0:
+            return with_hidden_columns(expected.empty_table(), f)
+        meta = pf.metadata
+        starts = np.cumsum([0] + [meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
+        groups = np.unique(np.searchsorted(starts, hit, side="right") - 1)
+        t = pf.read_row_groups(groups.tolist(), columns=expected.names)
+    # positions of the wanted rows within the row groups read, which are concatenated in order
+    shift = np.zeros(len(starts) - 1, dtype=np.int64)
+    shift[groups] = starts[groups] - np.concatenate([[0], np.cumsum(np.diff(starts)[groups])[:-1]])
+    local = hit - shift[np.searchsorted(starts, hit, side="right") - 1]
+    return with_hidden_columns(t.take(pa.array(local)), f)
 
 
 @contextlib.contextmanager
