@@ -148,9 +148,12 @@ def write_data_files(storage: Storage, metadata: Metadata, contents: Sequence[Fi
     return adds
 
 
-def read_data_file(storage: Storage, metadata: Metadata, f: AddFile, columns: Sequence[str] | None = None
-                   ) -> pa.Table:
-    """Read a file with ``_maintd_op`` and ``_maintd_version`` always present (filled for level-0/base)."""
+def read_data_file(storage: Storage, metadata: Metadata, f: AddFile, columns: Sequence[str] | None = None,
+                   *, threads: bool = True) -> pa.Table:
+    """Read a file with ``_maintd_op`` and ``_maintd_version`` always present (filled for level-0/base).
+
+    ``threads``: decode its columns on pyarrow's threads (off when many files are read on threads).
+    """
     names = list(columns) if columns is not None else list(metadata.column_names)
     wanted = list(dict.fromkeys([*metadata.primary_key, *names]))
     expected = file_schema(metadata, f.kind, f.level)
@@ -159,7 +162,7 @@ def read_data_file(storage: Storage, metadata: Metadata, f: AddFile, columns: Se
     with data_file_errors(storage, f), storage.filesystem.open_input_file(storage.full_path(f.path)) as source:
         pf = pq.ParquetFile(source)
         _check_columns(where, f.path, expected, pf.schema_arrow, read_cols)
-        t = pf.read(columns=read_cols)
+        t = pf.read(columns=read_cols, use_threads=threads)
     return with_hidden_columns(t, f)
 
 

@@ -19,6 +19,7 @@ from maintd.table.snapshot import PartitionKey, Snapshot
 CHANGE_COLUMN = "_change"
 CHANGE_VERSION_COLUMN = "_change_version"
 _THREADS = 4
+_PARALLEL_FILES = 8
 
 
 def key_columns(metadata: Metadata) -> list[str]:
@@ -49,11 +50,25 @@ def read_bucket(storage: Storage, metadata: Metadata, files: Sequence[AddFile], 
     elif lone is not None and lone.level == 0 and lone.delete_rows == 0:
         t = read_data_file(storage, metadata, lone, need)  # a writer's file without deletes: keys appear once
     else:
-        parts = [read_data_file(storage, metadata, f, need) for f in files]
-        t = latest_rows(pa.concat_tables(parts, promote_options="default"), key_columns(metadata))
+        # level-0 files hold one version each: read newest first, and a stable sort by key settles them
+        single = all(f.kind == "delta" and f.level == 0 for f in files)
+        if single:
+            files = sorted(files, key=lambda f: -f.min_version)
+        parts = _read_files(storage, metadata, files, need)
+        t = latest_rows(pa.concat_tables(parts, promote_options="default"), key_columns(metadata),
+                        newest_first=single)
     if not keep_hidden:
         t = t.drop_columns([c for c in HIDDEN_COLUMNS if c in t.column_names])
     return t.select([*cols, *([c for c in HIDDEN_COLUMNS if c in t.column_names] if keep_hidden else [])])
+
+
+def _read_files(storage: Storage, metadata: Metadata, files: Sequence[AddFile], columns: Sequence[str]
+                ) -> list[pa.Table]:
+    """The files of one bucket, decoded on threads when there are many (pyarrow releases the GIL)."""
+    if len(files) < _PARALLEL_FILES:
+        return [read_data_file(storage, metadata, f, columns) for f in files]
+    with ThreadPoolExecutor(_THREADS) as pool:
+        return list(pool.map(lambda f: read_data_file(storage, metadata, f, columns, threads=False), files))
 
 
 def _empty(metadata: Metadata, cols: Sequence[str], keep_hidden: bool) -> pa.Table:
