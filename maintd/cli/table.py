@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table as RichTable
 
 from maintd.cli._output import iso_ms, parse_kv, print_json, print_table, user_errors
-from maintd.planner import load_policy_file
-from maintd.planner.candidates import fmt_bytes
-from maintd.table import Snapshot, Table
-from maintd.table.actions import AddFile
-from maintd.table.snapshot import format_partition
+
+if TYPE_CHECKING:
+    from maintd.table import Snapshot
+    from maintd.table.actions import AddFile
 
 table_app = typer.Typer(help="Create tables and inspect their layout and commit log.", no_args_is_help=True)
 
@@ -41,6 +40,8 @@ def create_command(
     json_out: bool = typer.Option(False, "--json", help="Print the created table's description as JSON."),
 ) -> None:
     """Create an empty primary-key table (version 0)."""
+    from maintd.table import Table
+
     properties = parse_kv(prop, "--property")
     with user_errors():
         keys = [k.strip() for item in primary_key for k in item.split(",") if k.strip()]
@@ -61,12 +62,16 @@ def check_policy_properties(uri: str, properties: dict[str, str]) -> None:
     Raises:
         PolicyError: naming the property and the rule it breaks.
     """
+    from maintd.planner import load_policy_file
+
     if any(k.startswith("maintd.") for k in properties):
         load_policy_file(None).resolve(uri=uri, properties=properties)
 
 
 def describe(snap: Snapshot) -> dict[str, Any]:
     """A JSON-able description of a snapshot: schema, properties, files and bytes per layer and per bucket."""
+    from maintd.table.snapshot import format_partition
+
     md = snap.metadata
     layers: dict[str, dict[str, int]] = defaultdict(lambda: {"files": 0, "bytes": 0, "rows": 0})
     buckets: dict[tuple[str, int], Counter[str]] = defaultdict(Counter)
@@ -104,6 +109,9 @@ def describe_command(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Schema, properties, version, files and bytes per level and kind, and a per-bucket table."""
+    from maintd.planner.candidates import fmt_bytes
+    from maintd.table import Table
+
     with user_errors():
         table = Table.open(uri)
         v = table.resolve_version(version)
@@ -136,6 +144,8 @@ def set_properties_command(
     prop: list[str] = typer.Option(..., "--property", help="Table property KEY=VALUE; repeat for several."),
 ) -> None:
     """Set table properties (e.g. acid.data.retain.hours); a metadata commit, validated first."""
+    from maintd.table import Table
+
     properties = parse_kv(prop, "--property")
     with user_errors():
         table = Table.open(uri)
@@ -152,6 +162,8 @@ def history_command(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """The table's commits, newest first, as far back as history is retained."""
+    from maintd.table import Table
+
     with user_errors():
         records = Table.open(uri).history(limit=limit)
     rows: list[dict[str, Any]] = [
