@@ -113,7 +113,7 @@ def bench_merge_on_read(work: Path, nfiles: int, file_rows: int, samples: int) -
         WHERE rn = 1 AND _maintd_op = 0"""
 
     def duck() -> pa.Table:
-        return con.execute(query).to_arrow_table()
+        return con.sql(query).to_arrow_table()
 
     ours = table.read().sort_by("pk")
     theirs = duck()
