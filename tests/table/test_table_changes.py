@@ -102,3 +102,27 @@ def test_changes_read_only_the_row_groups_of_changed_keys(tmp_path: Any, monkeyp
     got = sorted_rows(table.changes(start, end), KEYS)
     assert [(r["id"], r["_change"]) for r in got] == [(5, "update"), (2000, "insert")]
     assert full_reads == [], "the change feed read whole files"
+
+
+def test_rows_of_keys_across_many_row_groups_equal_a_filter(tmp_path: Any) -> None:
+    """The rows read for some keys, from a file of 11 row groups, are exactly the file's rows of those keys."""
+    import numpy as np
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from maintd.table.files import read_rows_of_keys
+
+    table = Table.create(str(tmp_path / "t"), "id:int64,name:string", primary_key="id", buckets=1)
+    table.upsert(pa.table({"id": list(range(1000)), "name": [str(i) for i in range(1000)]}))
+    snap = table.snapshot()
+    f = next(iter(snap.files.values()))
+    full = table.storage.full_path(f.path)
+    data = pq.read_table(full)
+    pq.write_table(data, full, row_group_size=97)
+    assert pq.ParquetFile(full).metadata.num_row_groups == 11
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        keys = pa.array(np.unique(rng.integers(0, 1200, rng.integers(1, 60))), pa.int64())
+        got = read_rows_of_keys(table.storage, snap.metadata, f, pa.table({"id": keys}))
+        want = data.filter(pc.is_in(data.column("id"), value_set=keys))
+        assert got.select(["id", "name"]).to_pylist() == want.select(["id", "name"]).to_pylist()
