@@ -8,15 +8,17 @@
    workload's bucket becomes a partition column with one bucket each, so the input is the same 3,200
    files. ``hashed`` lets the table re-bucket by its own hash (16 buckets): each micro-batch then
    writes 16 files, 16x the peers' file count;
-3. run the DuckDB dedupe peer and the delta-rs optimize.compact peer on the workload (right before
-   maintd's steps, so that all timed steps see about the same machine);
-4. time clustering of every level-0 file (one plan task per bucket, packed into one Spark task per
-   core) and a full compaction of the same level-0 files (a copy of the table), each plan + execute +
-   commit, on a warm local SparkSession as in the daemon's long-lived session: workers started and
-   prepared by ``warm_up``, then one untimed clustering of a third copy of the table (its time is
-   printed as the first run of the session: the JVM compiles the task path's hot methods then);
-5. read time of the table before and after, peak memory (sum of RSS over this process and its
-   descendants: the JVM and the Python workers), and the ratios to the peers.
+3. export the table's own level-0 files for the peers (same rows): a writer keeps one row per key of a
+   micro-batch, so the table holds fewer row versions than the raw workload. Each level-0 file is copied
+   to ``same/bucket=B/cVVVVVV.parquet`` with ``__seq`` = its version from the log (the version is in the
+   log, not in the file) and ``__op`` = its op column; the peers read exactly these rows;
+4. SAMPLES times each, alternating: the DuckDB dedupe peer and the delta-rs optimize.compact peer on the
+   exported files; maintd's clustering of every level-0 file and full compaction of the level-0 files,
+   each on a fresh copy of the ingested table (plan + execute + commit, on a warm local SparkSession as
+   in the daemon's long-lived session: workers started by ``warm_up``, then one untimed clustering of a
+   copy: the JVM compiles the task path's hot methods then), and compaction after clustering;
+5. every step's samples, median and spread (min-max), and the ratios of the medians; read time of the
+   table before and after, peak memory (sum of RSS over this process and its descendants).
 
 ``--input-bytes``, ``--pack-threads`` and ``--read-threads`` override the execution options (defaults: 256 MiB
 of input per Spark task and at least one per core, one plan task at a time in each, 4 read threads per task).
@@ -29,6 +31,7 @@ import glob
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -118,6 +121,33 @@ def ingest(wl: Path, uri: str, layout: str) -> tuple[float, int]:
     return time.monotonic() - t0, len(files)
 
 
+def export_level0(table, out: Path) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
+    """The table's level-0 files in the peers' layout: ``__seq`` = the file's version (from the log)."""
+    from maintd.table.files import read_data_file
+
+    snap = table.snapshot()
+    md = snap.metadata
+    rows = nbytes = 0
+    for f in sorted(snap.files.values(), key=lambda f: (f.min_version, f.path)):
+        assert f.kind == "delta" and f.level == 0, f
+        t = read_data_file(table.storage, md, f)
+        bucket = t.column("wb")[0].as_py() if "wb" in t.column_names else str(f.bucket)
+        t = pa.table({"pk": t.column("pk"), "__seq": pa.repeat(pa.scalar(f.min_version, pa.int64()), t.num_rows),
+                      "__op": t.column("_maintd_op"), "name": t.column("name"), "amount": t.column("amount"),
+                      "qty": t.column("qty"), "note": t.column("note")})
+        (out / f"bucket={bucket}").mkdir(parents=True, exist_ok=True)
+        path = out / f"bucket={bucket}" / f"c{f.min_version:06d}-{f.bucket:03d}.parquet"
+        pq.write_table(t, path)
+        rows += t.num_rows
+        nbytes += path.stat().st_size
+    return len(snap.files), rows, nbytes
+
+
+def stats_line(name: str, xs: list[float]) -> str:
+    return (f"{name:44s} median {statistics.median(xs):7.2f} s  spread {min(xs):.2f}-{max(xs):.2f} s  "
+            f"samples {', '.join(f'{x:.2f}' for x in xs)}")
+
+
 def full_plan(table, kind: str):  # type: ignore[no-untyped-def]
     from maintd.execution import PlanDoc, PlanTaskDoc
 
@@ -169,6 +199,7 @@ def main() -> None:
     ap.add_argument("--input-bytes", default="256m", help="input per Spark task (default 256m; at least one per core)")
     ap.add_argument("--pack-threads", type=int, default=1, help="plan tasks at once in one Spark task")
     ap.add_argument("--read-threads", type=int, default=4, help="file-decoding threads per plan task")
+    ap.add_argument("--samples", type=int, default=3, help="samples of every step (default 3)")
     args = ap.parse_args()
     work = Path(args.dir or tempfile.mkdtemp(prefix="maintd-bench-"))
     wl = work / "wl"
@@ -185,21 +216,26 @@ def main() -> None:
     options = ExecutionOptions(task_input_bytes=parse_size(args.input_bytes), pack_threads=args.pack_threads,
                                read_threads=args.read_threads)
 
-    a_uri, b_uri = str(work / f"t_{args.layout}"), str(work / f"t_{args.layout}_copy")
-    c_uri = str(work / f"t_{args.layout}_warmup")
-    for uri in (a_uri, b_uri, c_uri):
-        shutil.rmtree(uri, ignore_errors=True)
-    ingest_s, commits = ingest(wl, a_uri, args.layout)
+    base_uri = str(work / f"t_{args.layout}")
+    shutil.rmtree(base_uri, ignore_errors=True)
+    ingest_s, commits = ingest(wl, base_uri, args.layout)
     print(f"  ingest: {commits} commits in {ingest_s:.1f} s ({commits / ingest_s:.0f} commits/s)")
-    shutil.copytree(a_uri, b_uri)
-    shutil.copytree(a_uri, c_uri)
-    a, b, c = Table.open(a_uri), Table.open(b_uri), Table.open(c_uri)
-    files0 = len(a.snapshot().files)
-    read_before, rows = timed_read(a)
-    expected = a.read().sort_by("pk")
-    duck = run_peer("peer_duckdb_dedupe.py", str(wl), str(work / "out_duckdb"))
-    delta = run_peer("peer_deltars_compact.py", str(wl), str(work / "out_deltars"))
+    base = Table.open(base_uri)
+    same = work / "same"
+    shutil.rmtree(same, ignore_errors=True)
+    files0, versions0, bytes0 = export_level0(base, same)
+    print(f"  same rows for every contender: {files0} level-0 files, {versions0:,} row versions, "
+          f"{bytes0 / 1e6:.1f} MB exported for the peers at {same} (raw workload: {nbytes / 1e6:.1f} MB)")
+    read_before, rows = timed_read(base)
+    expected = base.read().sort_by("pk")
 
+    def fresh(name: str) -> Table:
+        uri = str(work / name)
+        shutil.rmtree(uri, ignore_errors=True)
+        shutil.copytree(base_uri, uri)
+        return Table.open(uri)
+
+    times: dict[str, list[float]] = {k: [] for k in ("duckdb", "deltars", "cluster", "compact", "recompact")}
     with PeakRss() as rss:
         spark = spark_session(None, conf={"spark.master": args.master, "spark.driver.memory": "1g"})
         # start the Python workers, import maintd in them and prepare them: a daemon's session is warm
@@ -207,22 +243,45 @@ def main() -> None:
         print(f"  Spark: {spark.sparkContext.master}, {args.input_bytes} of input per Spark task (at least "
               f"{spark.sparkContext.defaultParallelism}), {options.pack_threads} plan task(s) at once in each, "
               f"{options.read_threads} read threads per plan task", flush=True)
-        first_s, _ = timed_maintenance(c, "cluster", spark, options)
-        shutil.rmtree(c_uri, ignore_errors=True)
-        cluster_s, cstats = timed_maintenance(a, "cluster", spark, options)
-        compact_s, kstats = timed_maintenance(b, "compact", spark, options)
-        recompact_s, rstats = timed_maintenance(a, "compact", spark, options)
+        first_s, _ = timed_maintenance(fresh("warmup"), "cluster", spark, options)
+        cstats = kstats = rstats = {}
+        compacted = None
+        for s in range(args.samples):
+            print(f"sample {s + 1}/{args.samples}", flush=True)
+            peers = [("duckdb", "peer_duckdb_dedupe.py"), ("deltars", "peer_deltars_compact.py")]
+            ours = ["cluster", "compact"]
+            for step in (peers + ours) if s % 2 == 0 else (ours + peers):  # type: ignore[operator]
+                if isinstance(step, tuple):
+                    name, script = step
+                    times[name].append(run_peer(script, str(same), str(work / f"out_{name}")))
+                elif step == "cluster":
+                    clustered = fresh("clustered")
+                    dt, cstats = timed_maintenance(clustered, "cluster", spark, options)
+                    times["cluster"].append(dt)
+                    dt, rstats = timed_maintenance(clustered, "compact", spark, options)
+                    times["recompact"].append(dt)
+                else:
+                    compacted = fresh("compacted")
+                    dt, kstats = timed_maintenance(compacted, "compact", spark, options)
+                    times["compact"].append(dt)
         spark.stop()
-    read_after, rows_after = timed_read(b)
-    assert rows_after == rows and b.read().sort_by("pk").equals(expected), "read after compaction differs"
-    assert a.read().sort_by("pk").equals(expected), "read after clustering + compaction differs"
+    assert compacted is not None
+    read_after, rows_after = timed_read(compacted)
+    assert rows_after == rows and compacted.read().sort_by("pk").equals(expected), "read after compaction differs"
+    assert clustered.read().sort_by("pk").equals(expected), "read after clustering + compaction differs"
 
-    print(f"\nmaintd ({args.layout}, {files0} level-0 files, {rows:,} visible rows)")
-    print(f"  clustering of all level-0 files: {cluster_s:.2f} s  {cstats}")
-    print(f"    vs delta-rs compact {cluster_s / delta:.2f}x, vs DuckDB dedupe {cluster_s / duck:.2f}x")
-    print(f"  full compaction of the level-0 files: {compact_s:.2f} s  {kstats}")
-    print(f"    vs delta-rs compact {compact_s / delta:.2f}x, vs DuckDB dedupe {compact_s / duck:.2f}x")
-    print(f"  compaction after clustering (L1 -> base): {recompact_s:.2f} s  {rstats}")
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"\nmaintd ({args.layout}, {files0} level-0 files, {versions0:,} row versions, {rows:,} visible rows); "
+          f"{args.samples} samples per step, one run")
+    print("  " + stats_line("DuckDB dedupe (same files)", times["duckdb"]))
+    print("  " + stats_line("delta-rs optimize.compact (same files)", times["deltars"]))
+    print("  " + stats_line(f"maintd clustering {cstats}", times["cluster"]))
+    print(f"    ratio of medians: {med['cluster'] / med['deltars']:.2f}x delta-rs, "
+          f"{med['cluster'] / med['duckdb']:.2f}x DuckDB")
+    print("  " + stats_line(f"maintd full compaction {kstats}", times["compact"]))
+    print(f"    ratio of medians: {med['compact'] / med['deltars']:.2f}x delta-rs, "
+          f"{med['compact'] / med['duckdb']:.2f}x DuckDB")
+    print("  " + stats_line(f"maintd compaction after clustering {rstats}", times["recompact"]))
     print(f"  first clustering of the session (untimed warm-up, a copy of the table): {first_s:.2f} s")
     print(f"  read: {read_before:.2f} s before, {read_after:.2f} s after ({read_before / read_after:.1f}x)")
     print(f"  peak memory (driver + JVM + Python workers): {rss.peak / 2**20:.0f} MiB")

@@ -3,6 +3,8 @@
 The public API is what ``__all__`` lists; everything else is internal and may change.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from maintd.errors import (
     CommitConflictError,
     CommitError,
@@ -37,9 +39,25 @@ from maintd.errors import (
     UnsupportedProtocolError,
     VersionNotFoundError,
 )
-from maintd.table import CommitRecord, Pin, RetryPolicy, Snapshot, Table, Transaction
+
+if TYPE_CHECKING:
+    from maintd.table import CommitRecord, Pin, RetryPolicy, Snapshot, Table, Transaction
 
 __version__ = "0.1.0"
+
+_LAZY = {"CommitRecord", "Pin", "RetryPolicy", "Snapshot", "Table", "Transaction"}
+"""Imported on first use: the table format pulls in pyarrow, which commands such as ``maintd --help`` never
+need (see ``tests/cli/test_startup.py``)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import maintd.table
+
+        value = getattr(maintd.table, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'maintd' has no attribute {name!r}")
 
 __all__ = [
     "CommitConflictError",

@@ -11,10 +11,8 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pyarrow as pa
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -22,6 +20,10 @@ from rich.table import Table as RichTable
 
 from maintd.cli._output import print_table
 from maintd.cli.run import human_bytes, print_summaries
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
 
 SCHEMA = "order_id:int64,region:string,customer:string,amount:float64,qty:int32,status:string"
 REGIONS = ("eu", "us", "apac")
@@ -115,6 +117,8 @@ def run_demo(console: Console, warehouse: str | Path | None, *, batches: int = 3
 
 
 def _stream(console: Console, table: Any, batches: int, rows: int) -> float:
+    import numpy as np
+
     rng = np.random.default_rng(42)
     keyspace = batches * rows // 4  # ~4 versions per key: updates and deletes have something to hit
     started = time.monotonic()
@@ -128,6 +132,9 @@ def _stream(console: Console, table: Any, batches: int, rows: int) -> float:
 
 
 def _batch(rng: np.random.Generator, rows: int, keyspace: int) -> pa.Table:
+    import numpy as np
+    import pyarrow as pa
+
     keys = (rng.zipf(1.2, rows) + rng.integers(0, keyspace, rows)) % keyspace
     return pa.table({
         "order_id": pa.array(keys, pa.int64()),

@@ -10,6 +10,7 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -18,9 +19,9 @@ from rich.table import Table as RichTable
 
 from maintd.cli._output import print_table
 from maintd.errors import MaintdError
-from maintd.planner import MaintenancePlan, PolicyFile, load_policy_file, plan, policy_yaml
-from maintd.planner.candidates import fmt_bytes
-from maintd.table import Table
+
+if TYPE_CHECKING:
+    from maintd.planner import MaintenancePlan, PolicyFile
 
 
 def register(app: typer.Typer) -> None:
@@ -36,6 +37,8 @@ def plan_command(
     show_policy: bool = typer.Option(False, "--show-policy", help="Print each table's effective policy as YAML."),
 ) -> None:
     """Plan clustering and compaction of tables and print the plan; writes nothing."""
+    from maintd.planner import load_policy_file
+
     out, err = Console(soft_wrap=True), Console(stderr=True, soft_wrap=True)
     try:
         policy_file = load_policy_file(policy)
@@ -52,6 +55,9 @@ def plan_command(
 
 def plan_table(uri: str, policy_file: PolicyFile, now: datetime) -> tuple[MaintenancePlan, str]:
     """Open a table and plan it with its effective policy; returns the plan and the policy as YAML."""
+    from maintd.planner import plan, policy_yaml
+    from maintd.table import Table
+
     table = Table.open(uri)
     snap = table.snapshot()
     md = snap.metadata
@@ -85,6 +91,8 @@ def _where(partition: dict[str, str | None], bucket: int) -> str:
 
 def print_plan(console: Console, p: MaintenancePlan, *, explain: bool = False) -> None:
     """Human output: a header, the task table, and with ``explain`` one line per bucket."""
+    from maintd.planner.candidates import fmt_bytes
+
     console.print(f"[bold]{escape(p.table_uri)}[/bold] version {p.read_version}, policy {escape(p.policy_name)}: "
                   f"{len(p.tasks)} task(s), {fmt_bytes(p.input_bytes)} to rewrite, {len(p.decisions)} bucket(s)")
     if p.tasks:

@@ -5,15 +5,17 @@ from __future__ import annotations
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import typer
 from rich.console import Console
 from rich.table import Table as RichTable
 
 from maintd.cli._output import fail, print_json, user_errors
-from maintd.table import Table
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 
 
 def register(app: typer.Typer) -> None:
@@ -33,6 +35,10 @@ def read_command(
     json_out: bool = typer.Option(False, "--json", help="Print rows as JSON."),
 ) -> None:
     """Print the rows of a table at a version or time, or its net changes between two versions."""
+    import pyarrow.parquet as pq
+
+    from maintd.table import Table
+
     if changes_to is not None and changes_from is None:
         fail("--changes-to needs --changes-from")
     if changes_from is not None and (version is not None or as_of is not None):

@@ -19,7 +19,6 @@ from rich.table import Table as RichTable
 
 from maintd.cli._output import fail, parse_kv, print_json, print_table, user_errors
 from maintd.errors import ConfirmationRequiredError, InvalidInputError, MaintdError
-from maintd.planner.candidates import fmt_bytes
 
 SHOWN_PATHS = 20
 """Paths listed per kind in the text output of a dry run (``--json`` lists them all)."""
@@ -177,6 +176,8 @@ def _print_purge_preview(out: Console, plan: Any) -> None:
 
 
 def _print_paths(out: Console, plan: Any) -> None:
+    from maintd.planner.candidates import fmt_bytes
+
     for label, files in (("log files", plan.log_files), ("data files", plan.data_files),
                          ("orphan files", plan.orphan_files)):
         out.print(f"  {len(files)} {label} ({fmt_bytes(sum(f.bytes for f in files))})", highlight=False)
@@ -192,6 +193,8 @@ def _print_paths(out: Console, plan: Any) -> None:
 
 def print_reports(console: Console, reports: Sequence[Any], *, dry_run: bool) -> None:
     """One row per table: versions expired, oldest retained version, and log, data and orphan files deleted."""
+    from maintd.planner.candidates import fmt_bytes
+
     title = "maintd gc (dry run: would delete)" if dry_run else "maintd reclamation"
     t = RichTable(title=title)
     for col in ("table", "versions expired", "oldest retained", "log files", "data files", "orphans", "kept young",

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -24,26 +24,15 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
 from maintd.cli._output import fail, load_cli_settings, print_json, user_errors
-from maintd.planner import load_policy_file
-from maintd.planner.candidates import fmt_bytes
-from maintd.simulate import (
-    LEVELS,
-    BacktestReport,
-    CandidatePolicy,
-    RecordedRun,
-    Schedule,
-    SimulationReport,
-    backtest,
-    check_days,
-    learn,
-    plot_format,
-    require_matplotlib,
-    schedule_from_runs,
-    simulate_table,
-    write_plot,
-)
-from maintd.simulate.simulator import unique_names
-from maintd.table import Table
+
+if TYPE_CHECKING:
+    from maintd.simulate import (
+        BacktestReport,
+        RecordedRun,
+        Schedule,
+        SimulationReport,
+    )
+    from maintd.table import Table
 
 RUNS_LIMIT = 2000
 """Most recorded runs of each kind read from the state store (newest first)."""
@@ -77,6 +66,17 @@ def simulate_command(
 ) -> None:
     """Predict files per level, read and write amplification, maintenance work and history kept under each
     policy, from the table's own write pattern; writes nothing."""
+    from maintd.planner import load_policy_file
+    from maintd.simulate import (
+        CandidatePolicy,
+        backtest,
+        learn,
+        simulate_table,
+        write_plot,
+    )
+    from maintd.simulate.simulator import unique_names
+    from maintd.table import Table
+
     with user_errors():
         _check_arguments(days, plot, learn_hours, maintenance_interval, reclamation_interval, backtest_past)
         policy_files = [(p.stem, load_policy_file(p)) for p in policies] or [("default", load_policy_file(None))]
@@ -137,6 +137,12 @@ def _progress(policies: int) -> Iterator[Callable[[str, float], None] | None]:
 def _check_arguments(days: int, plot: Path | None, learn_hours: float, maintenance: float | None,
                      reclamation: float | None, backtest_past: bool) -> None:
     """Every bad argument is reported before anything is read."""
+    from maintd.simulate import (
+    check_days,
+    plot_format,
+    require_matplotlib,
+    )
+
     check_days(days)
     if learn_hours <= 0:
         fail(f"--learn-hours {learn_hours:g} must be positive: the hours of writes to learn the pattern from")
@@ -154,6 +160,10 @@ def _schedule(table: Table, config: Path | None, store: str | None, maintenance:
               reclamation: float | None) -> Schedule:
     """The cadence: explicit intervals, else recorded runs (with --config/--store), else the settings."""
     from maintd.settings import config_file
+    from maintd.simulate import (
+        Schedule,
+        schedule_from_runs,
+    )
 
     settings = load_cli_settings(config)
     s = settings.scheduler
@@ -174,6 +184,9 @@ def _recorded_runs(table: Table, url: str, settings: Any) -> list[RecordedRun]:
 
     from maintd.service.records import RunKind
     from maintd.service.store import StateStore
+    from maintd.simulate import (
+        RecordedRun,
+    )
 
     try:
         parsed = make_url(url)
@@ -206,6 +219,10 @@ def _tasks(tasks: dict[str, int]) -> str:
 
 
 def _levels(files: dict[str, Any]) -> str:
+    from maintd.simulate import (
+    LEVELS,
+    )
+
     return " / ".join(f"{files[k]:g}" for k in LEVELS)
 
 
@@ -216,6 +233,8 @@ def _span(values: list[float], fmt: str) -> str:
 
 def print_report(console: Console, r: SimulationReport) -> None:
     """The header (what was learned, the cadence), the policies side by side, then one line per day."""
+    from maintd.planner.candidates import fmt_bytes
+
     p = r.pattern
     console.print(f"[bold]{escape(r.table_uri)}[/bold]: {r.days} day(s) simulated from {r.start:%Y-%m-%d %H:%M} UTC, "
                   f"acid.data.retain.hours {r.retain_hours}", highlight=False)
@@ -237,6 +256,8 @@ def print_report(console: Console, r: SimulationReport) -> None:
 
 
 def _summary(r: SimulationReport) -> RichTable:
+    from maintd.planner.candidates import fmt_bytes
+
     t = RichTable(title=f"after {r.days} day(s)", show_edge=False, title_justify="left")
     t.add_column("")
     for pol in r.policies:
@@ -264,6 +285,8 @@ def _summary(r: SimulationReport) -> RichTable:
 
 
 def _per_day(r: SimulationReport) -> RichTable:
+    from maintd.planner.candidates import fmt_bytes
+
     t = RichTable(title="per day (files and read amplification: means over the day)", show_edge=False,
                   title_justify="left")
     for col in ("day", "policy", "files L0 / L1 / L2 / base", "read amp.", "write amp.", "tasks", "rewritten"):

@@ -17,8 +17,7 @@ from rich.table import Table as RichTable
 
 from maintd.cli._output import fail, print_json, print_table, user_errors
 from maintd.errors import MaintdError
-from maintd.planner.candidates import fmt_bytes
-from maintd.service.records import RunKind, RunRecord, RunStatus, TableRecord
+from maintd.service.records import RunKind, RunRecord, RunStatus, TableRecord  # light: enums and dataclasses
 
 if TYPE_CHECKING:  # SQLAlchemy is imported only when a command opens the store
     from maintd.service.store import StateStore
@@ -200,6 +199,8 @@ _HEALTH_STYLE = {"healthy": "green", "new": "cyan", "failing": "red", "disabled"
 
 
 def print_status(console: Console, rows: list[dict[str, Any]]) -> None:
+    from maintd.planner.candidates import fmt_bytes
+
     if not rows:
         console.print(
             "no tables registered yet: the daemon registers the tables it finds under warehouse.roots "
@@ -340,6 +341,7 @@ def print_history(console: Console, runs: list[RunRecord], decisions: dict[int, 
 
 def describe_run(run: RunRecord) -> str:
     """One line of what a run did, from its recorded metrics."""
+    from maintd.planner.candidates import fmt_bytes
     m = run.metrics or {}
     if run.kind == RunKind.MAINTENANCE.value and "tasks_planned" in m:
         if not m["tasks_planned"]:

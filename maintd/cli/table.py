@@ -5,18 +5,17 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table as RichTable
 
 from maintd.cli._output import iso_ms, parse_kv, print_json, print_table, user_errors
-from maintd.planner import load_policy_file
-from maintd.planner.candidates import fmt_bytes
-from maintd.table import Pin, Snapshot, Table
-from maintd.table.actions import AddFile
-from maintd.table.snapshot import format_partition
+
+if TYPE_CHECKING:
+    from maintd.table import Pin, Snapshot
+    from maintd.table.actions import AddFile
 
 table_app = typer.Typer(help="Create tables and inspect their layout and commit log.", no_args_is_help=True)
 
@@ -43,6 +42,8 @@ def create_command(
     json_out: bool = typer.Option(False, "--json", help="Print the created table's description as JSON."),
 ) -> None:
     """Create an empty primary-key table (version 0)."""
+    from maintd.table import Table
+
     properties = parse_kv(prop, "--property")
     with user_errors():
         keys = [k.strip() for item in primary_key for k in item.split(",") if k.strip()]
@@ -63,6 +64,8 @@ def check_policy_properties(uri: str, properties: dict[str, str]) -> None:
     Raises:
         PolicyError: naming the property and the rule it breaks.
     """
+    from maintd.planner import load_policy_file
+
     if any(k.startswith("maintd.") for k in properties):
         load_policy_file(None).resolve(uri=uri, properties=properties)
 
@@ -79,6 +82,8 @@ def pin_row(pin: Pin, now_ms: int | None = None) -> dict[str, Any]:
 def describe(snap: Snapshot, pins: tuple[list[Pin], int] | None = None) -> dict[str, Any]:
     """A JSON-able description of a snapshot: schema, properties, files and bytes per layer and per bucket, and
     (given ``pins``: the live pins and the bytes they hold back) its pins."""
+    from maintd.table.snapshot import format_partition
+
     md = snap.metadata
     layers: dict[str, dict[str, int]] = defaultdict(lambda: {"files": 0, "bytes": 0, "rows": 0})
     buckets: dict[tuple[str, int], Counter[str]] = defaultdict(Counter)
@@ -117,7 +122,9 @@ def describe_command(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Schema, properties, version, files and bytes per level and kind, and a per-bucket table."""
+    from maintd.planner.candidates import fmt_bytes
     from maintd.reclaim import held_by_pins
+    from maintd.table import Table
 
     with user_errors():
         table = Table.open(uri)
@@ -165,6 +172,8 @@ def pin_command(
 ) -> None:
     """Pin a version: reclamation (and PURGE, unless forced) keeps it and every file it reads until the pin is
     removed or its TTL passes. The first pin raises the table to protocol 3."""
+    from maintd.table import Table
+
     with user_errors():
         table = Table.open(uri)
         if not ttl_hours > 0:  # also NaN
@@ -187,6 +196,8 @@ def unpin_command(
     pin_id: str = typer.Argument(..., help="The pin's id (`maintd table pins` lists them)."),
 ) -> None:
     """Remove a pin: reclamation may expire the version again."""
+    from maintd.table import Table
+
     with user_errors():
         table = Table.open(uri)
         version = table.unpin(pin_id)
@@ -199,7 +210,9 @@ def pins_command(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """The table's pins (expired ones too, until reclamation removes them) and the bytes they hold back."""
+    from maintd.planner.candidates import fmt_bytes
     from maintd.reclaim import held_by_pins
+    from maintd.table import Table
 
     with user_errors():
         table = Table.open(uri)
@@ -229,6 +242,8 @@ def set_properties_command(
     prop: list[str] = typer.Option(..., "--property", help="Table property KEY=VALUE; repeat for several."),
 ) -> None:
     """Set table properties (e.g. acid.data.retain.hours); a metadata commit, validated first."""
+    from maintd.table import Table
+
     properties = parse_kv(prop, "--property")
     with user_errors():
         table = Table.open(uri)
@@ -245,6 +260,8 @@ def history_command(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """The table's commits, newest first, as far back as history is retained."""
+    from maintd.table import Table
+
     with user_errors():
         records = Table.open(uri).history(limit=limit)
     rows: list[dict[str, Any]] = [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pyarrow.fs as pafs
@@ -126,6 +126,16 @@ class Storage(abc.ABC):
         A no-op by default: an object store's PUT is durable when it returns. Local disks ``fsync``.
         """
         return None
+
+    def make_durable_many(self, paths: Sequence[str]) -> None:
+        """:meth:`make_durable` for every path of one commit: one durability barrier for the whole batch.
+
+        When it returns, every file and its directory entry survive a power loss. The default calls
+        :meth:`make_durable` once per path; a local disk overrides it to sync the files in parallel and
+        each directory once.
+        """
+        for path in paths:
+            self.make_durable(path)
 
 
 StorageFactory = Callable[[str], Storage]

@@ -16,10 +16,13 @@ is missing, not Parquet, or whose columns differ from the table schema is a
 from __future__ import annotations
 
 import contextlib
+import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -77,26 +80,80 @@ def write_data_file(storage: Storage, metadata: Metadata, data: pa.Table, *, par
 
     For level-0 files the versions and commit times are placeholders the transaction fills in.
     """
-    path = data_file_path(metadata, partition, bucket, kind, level)
+    return write_data_files(storage, metadata, [(data, partition, bucket)], kind=kind, level=level,
+                            min_version=min_version, max_version=max_version, min_commit_time=min_commit_time,
+                            max_commit_time=max_commit_time, data_change=data_change)[0]
+
+
+FileContent = tuple[pa.Table, Mapping[str, str | None], int]
+"""The rows of one data file (in the file layout, sorted by key), its partition and its bucket."""
+
+WRITE_THREADS = 4
+"""Files of one batch encoded and written at once: pyarrow releases the GIL while it encodes and writes."""
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _write_pool() -> ThreadPoolExecutor:
+    """The threads that write the files of a batch (shared by the process, started on first use; a task
+    never waits on another task of this pool, so sharing it cannot deadlock)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="maintd-write")
+        return _POOL
+
+
+def write_data_files(storage: Storage, metadata: Metadata, contents: Sequence[FileContent], *, kind: FileKind,
+                     level: int | None, min_version: int = 0, max_version: int = 0, min_commit_time: int = 0,
+                     max_commit_time: int = 0, data_change: bool = True) -> list[AddFile]:
+    """Write the files of one commit in parallel and make them durable with one barrier for the batch.
+
+    What a batch shares is computed once (the file schema, the directories); each file is encoded and
+    written on a thread; then :meth:`Storage.make_durable_many` syncs the files and their directories
+    before this returns, so the commit that names them can be published. If any file fails, the ones
+    written stay on storage (no commit names them; orphan cleanup takes them) and the error is raised.
+    """
+    if not contents:
+        return []
     schema = file_schema(metadata, kind, level)
-    data = data.select(schema.names).cast(schema)
-    full = storage.full_path(path)
-    storage.makedirs(path.rsplit("/", 1)[0])
-    pq.write_table(data, full, filesystem=storage.filesystem, **WRITE_OPTIONS)
-    storage.make_durable(path)
-    size = storage.filesystem.get_file_info(full).size or 0
-    deletes = int(pc.sum(pc.equal(data.column(OP_COLUMN), OP_DELETE)).as_py() or 0) if kind == "delta" else 0
-    kmin, kmax = key_bounds(data, metadata.primary_key)
-    return AddFile(path=path, partition=dict(partition), bucket=bucket, kind=kind,
-                   level=None if kind == "base" else level, rows=data.num_rows, bytes=size,
-                   min_version=min_version, max_version=max_version, min_commit_time=min_commit_time,
-                   max_commit_time=max_commit_time, delete_rows=deletes, key_min=kmin, key_max=kmax,
-                   data_change=data_change)
+    paths = [data_file_path(metadata, partition, bucket, kind, level) for _, partition, bucket in contents]
+    dirs: dict[str, str] = {}
+    for d in dict.fromkeys(p.rpartition("/")[0] for p in paths):
+        if d:
+            storage.makedirs(d)
+        dirs[d] = storage.full_path(d) if d else storage.full_path(paths[0]).rpartition("/")[0]
+    keys = metadata.primary_key
+
+    def one(i: int) -> AddFile:
+        data, partition, bucket = contents[i]
+        if not data.schema.equals(schema):
+            data = data.select(schema.names).cast(schema)
+        d, _, name = paths[i].rpartition("/")  # a new random name in a checked directory
+        with storage.filesystem.open_output_stream(f"{dirs[d]}/{name}") as sink:
+            pq.write_table(data, sink, **WRITE_OPTIONS)
+            size = int(sink.tell())
+        deletes = int(pc.sum(pc.equal(data.column(OP_COLUMN), OP_DELETE)).as_py() or 0) if kind == "delta" else 0
+        kmin, kmax = key_bounds(data, keys)
+        return AddFile(path=paths[i], partition=dict(partition), bucket=bucket, kind=kind,
+                       level=None if kind == "base" else level, rows=data.num_rows, bytes=size,
+                       min_version=min_version, max_version=max_version, min_commit_time=min_commit_time,
+                       max_commit_time=max_commit_time, delete_rows=deletes, key_min=kmin, key_max=kmax,
+                       data_change=data_change)
+
+    adds = [one(0)] if len(contents) == 1 else list(_write_pool().map(one, range(len(contents))))
+    storage.make_durable_many(paths)
+    return adds
 
 
-def read_data_file(storage: Storage, metadata: Metadata, f: AddFile, columns: Sequence[str] | None = None
-                   ) -> pa.Table:
-    """Read a file with ``_maintd_op`` and ``_maintd_version`` always present (filled for level-0/base)."""
+def read_data_file(storage: Storage, metadata: Metadata, f: AddFile, columns: Sequence[str] | None = None,
+                   *, threads: bool = True) -> pa.Table:
+    """Read a file with ``_maintd_op`` and ``_maintd_version`` always present (filled for level-0/base).
+
+    ``threads``: decode its columns on pyarrow's threads (off when many files are read on threads).
+    """
     names = list(columns) if columns is not None else list(metadata.column_names)
     wanted = list(dict.fromkeys([*metadata.primary_key, *names]))
     expected = file_schema(metadata, f.kind, f.level)
@@ -105,8 +162,41 @@ def read_data_file(storage: Storage, metadata: Metadata, f: AddFile, columns: Se
     with data_file_errors(storage, f), storage.filesystem.open_input_file(storage.full_path(f.path)) as source:
         pf = pq.ParquetFile(source)
         _check_columns(where, f.path, expected, pf.schema_arrow, read_cols)
-        t = pf.read(columns=read_cols)
+        t = pf.read(columns=read_cols, use_threads=threads)
     return with_hidden_columns(t, f)
+
+
+def read_rows_of_keys(storage: Storage, metadata: Metadata, f: AddFile, keys: pa.Table) -> pa.Table:
+    """The rows of ``f`` whose primary key is one of ``keys`` (every column, hidden ones filled).
+
+    Reads the key columns first, then only the row groups that hold a wanted key: the change feed's
+    read of the prior state of a few keys in a large BaseFile.
+    """
+    pk = list(metadata.primary_key)
+    expected = file_schema(metadata, f.kind, f.level)
+    where = f"table {storage.uri}: data file {f.path}"
+    with data_file_errors(storage, f), storage.filesystem.open_input_file(storage.full_path(f.path)) as source:
+        pf = pq.ParquetFile(source)
+        _check_columns(where, f.path, expected, pf.schema_arrow, expected.names)
+        found = pf.read(columns=pk)
+        if len(pk) == 1:
+            hit = np.flatnonzero(pc.is_in(found.column(pk[0]), value_set=keys.column(pk[0])).to_numpy(
+                zero_copy_only=False))
+        else:
+            rows = found.append_column("__row", pa.array(np.arange(found.num_rows, dtype=np.int64)))
+            semi = rows.join(keys.select(pk), keys=pk, join_type="left semi", use_threads=False)
+            hit = np.sort(semi.column("__row").to_numpy())
+        if hit.size == 0:
+            return with_hidden_columns(expected.empty_table(), f)
+        meta = pf.metadata
+        starts = np.cumsum([0] + [meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
+        groups = np.unique(np.searchsorted(starts, hit, side="right") - 1)
+        t = pf.read_row_groups(groups.tolist(), columns=expected.names)
+    # positions of the wanted rows within the row groups read, which are concatenated in order
+    shift = np.zeros(len(starts) - 1, dtype=np.int64)
+    shift[groups] = starts[groups] - np.concatenate([[0], np.cumsum(np.diff(starts)[groups])[:-1]])
+    local = hit - shift[np.searchsorted(starts, hit, side="right") - 1]
+    return with_hidden_columns(t.take(pa.array(local)), f)
 
 
 @contextlib.contextmanager

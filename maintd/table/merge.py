@@ -30,14 +30,20 @@ def first_of_each_key(t: pa.Table, keys: Sequence[str]) -> np.ndarray:
     return mask
 
 
-def latest_rows(t: pa.Table, keys: Sequence[str], *, keep_deletes: bool = False) -> pa.Table:
+def latest_rows(t: pa.Table, keys: Sequence[str], *, keep_deletes: bool = False,
+                newest_first: bool = False) -> pa.Table:
     """The row with the greatest version per key, sorted by key; delete rows dropped unless asked.
 
     ``t`` holds ``_maintd_version`` and ``_maintd_op``; a key appears at most once per version.
+    ``newest_first``: the rows of a key already come in descending version order (level-0 files
+    concatenated newest first), so a stable sort by key alone is enough (a cheaper sort).
     """
     if t.num_rows == 0:
         return t
-    s = sort_by_key_version(t, keys, newest_first=True)
+    if newest_first:  # pyarrow's sort_indices is stable: equal keys keep their (newest first) order
+        s = t.take(pc.sort_indices(t, sort_keys=[(k, "ascending") for k in keys]))
+    else:
+        s = sort_by_key_version(t, keys, newest_first=True)
     s = s.filter(pa.array(first_of_each_key(s, keys)))
     if not keep_deletes:
         s = s.filter(pc.not_equal(s.column(OP_COLUMN), OP_DELETE))

@@ -19,17 +19,28 @@ from maintd.table.snapshot import PartitionKey, Snapshot
 CHANGE_COLUMN = "_change"
 CHANGE_VERSION_COLUMN = "_change_version"
 _THREADS = 4
+_PARALLEL_FILES = 8
 
 
-def _key_columns(metadata: Metadata) -> list[str]:
+def key_columns(metadata: Metadata) -> list[str]:
+    """The columns that identify a row: partition columns, then the primary key."""
     return list(dict.fromkeys([*metadata.partition_by, *metadata.primary_key]))
+
+
+
+
+def state_schema(metadata: Metadata) -> pa.Schema:
+    """The schema of a state :func:`diff_states` compares: every table column (nullable), then the version."""
+    schema = to_arrow(metadata.fields)
+    return pa.schema([*[schema.field(c).with_nullable(True) for c in metadata.column_names],
+                      pa.field(VERSION_COLUMN, pa.int64())])
 
 
 def read_bucket(storage: Storage, metadata: Metadata, files: Sequence[AddFile], columns: Sequence[str] | None,
                 *, keep_hidden: bool = False) -> pa.Table:
     """The visible rows of one (partition, bucket): greatest version per key, deletes dropped."""
     cols = list(columns) if columns is not None else list(metadata.column_names)
-    need = list(dict.fromkeys([*_key_columns(metadata), *cols]))
+    need = list(dict.fromkeys([*key_columns(metadata), *cols]))
     if not files:
         return _empty(metadata, need, keep_hidden)
     lone = files[0] if len(files) == 1 else None
@@ -39,11 +50,25 @@ def read_bucket(storage: Storage, metadata: Metadata, files: Sequence[AddFile], 
     elif lone is not None and lone.level == 0 and lone.delete_rows == 0:
         t = read_data_file(storage, metadata, lone, need)  # a writer's file without deletes: keys appear once
     else:
-        parts = [read_data_file(storage, metadata, f, need) for f in files]
-        t = latest_rows(pa.concat_tables(parts, promote_options="default"), _key_columns(metadata))
+        # level-0 files hold one version each: read newest first, and a stable sort by key settles them
+        single = all(f.kind == "delta" and f.level == 0 for f in files)
+        if single:
+            files = sorted(files, key=lambda f: -f.min_version)
+        parts = _read_files(storage, metadata, files, need)
+        t = latest_rows(pa.concat_tables(parts, promote_options="default"), key_columns(metadata),
+                        newest_first=single)
     if not keep_hidden:
         t = t.drop_columns([c for c in HIDDEN_COLUMNS if c in t.column_names])
     return t.select([*cols, *([c for c in HIDDEN_COLUMNS if c in t.column_names] if keep_hidden else [])])
+
+
+def _read_files(storage: Storage, metadata: Metadata, files: Sequence[AddFile], columns: Sequence[str]
+                ) -> list[pa.Table]:
+    """The files of one bucket, decoded on threads when there are many (pyarrow releases the GIL)."""
+    if len(files) < _PARALLEL_FILES:
+        return [read_data_file(storage, metadata, f, columns) for f in files]
+    with ThreadPoolExecutor(_THREADS) as pool:
+        return list(pool.map(lambda f: read_data_file(storage, metadata, f, columns, threads=False), files))
 
 
 def _empty(metadata: Metadata, cols: Sequence[str], keep_hidden: bool) -> pa.Table:
@@ -87,9 +112,16 @@ def changes_between(storage: Storage, before: Snapshot, after: Snapshot,
     whose delete row compaction may already have dropped). Deleted keys show their last row.
     """
     md = after.metadata
-    keys = _key_columns(md)
-    a = read_snapshot(storage, before, groups=touched, keep_hidden=True).drop_columns([OP_COLUMN])
-    b = read_snapshot(storage, after, groups=touched, keep_hidden=True).drop_columns([OP_COLUMN])
+    schema = state_schema(md)
+    a = read_snapshot(storage, before, groups=touched, keep_hidden=True).select(schema.names).cast(schema)
+    b = read_snapshot(storage, after, groups=touched, keep_hidden=True).select(schema.names).cast(schema)
+    return diff_states(md, a, b)
+
+
+def diff_states(md: Metadata, a: pa.Table, b: pa.Table) -> pa.Table:
+    """The net changes from state ``a`` to state ``b`` (visible rows with their version, one per key;
+    :func:`state_schema`): inserts, updates (some value differs) and deletes, sorted by key."""
+    keys = key_columns(md)
     values = [c for c in md.column_names if c not in keys]
     a = a.rename_columns([c if c in keys else f"{c}__a" for c in a.column_names]).append_column(
         "__in_a", pa.repeat(pa.scalar(True), a.num_rows))

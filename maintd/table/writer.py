@@ -13,8 +13,8 @@ from maintd.errors import InvalidInputError, PrimaryKeyError
 from maintd.storage import Storage
 from maintd.table.actions import AddFile, Metadata
 from maintd.table.bucketing import bucket_of
-from maintd.table.files import write_data_file
-from maintd.table.merge import dedupe_last_occurrence
+from maintd.table.files import file_schema, write_data_files
+from maintd.table.merge import first_of_each_key
 from maintd.table.schema import OP_COLUMN, OP_DELETE, OP_UPSERT, conform
 
 TableLike = Any
@@ -89,23 +89,34 @@ def prepare_changes(data: TableLike, ops: np.ndarray | None, metadata: Metadata,
 
 
 def split_and_write(storage: Storage, metadata: Metadata, batch: pa.Table) -> list[AddFile]:
-    """Write one level-0 DeltaFile per (partition, bucket) present in ``batch``; repeats: last wins."""
+    """Write one level-0 DeltaFile per (partition, bucket) present in ``batch``; repeats: last wins.
+
+    One sort of the whole batch by (partition, bucket, key, position descending) groups the files' rows,
+    orders each file by key and puts the last occurrence of a repeated key first; the files are then
+    zero-copy slices of the sorted batch, written together (:func:`write_data_files`).
+    """
     if batch.num_rows == 0:
         return []
-    keys = list(metadata.primary_key) + [c for c in metadata.partition_by if c not in metadata.primary_key]
+    pk = list(metadata.primary_key)
     buckets = bucket_of(batch, metadata.primary_key, metadata.buckets)
     parts = partition_values(batch, metadata.partition_by)
-    group_cols = {f"__p{i}": a for i, a in enumerate(parts)} | {"__bucket": pa.array(buckets)}
-    idx = pa.table(group_cols | {"__idx": pa.array(np.arange(batch.num_rows, dtype=np.int64))})
-    groups = idx.group_by(list(group_cols), use_threads=False).aggregate([("__idx", "list")])
-    adds = []
-    for g in groups.to_pylist():
-        rows = batch.take(pa.array(g["__idx_list"], pa.int64()))
-        rows = dedupe_last_occurrence(rows, keys)
-        partition = {c: g[f"__p{i}"] for i, c in enumerate(metadata.partition_by)}
-        adds.append(write_data_file(storage, metadata, rows, partition=partition, bucket=g["__bucket"],
-                                    kind="delta", level=0))
-    return adds
+    group_cols = [f"__p{i}" for i in range(len(parts))] + ["__bucket"]
+    helpers = {f"__p{i}": a for i, a in enumerate(parts)} | {
+        "__bucket": pa.array(buckets), "__pos": pa.array(np.arange(batch.num_rows, dtype=np.int64))}
+    tmp = batch
+    for name, arr in helpers.items():
+        tmp = tmp.append_column(name, arr)
+    order = [(c, "ascending") for c in [*group_cols, *pk]] + [("__pos", "descending")]
+    s = tmp.take(pc.sort_indices(tmp, sort_keys=order))
+    s = s.filter(pa.array(first_of_each_key(s, [*group_cols, *pk])))
+    starts = np.flatnonzero(first_of_each_key(s, group_cols))
+    ends = [*starts[1:].tolist(), s.num_rows]
+    data = s.select(file_schema(metadata, "delta", 0).names).cast(file_schema(metadata, "delta", 0))
+    contents = []
+    for a, b in zip(starts.tolist(), ends, strict=True):
+        partition = {c: s.column(f"__p{i}")[a].as_py() for i, c in enumerate(metadata.partition_by)}
+        contents.append((data.slice(a, b - a), partition, int(s.column("__bucket")[a].as_py())))
+    return write_data_files(storage, metadata, contents, kind="delta", level=0)
 
 
 def check_partition_filter(batch: pa.Table, partition: Mapping[str, Any], metadata: Metadata, *, table: str

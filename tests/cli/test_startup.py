@@ -1,0 +1,52 @@
+"""Startup cost: the commands people type most import only what they use.
+
+A module-presence test, not a timing test: each command runs in a fresh interpreter, which then reports the
+heavy modules it imported. ``maintd --help`` needs typer and rich only; reading a table's log needs the
+format (pyarrow), never Spark, the state store, the schedulers or the optional engines.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from maintd import Table
+
+HEAVY = ("pyspark", "pyarrow", "pyarrow.dataset", "numpy", "pandas", "pydantic", "sqlalchemy", "alembic",
+         "apscheduler", "duckdb", "polars", "matplotlib", "loguru", "yaml", "prometheus_client")
+NEVER_FOR_A_TABLE = ("pyspark", "pyarrow.dataset", "sqlalchemy", "alembic", "apscheduler", "duckdb", "polars",
+                     "matplotlib", "prometheus_client")
+
+PROBE = """
+import json, sys
+from maintd.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print("\\n" + json.dumps(sorted(m for m in sys.modules if m in set(json.loads({heavy!r})))))
+"""
+
+
+def imported_by(*argv: str) -> set[str]:
+    code = PROBE.format(heavy=json.dumps(HEAVY))
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_help_imports_no_heavy_module() -> None:
+    assert imported_by("--help") == set()
+
+
+@pytest.mark.parametrize("command", [["table", "describe"], ["plan"]])
+def test_reading_a_table_imports_no_engine_store_or_scheduler(tmp_path: Path, command: list[str]) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64,name:string", primary_key="id", buckets=2)
+    table.upsert([{"id": 1, "name": "a"}])
+    loaded = imported_by(*command, table.uri)
+    assert "pyarrow" in loaded, "the probe saw the command read the table"
+    assert loaded.isdisjoint(NEVER_FOR_A_TABLE), sorted(loaded & set(NEVER_FOR_A_TABLE))
