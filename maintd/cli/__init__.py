@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from importlib import import_module
+from typing import Any
 
 import typer
 
@@ -56,18 +57,19 @@ def _root(
 
 
 def _takes_config(ctx: typer.Context, name: str) -> bool:
-    """Whether command ``name`` (or any command of group ``name``) has its own ``--config`` option."""
-    import click
+    """Whether command ``name`` (or any command of group ``name``) has its own ``--config`` option.
 
-    group = ctx.command
-    command = group.get_command(ctx, name) if isinstance(group, click.Group) else None
-    stack: list[click.Command] = [command] if command is not None else []
+    Walks the command tree by its attributes (``get_command``, ``commands``, ``params``), not by class:
+    typer builds it from click or from its own copy of click, depending on its release.
+    """
+    get_command = getattr(ctx.command, "get_command", None)
+    command = get_command(ctx, name) if get_command is not None else None
+    stack: list[Any] = [command] if command is not None else []
     while stack:
         cmd = stack.pop()
         if any(p.name == "config" for p in cmd.params):
             return True
-        if isinstance(cmd, click.Group):
-            stack.extend(cmd.commands.values())
+        stack.extend(getattr(cmd, "commands", {}).values())
     return False
 
 

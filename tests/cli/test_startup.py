@@ -50,3 +50,16 @@ def test_reading_a_table_imports_no_engine_store_or_scheduler(tmp_path: Path, co
     loaded = imported_by(*command, table.uri)
     assert "pyarrow" in loaded, "the probe saw the command read the table"
     assert loaded.isdisjoint(NEVER_FOR_A_TABLE), sorted(loaded & set(NEVER_FOR_A_TABLE))
+
+
+def test_the_commands_with_their_own_config_option_are_found_in_the_command_tree() -> None:
+    """The root decides from the tree which commands load the default settings; typer builds that tree from
+    click or from its own copy of it, so the walk must not depend on either's classes (nor need click)."""
+    import typer.main
+
+    from maintd.cli import _takes_config, app
+
+    root = typer.main.get_command(app)
+    ctx = typer.Context(root)
+    assert {name: _takes_config(ctx, name) for name in ("run", "daemon", "status", "table", "read", "plan")} == {
+        "run": True, "daemon": True, "status": True, "table": False, "read": False, "plan": False}
