@@ -116,8 +116,9 @@ def test_writers_committing_in_other_processes_during_reclamation_lose_nothing(t
 
 def test_a_writer_process_publishing_into_the_reclaimed_past_takes_it_back_and_lands_later(tmp_path: Path) -> None:
     """The race, forced: a writer process stops right before publishing version v; meanwhile another writer
-    commits v and v + 1 and reclamation (retain 0) deletes every commit before v + 1. The writer's
-    put-if-absent of v then succeeds, into removed history: it must take it back and land at v + 2."""
+    commits v and v + 1 and reclamation (retain 0) records what it expires at v + 2 and deletes every commit
+    before v + 1. The writer's put-if-absent of v then succeeds, into removed history: it must take it back
+    and land at v + 3."""
     table = Table.create(str(tmp_path / "t"), "id:int64!,name:string,ds:string", primary_key="id",
                          partition_by="ds", buckets=2, properties={"acid.data.retain.hours": 0})
     for i in range(3):
@@ -150,8 +151,9 @@ def test_a_writer_process_publishing_into_the_reclaimed_past_takes_it_back_and_l
     assert writer.returncode == 0, err
     result = json.loads(out.strip().splitlines()[-1])
     assert result["taken_back"] == 1, "the writer must have published into the reclaimed past once"
-    assert result["version"] == latest + 1
+    assert report.expire_version == latest + 1, "reclamation recorded what it expires before deleting"
+    assert result["version"] == latest + 2, "after the expire record"
     final = Table.open(table.uri)
-    assert final.version == latest + 1 and not final.log.commit_exists(latest - 1), "the file was taken back"
+    assert final.version == latest + 2 and not final.log.commit_exists(latest - 1), "the file was taken back"
     assert {"id": 4242, "name": "paused writer", "ds": "a"} in rows(final.read())
     assert len(rows(final.read())) == 6
