@@ -71,7 +71,7 @@ def rewrite(table: Table, count: int, rng: random.Random) -> list[dict[str, Any]
         time.sleep(rng.uniform(0.0, 0.03))
         deadline = time.monotonic() + 10
         latest = table.snapshot().version
-        while latest in own and time.monotonic() < deadline:
+        while (latest in own or latest < 2) and time.monotonic() < deadline:
             time.sleep(0.005)
             latest = table.snapshot().version
         raced = latest not in own and latest >= 2
