@@ -41,3 +41,14 @@ def s3_root(s3_server: Any) -> Iterator[str]:
     configure_storage(root, s3_server.options)
     yield root
     clear_storage_options()
+
+
+@pytest.fixture(autouse=True)
+def _no_commit_lock_left_behind() -> Iterator[None]:
+    """Opening a state store makes it the process's commit lock: each test starts and ends without one,
+    so that a store opened by one test never serves (or hides the absence of) another test's lock."""
+    from maintd.storage import install_commit_lock
+
+    install_commit_lock(None)
+    yield
+    install_commit_lock(None)
