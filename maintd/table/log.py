@@ -217,6 +217,14 @@ class TableLog:
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             return None
 
+    def reclaimed_version(self) -> int | None:
+        """The oldest version the last complete reclamation kept: every version before it is expired, even
+        if a log file that could still build one survives (a writer's late checkpoint of an old version)."""
+        try:
+            return int(json.loads(self.storage.read(RECLAIMED))["version"])
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return None
+
     def advance_reclaimed_watermark(self, version: int, timestamp: int) -> None:
         """Record that every tombstone removed at or before ``timestamp`` (commit ``version``) is deleted."""
         current = self.reclaimed_watermark()
@@ -310,6 +318,13 @@ class TableLog:
                 f"table {self.storage.uri} has no version {target}; latest is {latest}",
                 latest=latest, oldest_retained=None,
             )
+        if version is not None and target < latest:
+            reclaimed = self.reclaimed_version()
+            if reclaimed is not None and target < reclaimed:
+                raise VersionNotFoundError(
+                    f"table {self.storage.uri}: version {target} cannot be read, reclamation expired it; "
+                    f"the oldest retained version is {reclaimed}", latest=latest, oldest_retained=reclaimed,
+                )
         builder = None
         if base is not None and base.version <= target:
             builder = self._replay(SnapshotBuilder.from_snapshot(base), target)

@@ -261,3 +261,23 @@ def test_commits_a_stopped_purge_left_unbuildable_expire_at_the_next_reclamation
     assert {p.relative_to(tmp_path / "t").as_posix() for p in (tmp_path / "t").rglob("*.parquet")
             if "_log" not in p.parts} == live
     assert sorted(Table.open(table.uri).read().to_pylist(), key=lambda r: r["id"]) == expected
+
+
+def test_a_late_checkpoint_of_an_expired_version_does_not_make_it_readable_again(tmp_path: Path) -> None:
+    """A writer checkpoints a version after committing it; delayed, that checkpoint can land after reclamation
+    expired the version and deleted its files. The version must still read as expired, not as missing files."""
+    from maintd.errors import VersionNotFoundError
+
+    table = Table.create(str(tmp_path / "t"), "id:int64!,v:int64", primary_key="id",
+                         properties={"acid.data.retain.hours": 0, "log.checkpoint.interval": 100})
+    table.upsert(pa.table({"id": [1, 2], "v": [1, 1]}))
+    table.upsert(pa.table({"id": [1], "v": [2]}))
+    old = table.snapshot(1)
+    table.overwrite(pa.table({"id": [3], "v": [3]}))  # version 3 no longer reads version 1's file
+    report = reclaim_table(Table.open(table.uri))
+    assert report.oldest_retained_version == 3 and report.data_files_deleted >= 1
+    table.log.write_checkpoint(old)  # the writer's delayed checkpoint of version 1
+    with pytest.raises(VersionNotFoundError, match="expired") as err:
+        Table.open(table.uri).snapshot(1)
+    assert err.value.oldest_retained == 3
+    assert Table.open(table.uri).read().to_pylist() == [{"id": 3, "v": 3}]
