@@ -226,10 +226,24 @@ class TableLog:
             return None
 
     def advance_reclaimed_watermark(self, version: int, timestamp: int) -> None:
-        """Record that every tombstone removed at or before ``timestamp`` (commit ``version``) is deleted."""
-        current = self.reclaimed_watermark()
-        if current is None or current < timestamp:
-            self.storage.write_atomic(RECLAIMED, json.dumps({"version": version, "timestamp": timestamp}).encode())
+        """Record that every tombstone removed at or before ``timestamp`` is deleted and that every version
+        before ``version`` is expired.
+
+        The two marks advance independently: commit timestamps come from the writers' clocks, so a later
+        version can carry an earlier timestamp, and a reclamation that keeps a newer version must still
+        advance the version mark even when its timestamp is not newer (and the other way round). Each mark
+        only ever grows.
+        """
+        try:
+            current = json.loads(self.storage.read(RECLAIMED))
+            old_version, old_timestamp = int(current["version"]), int(current["timestamp"])
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            old_version = old_timestamp = None
+        new_version = version if old_version is None else max(old_version, version)
+        new_timestamp = timestamp if old_timestamp is None else max(old_timestamp, timestamp)
+        if (new_version, new_timestamp) != (old_version, old_timestamp):
+            record = {"version": new_version, "timestamp": new_timestamp}
+            self.storage.write_atomic(RECLAIMED, json.dumps(record).encode())
 
     def prune_tombstones(self, snapshot: Snapshot) -> Snapshot:
         """``snapshot`` without the tombstones whose files reclamation has deleted (below the watermark)."""

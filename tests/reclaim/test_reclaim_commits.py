@@ -281,3 +281,15 @@ def test_a_late_checkpoint_of_an_expired_version_does_not_make_it_readable_again
         Table.open(table.uri).snapshot(1)
     assert err.value.oldest_retained == 3
     assert Table.open(table.uri).read().to_pylist() == [{"id": 3, "v": 3}]
+
+
+def test_the_reclaimed_marks_grow_independently_when_commit_clocks_disagree(tmp_path: Path) -> None:
+    """Commit timestamps come from the writers' clocks, so a newer version may carry an older timestamp. A
+    reclamation keeping such a version must still advance the version mark (and never lower the time mark)."""
+    log = TableLog(Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id").storage)
+    log.advance_reclaimed_watermark(5, 1_000)
+    log.advance_reclaimed_watermark(7, 900)  # newer version, older clock
+    assert (log.reclaimed_version(), log.reclaimed_watermark()) == (7, 1_000)
+    log.advance_reclaimed_watermark(6, 1_200)  # an older version never lowers the version mark
+    assert (log.reclaimed_version(), log.reclaimed_watermark()) == (7, 1_200)
+
