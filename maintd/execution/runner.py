@@ -9,9 +9,8 @@ JVM; the summary names the Spark master and application a run used.
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,7 +22,6 @@ from maintd.errors import MaintdError
 from maintd.execution.driver import run_plan
 from maintd.execution.spark import options_from_settings, spark_session
 from maintd.execution.specs import ExecutionOptions
-from maintd.storage.discovery import find_tables
 from maintd.table import RetryPolicy, Snapshot, Table
 
 Progress = Callable[[str, str], None]
@@ -99,46 +97,6 @@ class TableRunSummary:
         return asdict(self)
 
 
-def discover_tables(roots: Iterable[str], max_depth: int = 4) -> list[str]:
-    """Tables under warehouse roots: every directory holding ``_log/`` (not searched below a table).
-
-    Local roots are walked on disk; object-store roots (``s3://bucket/warehouse``...) by listing
-    "directories" level by level (:func:`maintd.storage.find_tables`). A root that cannot be read is
-    logged and skipped, so the other roots are still maintained.
-    """
-    found: list[str] = []
-    for root in roots:
-        if "://" in root and not root.startswith("file:"):
-            try:
-                found += find_tables(root, max_depth)
-            except (MaintdError, OSError) as exc:
-                logger.error("warehouse root {}: cannot list it ({}); skipped", root, exc)
-            continue
-        base = Path(root.removeprefix("file://")).expanduser()
-        if not base.is_dir():
-            logger.warning("warehouse root {} is not a directory; skipped", root)
-            continue
-        for dirpath, dirnames, _ in os.walk(base):
-            depth = len(Path(dirpath).relative_to(base).parts)
-            if "_log" in dirnames:
-                found.append(str(Path(dirpath)))
-                dirnames.clear()
-            elif depth >= max_depth:
-                dirnames.clear()
-            else:
-                dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
-    return found
-
-
-def tables_from_settings(settings: Any) -> list[str]:
-    """The configured tables plus those discovered under the warehouse roots, without repeats."""
-    wh = settings.warehouse
-    uris = list(wh.tables)
-    if wh.discovery:
-        uris += discover_tables(wh.roots, wh.discovery_max_depth)
-    return list(dict.fromkeys(uris))
-
-
 def commit_groups(settings: Any) -> dict[str, Any]:
     """The commit group bounds of the ``commit`` settings group, as execution options (none without settings)."""
     c = getattr(settings, "commit", None)
@@ -203,7 +161,6 @@ class Runner:
 
     def _reclaim_table(self, uri: str, summary: TableRunSummary, dry_run: bool, now: datetime) -> None:
         """Reclaim after maintenance (``maintd run``): the files maintenance just replaced go once expired."""
-        from maintd.errors import MaintdError
         from maintd.reclaim import DEFAULT_ORPHAN_GRACE, reclaim_table
 
         settings = getattr(self.settings, "reclaim", None)

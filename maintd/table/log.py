@@ -234,11 +234,13 @@ class TableLog:
         advance the version mark even when its timestamp is not newer (and the other way round). Each mark
         only ever grows.
         """
+        old_version: int | None = None
+        old_timestamp: int | None = None
         try:
             current = json.loads(self.storage.read(RECLAIMED))
             old_version, old_timestamp = int(current["version"]), int(current["timestamp"])
         except (FileNotFoundError, ValueError, KeyError, TypeError):
-            old_version = old_timestamp = None
+            pass
         new_version = version if old_version is None else max(old_version, version)
         new_timestamp = timestamp if old_timestamp is None else max(old_timestamp, timestamp)
         if (new_version, new_timestamp) != (old_version, old_timestamp):

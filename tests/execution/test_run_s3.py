@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from maintd import Table
-from maintd.execution.runner import discover_tables
+from maintd.service.discovery import discover, tables_of
 
 from .helpers import SCHEMA, Model, batch, sorted_read
 from .test_runner import POLICY, _app
@@ -36,9 +36,10 @@ def s3_table(uri: str, commits: int = 8) -> tuple[Table, Model]:
 def test_tables_are_discovered_under_an_s3_root(s3_root: str) -> None:
     for uri in (f"{s3_root}/wh/a", f"{s3_root}/wh/db/b", f"{s3_root}/wh/db/deeper/c"):
         Table.create(uri, "id:int64!", primary_key="id")
-    assert discover_tables([f"{s3_root}/wh"]) == [f"{s3_root}/wh/a", f"{s3_root}/wh/db/b", f"{s3_root}/wh/db/deeper/c"]
-    assert discover_tables([f"{s3_root}/wh"], max_depth=1) == [f"{s3_root}/wh/a"]
-    assert discover_tables([f"{s3_root}/empty"]) == []
+    expected = [f"{s3_root}/wh/a", f"{s3_root}/wh/db/b", f"{s3_root}/wh/db/deeper/c"]
+    assert tables_of(discover([f"{s3_root}/wh"])) == expected
+    assert tables_of(discover([f"{s3_root}/wh"], max_depth=1)) == [f"{s3_root}/wh/a"]
+    assert tables_of(discover([f"{s3_root}/empty"])) == []
 
 
 @pytest.mark.spark

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from maintd.cli import demo as demo_cli
 from maintd.cli import run as run_cli
-from maintd.execution.runner import Runner, discover_tables
+from maintd.execution.runner import Runner
+from maintd.service.discovery import discover, tables_of
 
 from .helpers import make_table, sorted_read
 
@@ -41,7 +42,7 @@ def test_tables_are_discovered_under_warehouse_roots(tmp_path: Path) -> None:
     make_table(tmp_path / "a", commits=1)
     make_table(tmp_path / "nested" / "b", commits=1)
     (tmp_path / "empty").mkdir()
-    found = discover_tables([str(tmp_path)])
+    found = tables_of(discover([str(tmp_path)]))
     assert sorted(found) == sorted([str(tmp_path / "a" / "t"), str(tmp_path / "nested" / "b" / "t")])
 
 
