@@ -6,17 +6,19 @@ One scenario (seeded):
 1. a table (partitioned, 2 buckets, retention 0 or 1 hour, a checkpoint every 2 to 5 versions);
 2. at once, in separate processes (:mod:`model_worker`): writers doing upserts, deletes, mixed
    changes and overwrites; a maintainer clustering or compacting buckets (the local executor, then
-   ``commit_rewrites``); a reclaimer running reclamation with its clock up to 90 minutes ahead (so that
-   versions expire) and PURGE; every process on a storage that fails (before or after applying), stalls
-   and loses answers at random, with its own seed;
+   ``commit_rewrites``); a reclaimer running reclamation (its expire commit, then the deletions) with its
+   clock up to 90 minutes ahead (so that versions expire), pinning recent versions, and PURGE; every
+   process on a storage that fails (before or after applying), stalls and loses answers at random, with
+   its own seed;
 3. the history is rebuilt from the journals: the commit standing at each version is the one that was
    created there first and not taken back as published into removed history;
 4. checked: every acknowledged commit is the one at its version; no commit reported as not landed (a
    ``CommitError`` other than ``CommitStateUnknownError``, or any error of a writer) is anywhere in the
    history; every commit in the history is one
    some process made; every version that must be retained reads exactly as the model of the rows says
-   (replaying the data operations of the history in version order); then, with the writers gone, a
-   reclamation with no grace leaves exactly the data files the retained versions read.
+   (replaying the data operations of the history in version order), acknowledged pins' versions too;
+   then, with the writers gone, a reclamation with no grace leaves exactly the data files the retained
+   versions read, and the pinned versions still read.
 
 ``run(n, seed)`` returns the counts that ``scripts/model_check.py`` prints.
 """
@@ -195,7 +197,9 @@ class Checker:
         return {"acked": outcomes.count("acked"), "unknown": outcomes.count("unknown"),
                 "not_landed": outcomes.count("not_landed"), "error": outcomes.count("error"),
                 "ghosts": sum(1 for r in self.journal if r["type"] == "ghost"),
-                "purges": sum(1 for r in self.ops if r["kind"] == "purge" and r["outcome"] == "acked")}
+                "purges": sum(1 for r in self.ops if r["kind"] == "purge" and r["outcome"] == "acked"),
+                "pins": len(self._pinned()),
+                "expires": sum(1 for r in self.ops if r["kind"] == "expire" and r.get("version") is not None)}
 
     def check(self) -> None:
         table = Table.open(self.uri)
@@ -215,7 +219,11 @@ class Checker:
         where = {txn: v for v, txn in self.history.items()}
         for op in self.ops:
             txns = op["txns"]
-            if op["outcome"] == "acked":
+            if op["outcome"] == "acked" and op.get("version") is None:  # a pin, or an expire with nothing to do
+                if txns and txns[-1] not in where:
+                    self.fail(f"{op['kind']} acknowledged is nowhere in the history ({txns[-1]})")
+                txns = txns[:-1]
+            elif op["outcome"] == "acked":
                 if not txns or self.history.get(op["version"]) != txns[-1]:
                     self.fail(f"{op['kind']} acknowledged at version {op['version']} is not the commit standing "
                               f"there ({self.history.get(op['version'])} vs {txns[-1:]})")
@@ -269,7 +277,12 @@ class Checker:
         marks = [r["oldest_retained"] for r in self.journal if r["type"] == "reclaim" and "oldest_retained" in r]
         purges = {op["txns"][-1] for op in self.ops if op["kind"] == "purge" and op["txns"]}
         marks += [v for v, txn in self.history.items() if txn in purges]
-        return max(marks, default=0)
+        required = max(marks, default=0)
+        # An acknowledged pin keeps its version, and every later one, for its TTL (longer than the scenario).
+        return min([required, *self._pinned()])
+
+    def _pinned(self) -> list[int]:
+        return [op["pinned"] for op in self.ops if op["kind"] == "pin" and op["outcome"] == "acked"]
 
     def _check_final_reclamation(self, states: dict[int, dict[Key, dict[str, Any]]]) -> None:
         """No writer left: a reclamation without grace leaves exactly the files the retained versions read."""
@@ -287,6 +300,9 @@ class Checker:
                 self.fail(f"the final reclamation committed files at version {v}")
             states[v] = states[v - 1]
         oldest = self._check_reads(table, table.version, states, count=False)
+        if self._pinned() and oldest > min(self._pinned()):
+            self.fail(f"the final reclamation expired pinned version(s) {sorted(set(self._pinned()))}: the oldest "
+                      f"readable version is {oldest}")
         needed = set().union(*(table.snapshot(v).files for v in range(oldest, table.version + 1)))
         on_disk = {f.path for f in table.storage.walk() if not f.path.startswith("_log/")}
         if on_disk != needed:

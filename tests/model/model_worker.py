@@ -34,6 +34,7 @@ from maintd import CommitError, CommitStateUnknownError, RetryPolicy, Table, err
 from maintd.execution import PlanDoc, PlanTaskDoc, commit_rewrites, execute
 from maintd.reclaim import plan_reclamation, purge_table
 from maintd.reclaim.engine import execute_plan
+from maintd.reclaim.retention import record_expiry
 from maintd.storage import storage_for_uri
 from maintd.storage.faulty import Fault, FaultPlan
 from maintd.table import landing, transaction
@@ -184,6 +185,50 @@ def maintainer(uri: str, plan: FaultPlan, rng: np.random.Generator, rounds: int)
         _op("maintenance", run)
 
 
+PIN_TTL = timedelta(hours=3)
+"""Longer than the reclaimer's clock runs ahead (90 minutes) plus the final check's: a pin made in a scenario
+holds to its end."""
+
+
+def pinner(table: Table, rng: np.random.Generator) -> None:
+    """Pin one of the newest versions (it may have expired meanwhile: then the pin is refused)."""
+    try:
+        latest = table.snapshot().version
+    except Exception as exc:
+        JOURNAL.write(type="op", kind="pin", outcome="failed", txns=[], error=str(exc))  # type: ignore[union-attr]
+        return
+    version = max(0, latest - int(rng.integers(0, 4)))
+
+    def pin() -> None:
+        table.pin(version, PIN_TTL, "model check")  # the version it landed at is found by its transaction
+
+    _op("pin", pin, pinned=version)
+
+
+def reclaim(table: Table, now: datetime, grace: timedelta) -> None:
+    """``reclaim_table``, step by step: the plan journaled, then its expire commit (an operation of its own),
+    then, only if that commit landed or there was nothing to record, the deletions."""
+    try:
+        planned = plan_reclamation(table, now=now, orphan_grace=grace)
+    except Exception as exc:
+        JOURNAL.write(type="reclaim", error=f"{type(exc).__name__}: {exc}")  # type: ignore[union-attr]
+        return
+    JOURNAL.write(type="reclaim", oldest_retained=planned.oldest_retained_version)  # type: ignore[union-attr]
+    landed: list[int | None] = []
+
+    def expire() -> int | None:
+        landed.append(record_expiry(table, planned))
+        return landed[-1]
+
+    _op("expire", expire)
+    if not landed:
+        return  # the expire commit failed or its outcome is unknown: delete nothing (reclaim_table does the same)
+    try:
+        execute_plan(table, planned)
+    except Exception as exc:
+        JOURNAL.write(type="reclaim", error=f"{type(exc).__name__}: {exc}")  # type: ignore[union-attr]
+
+
 def reclaimer(uri: str, plan: FaultPlan, rng: np.random.Generator, rounds: int) -> None:
     for _ in range(rounds):
         time.sleep(float(rng.uniform(0, 0.08)))
@@ -191,16 +236,14 @@ def reclaimer(uri: str, plan: FaultPlan, rng: np.random.Generator, rounds: int) 
         ahead = timedelta(minutes=float(rng.choice([0, 30, 90])))
         now = datetime.now(UTC) + ahead
         grace = ahead + timedelta(hours=1)  # files of in-flight writers never look old enough
-        if rng.random() < 0.3:
+        roll = rng.random()
+        if roll < 0.2:
+            pinner(table, rng)
+        elif roll < 0.45:  # refused while a pin lives (no --force-unpin)
             _op("purge", lambda table=table, now=now, grace=grace: purge_table(
                 table, now=now, orphan_grace=grace).purge_version)
         else:
-            try:  # reclaim_table, with the plan journaled before anything is deleted
-                planned = plan_reclamation(table, now=now, orphan_grace=grace)
-                JOURNAL.write(type="reclaim", oldest_retained=planned.oldest_retained_version)  # type: ignore[union-attr]
-                execute_plan(table, planned)
-            except Exception as exc:
-                JOURNAL.write(type="reclaim", error=f"{type(exc).__name__}: {exc}")  # type: ignore[union-attr]
+            reclaim(table, now, grace)
 
 
 def run_scenario(cmd: dict[str, Any]) -> None:

@@ -1,10 +1,10 @@
 """The model check in CI: a bounded number of random scenarios (``scripts/model_check.py`` runs any number).
 
-Each scenario runs three writer processes, a maintainer and a reclaimer (short retention, PURGE) on a
-storage that fails, stalls and loses answers at random, then checks every retained version against the
-model of the rows, that every acknowledged commit stands at its version, and that no commit reported as not
-landed is in the history (``model_harness``). ``MAINTD_MODEL_SCENARIOS`` and ``MAINTD_MODEL_SEED`` change the
-count and the seed.
+Each scenario runs three writer processes, a maintainer and a reclaimer (short retention, expire commits,
+pins, PURGE) on a storage that fails, stalls and loses answers at random, then checks every retained version
+(pinned ones too) against the model of the rows, that every acknowledged commit stands at its version, and
+that no commit reported as not landed is in the history (``model_harness``). ``MAINTD_MODEL_SCENARIOS`` and
+``MAINTD_MODEL_SEED`` change the count and the seed.
 """
 
 from __future__ import annotations
@@ -27,3 +27,4 @@ def test_random_scenarios_of_writers_maintenance_and_reclamation_on_failing_stor
     assert not result.mismatches, "\n".join(result.mismatches)
     assert result.scenarios == SCENARIOS and result.versions >= 3 * SCENARIOS
     assert result.stats["acked"] > 5 * SCENARIOS, result.stats
+    assert result.stats["pins"] > 0 and result.stats["expires"] > 0, result.stats  # pins and expire commits raced
