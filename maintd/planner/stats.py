@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from maintd.errors import InvalidInputError
 from maintd.table.actions import AddFile
 from maintd.table.snapshot import PartitionKey, Snapshot, format_partition
 
@@ -18,7 +19,8 @@ MS_PER_HOUR = 3_600_000
 def to_ms(now: datetime) -> int:
     """Epoch milliseconds of an aware datetime (naive datetimes are rejected: plans must be replayable)."""
     if now.tzinfo is None:
-        raise ValueError("now must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        raise InvalidInputError(f"the planner's now ({now.isoformat()}) has no time zone: give an aware datetime "
+                                "(e.g. datetime.now(timezone.utc)); a naive one would be read as local time")
     return int(now.timestamp() * 1000)
 
 

@@ -196,3 +196,12 @@ def test_default_policy_explanation_reads_like_the_issue_example() -> None:
     msg = p.decisions[0].message
     assert msg.startswith("no clustering, 3 level-0 files < min_files 12, 3.0 MiB < trigger_bytes 32.0 MiB and oldest")
     assert "< max_age_hours 1 h" in msg
+
+
+def test_a_naive_now_is_refused_with_an_input_error_naming_it(quiet: Policy) -> None:
+    from datetime import datetime
+
+    from maintd.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match=r"2024-06-01T12:00:00\) has no time zone"):
+        plan(snapshot([delta(1)]), quiet, datetime(2024, 6, 1, 12), "file:///t")
