@@ -18,6 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_EXTRAS = {"postgres"}
 """The extras the image installs (``scripts/lock.sh`` compiles the runtime lock with them)."""
+TOOL_EXTRAS = {"test", "bench", "mutation"}
+"""Extras of tools around maintd, never of maintd itself: maintd may not import what only they bring."""
 
 
 def optional_distributions() -> set[str]:
@@ -25,7 +27,7 @@ def optional_distributions() -> set[str]:
     asked for, and a missing one is an error naming the extra (``maintd.table.interop.require``)."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     return {normalize(re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0])
-            for name, reqs in extras.items() if name not in RUNTIME_EXTRAS for req in reqs}
+            for name, reqs in extras.items() if name not in RUNTIME_EXTRAS | TOOL_EXTRAS for req in reqs}
 
 
 def imported_modules() -> dict[str, set[str]]:
