@@ -1,14 +1,14 @@
 """A real S3 server for the tests: the moto standalone server on a free loopback port.
 
-:class:`S3Server` starts ``moto_server`` (S3 protocol over HTTP, conditional put honoured), waits until it
-answers, creates buckets, and hands out the storage options and environment a table (or a subprocess)
-needs to reach it. The pytest fixtures in tests/conftest.py start one per test session (``s3_server``, ``s3_root``).
+:class:`S3Server` starts the moto server (S3 protocol over HTTP, conditional put honoured and made atomic
+by ``tests/s3app.py``), waits until it answers, creates buckets, and hands out the storage options and
+environment a table (or a subprocess) needs to reach it. The pytest fixtures in tests/conftest.py start one
+per test session (``s3_server``, ``s3_root``).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -21,6 +21,7 @@ from pathlib import Path
 ACCESS_KEY = "testing-access-key"
 SECRET_KEY = "testing-secret-key-never-shown"
 REGION = "us-east-1"
+LAUNCHER = Path(__file__).with_name("s3app.py")
 
 
 def free_port() -> int:
@@ -33,12 +34,14 @@ class S3Server:
     def __init__(self, log_dir: Path) -> None:
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        exe = shutil.which("moto_server", path=os.path.dirname(sys.executable)) or shutil.which("moto_server")
-        if exe is None:
-            raise RuntimeError("moto_server not found: install the test extra (moto[server])")
+        try:
+            import moto.moto_server.werkzeug_app  # noqa: F401 - only to fail early with the fix named
+        except ImportError:
+            raise RuntimeError("the moto server is not installed: install the test extra (moto[server])") from None
         self.log = open(log_dir / f"moto-{self.port}.log", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(self.port)], stdout=self.log,
-                                     stderr=subprocess.STDOUT)
+        # moto's own application, with conditional puts made atomic as on S3 (see tests/s3app.py)
+        self.proc = subprocess.Popen([sys.executable, str(LAUNCHER), "-H", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while True:
             try:
