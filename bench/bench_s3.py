@@ -4,7 +4,8 @@ history length, and maintenance of a 1,000-file table.
 Run: ``nice .venv/bin/python bench/bench_s3.py [--samples 3] [--commits 40] [--versions 10,10000]
 [--files 1000]``. Figures are recorded in docs/benchmarks.md ("Object storage").
 
-Both contenders talk to one ``moto_server`` on 127.0.0.1 (started here, stopped at the end), in separate
+Both contenders talk to one moto server on 127.0.0.1 (``tests/s3app.py``: moto's application with
+conditional creates made atomic; started here, stopped at the end), in separate
 buckets, with the same credentials. delta-rs commits with S3 conditional put (``conditional_put: etag``,
 i.e. ``If-None-Match: *``; no ``AWS_S3_ALLOW_UNSAFE_RENAME``, no lock table).
 
@@ -31,7 +32,6 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import shutil
 import socket
 import statistics
 import subprocess
@@ -62,9 +62,10 @@ class Moto:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        exe = shutil.which("moto_server", path=os.path.dirname(sys.executable)) or "moto_server"
-        self.proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(self.port)], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+        # moto's application with conditional creates made atomic, as on S3 (tests/s3app.py says why)
+        launcher = Path(__file__).resolve().parents[1] / "tests" / "s3app.py"
+        self.proc = subprocess.Popen([sys.executable, str(launcher), "-H", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(300):
             try:
                 urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=2).close()
