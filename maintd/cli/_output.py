@@ -12,23 +12,26 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from maintd.errors import MaintdError
 from maintd.redaction import redact_secrets
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
-err_console = Console(stderr=True, soft_wrap=True)
+T = TypeVar("T")
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print ``error: message`` on stderr (one line, passwords redacted, the message taken literally) and exit
     with ``code``."""
+    from rich.console import Console  # imported when needed: Rich costs a command's start-up a third of a second
+
+    err_console = Console(stderr=True, soft_wrap=True)
     err_console.print("[red]error:[/red] ", end="", markup=True, highlight=False)
     err_console.print(redact_secrets(message), markup=False, highlight=False)
     raise typer.Exit(code)
@@ -43,6 +46,8 @@ def print_table(console: Console, table: Table) -> None:
     if console.is_terminal:
         console.print(table)
         return
+    from rich.console import Console
+
     table.box = None
     table.show_edge = False
     width = console.measure(table, options=console.options.update_width(_UNBOUNDED)).maximum

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table as RichTable
 
 from maintd.cli._output import print_table
 from maintd.cli.run import human_bytes, print_summaries
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 if TYPE_CHECKING:
     import numpy as np
@@ -44,6 +44,8 @@ def demo_command(
     rows: int = typer.Option(500, "--rows", min=10, help="Rows per micro-batch."),
 ) -> None:
     """Create a table, pile up small files, run maintenance, and show the difference."""
+    from rich.console import Console
+
     from maintd.cli._output import user_errors
 
     console = Console()
@@ -118,6 +120,7 @@ def run_demo(console: Console, warehouse: str | Path | None, *, batches: int = 3
 
 def _stream(console: Console, table: Any, batches: int, rows: int) -> float:
     import numpy as np
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     rng = np.random.default_rng(42)
     keyspace = batches * rows // 4  # ~4 versions per key: updates and deletes have something to hit
@@ -168,6 +171,7 @@ def _health(table: Any) -> tuple[int, int, dict[str, tuple[int, int]], int]:
 
 def _print_health(console: Console, title: str, health: tuple[int, int, dict[str, tuple[int, int]], int],
                   read_seconds: float) -> None:
+    from rich.table import Table as RichTable
     files, nbytes, by_level, buckets = health
     t = RichTable(title=title, title_justify="left")
     for col in ("level", "files", "bytes", "files per bucket"):

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table as RichTable
 
 from maintd.cli._output import print_table
 from maintd.errors import MaintdError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 if TYPE_CHECKING:
     from maintd.planner import MaintenancePlan, PolicyFile
@@ -37,6 +37,9 @@ def plan_command(
     show_policy: bool = typer.Option(False, "--show-policy", help="Print each table's effective policy as YAML."),
 ) -> None:
     """Plan clustering and compaction of tables and print the plan; writes nothing."""
+    from rich.console import Console
+    from rich.markup import escape
+
     from maintd.planner import load_policy_file
 
     out, err = Console(soft_wrap=True), Console(stderr=True, soft_wrap=True)
@@ -67,6 +70,7 @@ def plan_table(uri: str, policy_file: PolicyFile, now: datetime) -> tuple[Mainte
 
 def _plan_one(uri: str, policy_file: PolicyFile, now: datetime, out: Console, err: Console, *, explain: bool,
               json_out: bool, show_policy: bool) -> bool:
+    from rich.markup import escape
     try:
         p, pol_yaml = plan_table(uri, policy_file, now)
     except MaintdError as exc:
@@ -91,6 +95,9 @@ def _where(partition: dict[str, str | None], bucket: int) -> str:
 
 def print_plan(console: Console, p: MaintenancePlan, *, explain: bool = False) -> None:
     """Human output: a header, the task table, and with ``explain`` one line per bucket."""
+    from rich.markup import escape
+    from rich.table import Table as RichTable
+
     from maintd.planner.candidates import fmt_bytes
 
     console.print(f"[bold]{escape(p.table_uri)}[/bold] version {p.read_version}, policy {escape(p.policy_name)}: "

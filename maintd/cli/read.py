@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.table import Table as RichTable
 
 from maintd.cli._output import fail, print_json, user_errors
+
+if TYPE_CHECKING:
+    pass
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -36,6 +37,7 @@ def read_command(
 ) -> None:
     """Print the rows of a table at a version or time, or its net changes between two versions."""
     import pyarrow.parquet as pq
+    from rich.console import Console
 
     from maintd.table import Table
 
@@ -76,6 +78,8 @@ def _check_time(text: str) -> None:
 
 
 def _print_rows(data: pa.Table, *, total: int) -> None:
+    from rich.console import Console
+    from rich.table import Table as RichTable
     console = Console(soft_wrap=True, highlight=False)
     if not console.is_terminal:  # plain tab-separated text for pipes
         sys.stdout.write("\t".join(data.column_names) + "\n")

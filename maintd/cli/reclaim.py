@@ -10,15 +10,15 @@ import sys
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table as RichTable
 
 from maintd.cli._output import fail, parse_kv, print_json, print_table, user_errors
 from maintd.errors import ConfirmationRequiredError, InvalidInputError, MaintdError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 SHOWN_PATHS = 20
 """Paths listed per kind in the text output of a dry run (``--json`` lists them all)."""
@@ -52,6 +52,9 @@ def gc_command(
     config: Path | None = typer.Option(None, "--config", help=_CONFIG_HELP),
 ) -> None:
     """Reclaim tables now: expire versions older than acid.data.retain.hours and delete what nothing needs."""
+    from rich.console import Console
+    from rich.markup import escape
+
     from maintd.reclaim import plan_reclamation, reclaim_table
     from maintd.reclaim.engine import check_grace, report_of
     from maintd.service.discovery import warehouse_tables
@@ -107,6 +110,8 @@ def purge_command(
 ) -> None:
     """Drop all history before the current version now (time travel to older versions ends), and delete every
     file the current version does not reference; recorded as a PURGE commit in the table history."""
+    from rich.console import Console
+
     from maintd.reclaim import plan_purge, purge_table
     from maintd.reclaim.engine import check_grace
     from maintd.table import Table
@@ -166,6 +171,7 @@ def _confirm(uri: str, yes: bool, out: Console) -> None:
 
 
 def _print_purge_preview(out: Console, plan: Any) -> None:
+    from rich.markup import escape
     scope = ", ".join(f"{k}={v}" for spec in plan.partitions for k, v in spec.items()) or "every partition"
     out.print(
         f"[bold]{escape(plan.table)}[/bold]: PURGE at version {plan.latest_version} ends time travel to "
@@ -176,6 +182,8 @@ def _print_purge_preview(out: Console, plan: Any) -> None:
 
 
 def _print_paths(out: Console, plan: Any) -> None:
+    from rich.markup import escape
+
     from maintd.planner.candidates import fmt_bytes
 
     for label, files in (("log files", plan.log_files), ("data files", plan.data_files),
@@ -193,6 +201,9 @@ def _print_paths(out: Console, plan: Any) -> None:
 
 def print_reports(console: Console, reports: Sequence[Any], *, dry_run: bool) -> None:
     """One row per table: versions expired, oldest retained version, and log, data and orphan files deleted."""
+    from rich.markup import escape
+    from rich.table import Table as RichTable
+
     from maintd.planner.candidates import fmt_bytes
 
     title = "maintd gc (dry run: would delete)" if dry_run else "maintd reclamation"

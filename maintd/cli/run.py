@@ -13,14 +13,14 @@ import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table as RichTable
 
 from maintd.cli._output import fail, print_table
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 STAGES = ("planning", "executing", "committing", "done")
 
@@ -41,6 +41,8 @@ def run_command(
 ) -> None:
     """Run maintenance once on tables, then reclaim them, and print what it did; exits non-zero naming the
     failing tables. With a state store, each table is maintained under its lease and its runs are recorded."""
+    from rich.console import Console
+
     from maintd.cli._output import load_cli_settings
     from maintd.errors import MaintdError
     from maintd.service.discovery import warehouse_tables
@@ -114,6 +116,7 @@ def _progress(console: Console, targets: Sequence[str], *, quiet: bool = False
 
 class _RichProgress:
     def __init__(self, console: Console, targets: Sequence[str]) -> None:
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
         self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                             TextColumn("{task.fields[stage]}"), TimeElapsedColumn(), console=console, transient=True)
         self.ids = {u: self.bar.add_task(u, total=len(STAGES), stage="waiting") for u in targets}
@@ -140,6 +143,7 @@ def human_bytes(n: float) -> str:
 
 def print_summaries(console: Console, summaries: Sequence[Any], *, dry_run: bool = False) -> None:
     """One row per table: tasks, files and bytes before/after, bytes read/written, time, conflicts."""
+    from rich.table import Table as RichTable
     t = RichTable(title="maintd run (dry run: nothing changed)" if dry_run else "maintd run")
     for col in ("table", "status", "tasks", "files", "bytes", "read", "written", "time", "conflicts"):
         t.add_column(col, justify="left" if col in ("table", "status") else "right")

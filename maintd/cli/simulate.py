@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table as RichTable
 
 from maintd.cli._output import fail, load_cli_settings, print_json, user_errors
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table as RichTable
 
 if TYPE_CHECKING:
     from maintd.simulate import (
@@ -66,6 +66,9 @@ def simulate_command(
 ) -> None:
     """Predict files per level, read and write amplification, maintenance work and history kept under each
     policy, from the table's own write pattern; writes nothing."""
+    from rich.console import Console
+    from rich.markup import escape
+
     from maintd.planner import load_policy_file
     from maintd.simulate import (
         CandidatePolicy,
@@ -118,6 +121,8 @@ def simulate_command(
 @contextmanager
 def _progress(policies: int) -> Iterator[Callable[[str, float], None] | None]:
     """A progress bar on stderr while policies are simulated (only on a terminal)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     err = Console(stderr=True)
     if not err.is_terminal:
         yield None
@@ -233,6 +238,8 @@ def _span(values: list[float], fmt: str) -> str:
 
 def print_report(console: Console, r: SimulationReport) -> None:
     """The header (what was learned, the cadence), the policies side by side, then one line per day."""
+    from rich.markup import escape
+
     from maintd.planner.candidates import fmt_bytes
 
     p = r.pattern
@@ -256,6 +263,9 @@ def print_report(console: Console, r: SimulationReport) -> None:
 
 
 def _summary(r: SimulationReport) -> RichTable:
+    from rich.markup import escape
+    from rich.table import Table as RichTable
+
     from maintd.planner.candidates import fmt_bytes
 
     t = RichTable(title=f"after {r.days} day(s)", show_edge=False, title_justify="left")
@@ -285,6 +295,9 @@ def _summary(r: SimulationReport) -> RichTable:
 
 
 def _per_day(r: SimulationReport) -> RichTable:
+    from rich.markup import escape
+    from rich.table import Table as RichTable
+
     from maintd.planner.candidates import fmt_bytes
 
     t = RichTable(title="per day (files and read amplification: means over the day)", show_edge=False,
@@ -303,6 +316,8 @@ def _per_day(r: SimulationReport) -> RichTable:
 
 def print_backtests(console: Console, reports: list[BacktestReport]) -> None:
     """Per policy: predicted vs real files per level per day and at the end, with the error."""
+    from rich.markup import escape
+    from rich.table import Table as RichTable
     for b in reports:
         console.print(f"[bold]{escape(b.table_uri)}[/bold] under [bold]{escape(b.policy)}[/bold]: "
                       f"{b.hours:.1f} h from {escape(b.start)}; maintenance every "

@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table as RichTable
 
 from maintd.cli._output import fail, print_json, print_table, user_errors
 from maintd.errors import MaintdError
 from maintd.service.records import RunKind, RunRecord, RunStatus, TableRecord  # light: enums and dataclasses
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 if TYPE_CHECKING:  # SQLAlchemy is imported only when a command opens the store
     from maintd.service.store import StateStore
@@ -66,6 +67,7 @@ def status_command(
     json_out: bool = typer.Option(False, "--json", help="Print the status as JSON."),
 ) -> None:
     """Every registered table: health, layout, backlog, last runs and who holds its lease."""
+    from rich.console import Console
     with user_errors():
         store = open_store(config)
         try:
@@ -199,6 +201,8 @@ _HEALTH_STYLE = {"healthy": "green", "new": "cyan", "failing": "red", "disabled"
 
 
 def print_status(console: Console, rows: list[dict[str, Any]]) -> None:
+    from rich.table import Table as RichTable
+
     from maintd.planner.candidates import fmt_bytes
 
     if not rows:
@@ -263,6 +267,7 @@ def history_command(
     explain: bool = typer.Option(False, "--explain", help="Also show each run's per-bucket decisions."),
 ) -> None:
     """Maintenance and reclamation runs recorded by the daemon, newest first (commit log: maintd table history)."""
+    from rich.console import Console
     with user_errors():
         store = open_store(config)
         try:
@@ -308,6 +313,7 @@ _STATUS_STYLE = {"succeeded": "green", "skipped": "cyan", "failed": "red", "aban
 
 
 def print_history(console: Console, runs: list[RunRecord], decisions: dict[int, list[Any]], uri: str | None) -> None:
+    from rich.table import Table as RichTable
     if not runs:
         console.print(f"no runs recorded{f' for {uri}' if uri else ''}")
         return

@@ -8,13 +8,17 @@ that runs before the new daemons, with a database user allowed to alter tables.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 
 from maintd.cli._output import user_errors
 
-store_app = typer.Typer(help="The daemon's state store (SQLite or PostgreSQL): its schema.", no_args_is_help=True)
+if TYPE_CHECKING:
+    pass
+
+store_app = typer.Typer(help="The daemon's state store (SQLite or PostgreSQL): its schema.",
+                        no_args_is_help=True, rich_markup_mode=None)
 
 
 def register(app: typer.Typer) -> None:
@@ -29,6 +33,8 @@ def upgrade_command(
     ),
 ) -> None:
     """Create the state store's tables, or upgrade them to this maintd's schema revision (Alembic)."""
+    from rich.console import Console
+
     from maintd.service.store import StateStore
     from maintd.settings import load_settings, redact_url
 

@@ -8,16 +8,18 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table as RichTable
 
 from maintd.cli._output import iso_ms, parse_kv, print_json, print_table, user_errors
+
+if TYPE_CHECKING:
+    pass
 
 if TYPE_CHECKING:
     from maintd.table import Pin, Snapshot
     from maintd.table.actions import AddFile
 
-table_app = typer.Typer(help="Create tables and inspect their layout and commit log.", no_args_is_help=True)
+table_app = typer.Typer(help="Create tables and inspect their layout and commit log.",
+                        no_args_is_help=True, rich_markup_mode=None)
 
 
 def register(app: typer.Typer) -> None:
@@ -42,6 +44,8 @@ def create_command(
     json_out: bool = typer.Option(False, "--json", help="Print the created table's description as JSON."),
 ) -> None:
     """Create an empty primary-key table (version 0)."""
+    from rich.console import Console
+
     from maintd.table import Table
 
     properties = parse_kv(prop, "--property")
@@ -122,6 +126,9 @@ def describe_command(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Schema, properties, version, files and bytes per level and kind, and a per-bucket table."""
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
     from maintd.planner.candidates import fmt_bytes
     from maintd.reclaim import held_by_pins
     from maintd.table import Table
@@ -172,6 +179,8 @@ def pin_command(
 ) -> None:
     """Pin a version: reclamation (and PURGE, unless forced) keeps it and every file it reads until the pin is
     removed or its TTL passes. The first pin raises the table to protocol 3."""
+    from rich.console import Console
+
     from maintd.table import Table
 
     with user_errors():
@@ -196,6 +205,8 @@ def unpin_command(
     pin_id: str = typer.Argument(..., help="The pin's id (`maintd table pins` lists them)."),
 ) -> None:
     """Remove a pin: reclamation may expire the version again."""
+    from rich.console import Console
+
     from maintd.table import Table
 
     with user_errors():
@@ -210,6 +221,9 @@ def pins_command(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """The table's pins (expired ones too, until reclamation removes them) and the bytes they hold back."""
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
     from maintd.planner.candidates import fmt_bytes
     from maintd.reclaim import held_by_pins
     from maintd.table import Table
@@ -242,6 +256,8 @@ def set_properties_command(
     prop: list[str] = typer.Option(..., "--property", help="Table property KEY=VALUE; repeat for several."),
 ) -> None:
     """Set table properties (e.g. acid.data.retain.hours); a metadata commit, validated first."""
+    from rich.console import Console
+
     from maintd.table import Table
 
     properties = parse_kv(prop, "--property")
@@ -260,6 +276,9 @@ def history_command(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """The table's commits, newest first, as far back as history is retained."""
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
     from maintd.table import Table
 
     with user_errors():
