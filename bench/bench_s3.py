@@ -124,18 +124,27 @@ def _writer(engine: str, uri: str, worker: int, commits: int, env: dict[str, str
         def commit(t: pa.Table) -> None:
             table.upsert(t)
     else:
-        from deltalake import DeltaTable, write_deltalake
+        from deltalake import CommitProperties, DeltaTable, write_deltalake
 
         dt = DeltaTable(uri, storage_options=options)
+        # the same budget of attempts per commit as maintd's default RetryPolicy (40; delta-rs's default is 15,
+        # which 4 writers on one table exhaust)
+        from maintd.table import RetryPolicy
+
+        props = CommitProperties(max_commit_retries=RetryPolicy().max_attempts)
 
         def commit(t: pa.Table) -> None:
-            write_deltalake(dt, t, mode="append")
+            write_deltalake(dt, t, mode="append", commit_properties=props)
     ready.put(worker)
     go.wait()
     t0 = time.perf_counter()
-    for i in range(commits):
-        ids = np.arange(10, dtype=np.int64) + (worker * commits + i) * 10
-        commit(pa.table({"id": ids, "name": [f"w{worker}"] * 10}))
+    try:
+        for i in range(commits):
+            ids = np.arange(10, dtype=np.int64) + (worker * commits + i) * 10
+            commit(pa.table({"id": ids, "name": [f"w{worker}"] * 10}))
+    except Exception as exc:  # reported to the parent, which stops the bench with it instead of waiting
+        results.put(f"{engine} writer {worker}: {type(exc).__name__}: {exc}")
+        return
     results.put(time.perf_counter() - t0)
 
 
@@ -183,8 +192,9 @@ def bench_commits(moto: Moto, env: dict[str, str], processes: list[int], commits
                     ready.get(timeout=300)
                 t0 = time.perf_counter()
                 go.set()
-                for _ in procs:
-                    results.get(timeout=900)
+                failures = [r for r in (results.get(timeout=900) for _ in procs) if isinstance(r, str)]
+                if failures:
+                    raise SystemExit("a writer failed: " + "; ".join(failures))
                 wall = time.perf_counter() - t0
                 for p in procs:
                     p.join()
