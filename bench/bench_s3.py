@@ -420,7 +420,7 @@ def main() -> None:
     import obstore as ob
 
     print(f"\n{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"obstore {ob.__version__}, deltalake {deltalake.__version__}; moto_server on 127.0.0.1; "
+          f"obstore {ob.__version__}, deltalake {deltalake.__version__}; moto on 127.0.0.1 (tests/s3app.py); "
           f"{args.samples} samples per step, median (min-max)\n")
     print("| step | engine | median (min-max) |\n|---|---|---|")
     for r in results:
