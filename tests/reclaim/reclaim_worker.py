@@ -72,7 +72,9 @@ def write_paused(uri: str, sync: str) -> None:
     def put_if_absent(self: LocalStorage, path: str, data: bytes) -> bool:
         if path.startswith("_log/") and path.endswith(".json") and not paused:
             paused.append(path)
-            Path(sync, "paused").write_text(path)
+            # written whole, then renamed: the test polls for the name and must never read it half-written
+            Path(sync, "paused.tmp").write_text(path)
+            os.replace(Path(sync, "paused.tmp"), Path(sync, "paused"))
             deadline = time.monotonic() + 120
             while not Path(sync, "resume").exists():
                 if time.monotonic() > deadline:
