@@ -203,7 +203,7 @@ _HEALTH_STYLE = {"healthy": "green", "new": "cyan", "failing": "red", "disabled"
 def print_status(console: Console, rows: list[dict[str, Any]]) -> None:
     from rich.table import Table as RichTable
 
-    from maintd.planner.candidates import fmt_bytes
+    from maintd.units import fmt_bytes
 
     if not rows:
         console.print(
@@ -347,7 +347,7 @@ def print_history(console: Console, runs: list[RunRecord], decisions: dict[int, 
 
 def describe_run(run: RunRecord) -> str:
     """One line of what a run did, from its recorded metrics."""
-    from maintd.planner.candidates import fmt_bytes
+    from maintd.units import fmt_bytes
     m = run.metrics or {}
     if run.kind == RunKind.MAINTENANCE.value and "tasks_planned" in m:
         if not m["tasks_planned"]:

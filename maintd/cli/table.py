@@ -129,9 +129,9 @@ def describe_command(
     from rich.console import Console
     from rich.table import Table as RichTable
 
-    from maintd.planner.candidates import fmt_bytes
     from maintd.reclaim import held_by_pins
     from maintd.table import Table
+    from maintd.units import fmt_bytes
 
     with user_errors():
         table = Table.open(uri)
@@ -224,9 +224,9 @@ def pins_command(
     from rich.console import Console
     from rich.table import Table as RichTable
 
-    from maintd.planner.candidates import fmt_bytes
     from maintd.reclaim import held_by_pins
     from maintd.table import Table
+    from maintd.units import fmt_bytes
 
     with user_errors():
         table = Table.open(uri)
