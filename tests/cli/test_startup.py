@@ -106,3 +106,23 @@ def test_the_commands_with_their_own_config_option_are_found_in_the_command_tree
     ctx = typer.Context(root)
     assert {name: _takes_config(ctx, name) for name in ("run", "daemon", "status", "table", "read", "plan")} == {
         "run": True, "daemon": True, "status": True, "table": False, "read": False, "plan": False}
+
+
+@pytest.mark.parametrize(("argv", "collecting"), [
+    (["status", "--help"], False), (["table", "describe", "--help"], False), (["plan", "--help"], False),
+    (["daemon", "--help"], True), (["run", "--help"], True)])
+def test_the_short_commands_run_without_the_cyclic_collector_and_the_others_with_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, argv: list[str], collecting: bool
+) -> None:
+    import gc
+
+    import maintd.service.logging
+    from maintd.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    seen: list[bool] = []
+    monkeypatch.setattr(maintd.service.logging, "configure_logging", lambda **_: seen.append(gc.isenabled()))
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert seen == [collecting], "as the root callback left it for the command"
+    assert gc.isenabled(), "main turns it back on when the command is done"
