@@ -15,10 +15,12 @@ import typer
 
 from maintd.cli._output import fail, print_json, print_table, user_errors
 from maintd.errors import MaintdError
-from maintd.service.records import RunKind, RunRecord, RunStatus, TableRecord  # light: enums and dataclasses
+from maintd.service.run_kinds import RunKind, RunStatus  # history's --kind and --status: every command loads them
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from maintd.service.records import RunRecord, TableRecord
 
 if TYPE_CHECKING:  # SQLAlchemy is imported only when a command opens the store
     from maintd.service.store import StateStore
