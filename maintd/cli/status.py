@@ -69,7 +69,6 @@ def status_command(
     json_out: bool = typer.Option(False, "--json", help="Print the status as JSON."),
 ) -> None:
     """Every registered table: health, layout, backlog, last runs and who holds its lease."""
-    from rich.console import Console
     with user_errors():
         store = open_store(config)
         try:
@@ -80,6 +79,8 @@ def status_command(
     if json_out:
         print_json({"summary": summarise(rows, roots), "tables": rows, "roots": roots})
         return
+    from rich.console import Console  # only to print for people: --json needs no Rich
+
     console = Console()
     print_roots(console, roots)
     print_status(console, rows)
@@ -269,7 +270,6 @@ def history_command(
     explain: bool = typer.Option(False, "--explain", help="Also show each run's per-bucket decisions."),
 ) -> None:
     """Maintenance and reclamation runs recorded by the daemon, newest first (commit log: maintd table history)."""
-    from rich.console import Console
     with user_errors():
         store = open_store(config)
         try:
@@ -280,6 +280,8 @@ def history_command(
     if json_out:
         print_json([_run_json(run, decisions.get(run.id)) for run in runs])
         return
+    from rich.console import Console
+
     print_history(Console(), runs, decisions, uri)
 
 

@@ -60,7 +60,9 @@ def test_help_imports_no_heavy_module() -> None:
     assert imported_by("--help") == set()
 
 
-@pytest.mark.parametrize(("command", "never"), [(["table", "describe"], ("maintd.planner",)), (["plan"], ())])
+@pytest.mark.parametrize(("command", "never"), [
+    (["table", "describe"], ("maintd.planner",)), (["table", "describe", "--json"], ("maintd.planner", "rich")),
+    (["plan"], ())])
 def test_reading_a_table_imports_no_engine_store_or_scheduler(
     tmp_path: Path, command: list[str], never: tuple[str, ...]
 ) -> None:
@@ -69,14 +71,18 @@ def test_reading_a_table_imports_no_engine_store_or_scheduler(
     for i in range(3):
         table.upsert([{"id": i, "name": "a"}])
     assert table.log.last_checkpoint_hint() is not None  # the command reads a checkpoint, then commits
-    loaded = imported_by(*command, table.uri)
+    loaded, printed = probe(*command, table.uri)
+    assert "version 3" in printed or '"version": 3' in printed, printed
     assert "pyarrow" in loaded, "the probe saw the command read the table"
     unwanted = set(NEVER_FOR_A_TABLE) | set(never)
     assert loaded.isdisjoint(unwanted), sorted(loaded & unwanted)
 
 
-@pytest.mark.parametrize("command", ["status", "history"])
-def test_reading_the_state_store_imports_neither_alembic_nor_the_table_format(tmp_path: Path, command: str) -> None:
+@pytest.mark.parametrize(("command", "never"), [
+    (["status"], ()), (["history"], ()), (["status", "--json"], ("rich",)), (["history", "--json"], ("rich",))])
+def test_reading_the_state_store_imports_neither_alembic_nor_the_table_format(
+    tmp_path: Path, command: list[str], never: tuple[str, ...]
+) -> None:
     from maintd.service.records import RunKind, RunStatus
     from maintd.service.store import StateStore
 
@@ -90,9 +96,10 @@ def test_reading_the_state_store_imports_neither_alembic_nor_the_table_format(tm
     store.close()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAINTD_")} | {"MAINTD_STORE__URL": url}
     env["COLUMNS"] = "240"
-    loaded, printed = probe(command, env=env, cwd=tmp_path)
-    assert "/wh/t" in printed and "KiB" in printed, printed  # the table's row, sizes and all
-    assert loaded.isdisjoint(NEVER_FOR_THE_STORE), sorted(loaded & set(NEVER_FOR_THE_STORE))
+    loaded, printed = probe(*command, env=env, cwd=tmp_path)
+    assert "/wh/t" in printed and ("KiB" in printed or "--json" in command), printed  # the row, sizes and all
+    unwanted = set(NEVER_FOR_THE_STORE) | set(never)
+    assert loaded.isdisjoint(unwanted), sorted(loaded & unwanted)
 
 
 def test_the_commands_with_their_own_config_option_are_found_in_the_command_tree() -> None:
