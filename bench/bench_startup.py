@@ -4,16 +4,18 @@
 
 Each command runs in a fresh interpreter (the installed ``maintd`` script of this environment) on a small
 table (4 buckets, 20 commits, a checkpoint) and a fresh SQLite state store; wall time per run, median and
-spread (min-max) of SAMPLES runs. Bytecode is compiled first and the runs may write it, as after ``pip
-install`` (an environment that forbids ``.pyc`` files, ``PYTHONDONTWRITEBYTECODE=1``, recompiles every module
-on every start and measures that instead). Also printed: the load average, since the machine's other work
-shows in these figures.
+spread (min-max) of SAMPLES runs, and the CPU time (user + system) of each run, which the machine's other
+work inflates far less than the wall time (on a shared machine, compare CPU times across runs). Bytecode
+is compiled first and the runs may write it, as after ``pip install`` (an environment that forbids ``.pyc``
+files, ``PYTHONDONTWRITEBYTECODE=1``, recompiles every module on every start and measures that instead).
+Also printed: the load average before and after, since the machine's other work shows in these figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -26,13 +28,16 @@ import pyarrow as pa
 from maintd import Table
 
 
-def run(argv: list[str], env: dict[str, str]) -> float:
+def run(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Run ``argv``; its wall time and CPU time (user + system, of the process and its children), seconds."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()[-500:]}")
-    return wall
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
@@ -58,8 +63,10 @@ def main() -> None:
             run(argv, env)  # warm: the file cache, the .pyc files, the store's schema
         print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}; {args.samples} samples, seconds")
         for name, argv in commands.items():
-            walls = [run(argv, env) for _ in range(args.samples)]
-            print(f"  {name:16} median {statistics.median(walls):.3f}  spread {min(walls):.3f}-{max(walls):.3f}")
+            walls, cpus = zip(*(run(argv, env) for _ in range(args.samples)), strict=True)
+            print(f"  {name:16} median {statistics.median(walls):.3f}  spread {min(walls):.3f}-{max(walls):.3f}"
+                  f"   cpu median {statistics.median(cpus):.3f}  spread {min(cpus):.3f}-{max(cpus):.3f}")
+        print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} at the end")
 
 
 if __name__ == "__main__":

@@ -30,10 +30,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
-    YamlConfigSettingsSource,
 )
 
 from maintd.errors import ConfigError, MaintdError
@@ -45,9 +45,11 @@ ENV_NESTED_DELIMITER = "__"
 CONFIG_ENV_VAR = "MAINTD_CONFIG"
 DEFAULT_CONFIG_FILE = Path("config/maintd.yaml")
 
-#: The YAML file of the settings being loaded; set by :func:`load_settings` for the duration of one load,
-#: so that ``Settings()`` itself stays a plain pydantic-settings model.
-_yaml_file: ContextVar[Path | None] = ContextVar("maintd_settings_yaml_file", default=None)
+#: The YAML file of the settings being loaded, as parsed; set by :func:`load_settings` for the duration of one
+#: load, so that ``Settings()`` itself stays a plain pydantic-settings model.
+_yaml_data: ContextVar[dict[str, Any] | None] = ContextVar("maintd_settings_yaml_data", default=None)
+#: libyaml's safe loader when PyYAML was built with it (the pure-Python one is several times slower).
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 def _default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
@@ -427,9 +429,9 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Arguments < environment < YAML file < defaults, highest priority first."""
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        yaml_file = _yaml_file.get()
-        if yaml_file is not None:
-            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file, deep_merge=True))
+        yaml_data = _yaml_data.get()
+        if yaml_data is not None:  # what pydantic-settings' YAML source would read, parsed once by load_settings
+            sources.append(InitSettingsSource(settings_cls, init_kwargs=yaml_data))
         return tuple(sources)
 
 
@@ -461,10 +463,9 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
             the value and what to do.
     """
     source = config_file(path)
-    if source is not None:
-        _check_yaml(source)
+    data = None if source is None else _read_yaml(source)
     check_environment(os.environ, Settings)
-    token = _yaml_file.set(source)
+    token = _yaml_data.set(data)
     try:
         return Settings()
     except ValidationError as exc:
@@ -472,7 +473,7 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
     except SettingsError as exc:  # a value pydantic-settings cannot parse (the check above names most)
         raise ConfigError(f"invalid settings: {redact_secrets(str(exc))}; see docs/configuration.md") from None
     finally:
-        _yaml_file.reset(token)
+        _yaml_data.reset(token)
 
 
 def apply_storage_settings(settings: Settings) -> dict[str, dict[str, str]]:
@@ -496,9 +497,14 @@ def apply_storage_settings(settings: Settings) -> dict[str, dict[str, str]]:
     return prefixes
 
 
-def _check_yaml(path: Path) -> None:
+def _read_yaml(path: Path) -> dict[str, Any]:
+    """The settings file's mapping (empty for an empty file).
+
+    Raises:
+        ConfigError: the file cannot be read, is not YAML, or is not a mapping.
+    """
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)  # a safe loader: plain data
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read settings file {path}: {exc}") from None
     except yaml.YAMLError as exc:
@@ -507,6 +513,7 @@ def _check_yaml(path: Path) -> None:
         raise ConfigError(
             f"settings file {path} must hold a mapping of sections (warehouse, spark, ...), not {type(data).__name__}"
         )
+    return data or {}
 
 
 def _describe(exc: ValidationError, source: Path | None) -> str:

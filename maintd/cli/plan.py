@@ -98,7 +98,7 @@ def print_plan(console: Console, p: MaintenancePlan, *, explain: bool = False) -
     from rich.markup import escape
     from rich.table import Table as RichTable
 
-    from maintd.planner.candidates import fmt_bytes
+    from maintd.units import fmt_bytes
 
     console.print(f"[bold]{escape(p.table_uri)}[/bold] version {p.read_version}, policy {escape(p.policy_name)}: "
                   f"{len(p.tasks)} task(s), {fmt_bytes(p.input_bytes)} to rewrite, {len(p.decisions)} bucket(s)")

@@ -184,7 +184,7 @@ def _print_purge_preview(out: Console, plan: Any) -> None:
 def _print_paths(out: Console, plan: Any) -> None:
     from rich.markup import escape
 
-    from maintd.planner.candidates import fmt_bytes
+    from maintd.units import fmt_bytes
 
     for label, files in (("log files", plan.log_files), ("data files", plan.data_files),
                          ("orphan files", plan.orphan_files)):
@@ -204,7 +204,7 @@ def print_reports(console: Console, reports: Sequence[Any], *, dry_run: bool) ->
     from rich.markup import escape
     from rich.table import Table as RichTable
 
-    from maintd.planner.candidates import fmt_bytes
+    from maintd.units import fmt_bytes
 
     title = "maintd gc (dry run: would delete)" if dry_run else "maintd reclamation"
     t = RichTable(title=title)

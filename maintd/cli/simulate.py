@@ -240,7 +240,7 @@ def print_report(console: Console, r: SimulationReport) -> None:
     """The header (what was learned, the cadence), the policies side by side, then one line per day."""
     from rich.markup import escape
 
-    from maintd.planner.candidates import fmt_bytes
+    from maintd.units import fmt_bytes
 
     p = r.pattern
     console.print(f"[bold]{escape(r.table_uri)}[/bold]: {r.days} day(s) simulated from {r.start:%Y-%m-%d %H:%M} UTC, "
@@ -266,7 +266,7 @@ def _summary(r: SimulationReport) -> RichTable:
     from rich.markup import escape
     from rich.table import Table as RichTable
 
-    from maintd.planner.candidates import fmt_bytes
+    from maintd.units import fmt_bytes
 
     t = RichTable(title=f"after {r.days} day(s)", show_edge=False, title_justify="left")
     t.add_column("")
@@ -298,7 +298,7 @@ def _per_day(r: SimulationReport) -> RichTable:
     from rich.markup import escape
     from rich.table import Table as RichTable
 
-    from maintd.planner.candidates import fmt_bytes
+    from maintd.units import fmt_bytes
 
     t = RichTable(title="per day (files and read amplification: means over the day)", show_edge=False,
                   title_justify="left")

@@ -15,10 +15,12 @@ import typer
 
 from maintd.cli._output import fail, print_json, print_table, user_errors
 from maintd.errors import MaintdError
-from maintd.service.records import RunKind, RunRecord, RunStatus, TableRecord  # light: enums and dataclasses
+from maintd.service.run_kinds import RunKind, RunStatus  # history's --kind and --status: every command loads them
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from maintd.service.records import RunRecord, TableRecord
 
 if TYPE_CHECKING:  # SQLAlchemy is imported only when a command opens the store
     from maintd.service.store import StateStore
@@ -67,7 +69,6 @@ def status_command(
     json_out: bool = typer.Option(False, "--json", help="Print the status as JSON."),
 ) -> None:
     """Every registered table: health, layout, backlog, last runs and who holds its lease."""
-    from rich.console import Console
     with user_errors():
         store = open_store(config)
         try:
@@ -78,6 +79,8 @@ def status_command(
     if json_out:
         print_json({"summary": summarise(rows, roots), "tables": rows, "roots": roots})
         return
+    from rich.console import Console  # only to print for people: --json needs no Rich
+
     console = Console()
     print_roots(console, roots)
     print_status(console, rows)
@@ -203,7 +206,7 @@ _HEALTH_STYLE = {"healthy": "green", "new": "cyan", "failing": "red", "disabled"
 def print_status(console: Console, rows: list[dict[str, Any]]) -> None:
     from rich.table import Table as RichTable
 
-    from maintd.planner.candidates import fmt_bytes
+    from maintd.units import fmt_bytes
 
     if not rows:
         console.print(
@@ -267,7 +270,6 @@ def history_command(
     explain: bool = typer.Option(False, "--explain", help="Also show each run's per-bucket decisions."),
 ) -> None:
     """Maintenance and reclamation runs recorded by the daemon, newest first (commit log: maintd table history)."""
-    from rich.console import Console
     with user_errors():
         store = open_store(config)
         try:
@@ -278,6 +280,8 @@ def history_command(
     if json_out:
         print_json([_run_json(run, decisions.get(run.id)) for run in runs])
         return
+    from rich.console import Console
+
     print_history(Console(), runs, decisions, uri)
 
 
@@ -347,7 +351,7 @@ def print_history(console: Console, runs: list[RunRecord], decisions: dict[int, 
 
 def describe_run(run: RunRecord) -> str:
     """One line of what a run did, from its recorded metrics."""
-    from maintd.planner.candidates import fmt_bytes
+    from maintd.units import fmt_bytes
     m = run.metrics or {}
     if run.kind == RunKind.MAINTENANCE.value and "tasks_planned" in m:
         if not m["tasks_planned"]:

@@ -126,10 +126,6 @@ def describe_command(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Schema, properties, version, files and bytes per level and kind, and a per-bucket table."""
-    from rich.console import Console
-    from rich.table import Table as RichTable
-
-    from maintd.planner.candidates import fmt_bytes
     from maintd.reclaim import held_by_pins
     from maintd.table import Table
 
@@ -141,6 +137,11 @@ def describe_command(
     if json_out:
         print_json({"uri": table.uri, **desc})
         return
+    from rich.console import Console  # only to print for people: --json needs no Rich
+    from rich.table import Table as RichTable
+
+    from maintd.units import fmt_bytes
+
     out = Console(soft_wrap=True, highlight=False)
     out.print(f"[bold]{table.uri}[/bold]  version {desc['version']} ({desc['commit_time']})")
     out.print("schema: " + ", ".join(f"{c['name']}:{c['type']}{'' if c['nullable'] else '!'}" for c in desc["schema"]))
@@ -224,9 +225,9 @@ def pins_command(
     from rich.console import Console
     from rich.table import Table as RichTable
 
-    from maintd.planner.candidates import fmt_bytes
     from maintd.reclaim import held_by_pins
     from maintd.table import Table
+    from maintd.units import fmt_bytes
 
     with user_errors():
         table = Table.open(uri)

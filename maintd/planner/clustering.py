@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from maintd.planner.candidates import Candidate, Skip, fmt_bytes, fmt_hours
+from maintd.planner.candidates import Candidate, Skip
 from maintd.planner.policy import ClusteringPolicy, LevelPolicy
 from maintd.planner.stats import MS_PER_HOUR, BucketStats, hours
 from maintd.table.actions import AddFile
+from maintd.units import fmt_bytes, fmt_hours
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from maintd.planner.candidates import Candidate, Skip, fmt_bytes, fmt_hours
+from maintd.planner.candidates import Candidate, Skip
 from maintd.planner.policy import CompactionPolicy
 from maintd.planner.stats import BucketStats, hours
 from maintd.table.actions import AddFile
 from maintd.table.keyranges import overlaps, sort_key
+from maintd.units import fmt_bytes, fmt_hours
 
 
 def rewrite_split(s: BucketStats, p: CompactionPolicy) -> tuple[tuple[AddFile, ...], tuple[AddFile, ...]]:

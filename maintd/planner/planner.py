@@ -12,13 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from maintd.planner.candidates import Candidate, Skip, fmt_bytes
+from maintd.planner.candidates import Candidate, Skip
 from maintd.planner.clustering import clustering_candidate
 from maintd.planner.compaction import compaction_candidate
 from maintd.planner.models import BucketDecision, MaintenancePlan, PlanTask
 from maintd.planner.policy import Policy, RankingPolicy
 from maintd.planner.stats import MS_PER_HOUR, BucketStats, bucket_stats
 from maintd.table.snapshot import Snapshot
+from maintd.units import fmt_bytes
 
 
 @dataclass(frozen=True)

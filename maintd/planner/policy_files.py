@@ -130,9 +130,14 @@ def property_overrides(properties: Mapping[str, str], table: str = "") -> dict[s
     return out
 
 
+#: libyaml's safe loader when PyYAML was built with it: the pure-Python one takes longer to parse the packaged
+#: defaults than ``maintd plan`` takes to plan a small table.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _read_yaml(text: str, source: str) -> dict[str, Any]:
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_SAFE_LOADER)  # a safe loader: plain data only
     except yaml.YAMLError as e:
         raise PolicyError(f"{source}: not valid YAML: {e}") from None
     if raw is None:

@@ -4,25 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
+from maintd.service.run_kinds import RunKind, RunStatus
 
-class RunKind(StrEnum):
-    """What a run did."""
-
-    MAINTENANCE = "maintenance"
-    RECLAIM = "reclaim"
-
-
-class RunStatus(StrEnum):
-    """Where a run is. Only ``RUNNING`` is not final."""
-
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    SKIPPED = "skipped"  # nothing to do, or the table was busy
-    ABANDONED = "abandoned"  # the daemon stopped (SIGTERM, lost lease, crash) before the run ended
+__all__ = ["Decision", "DecisionRecord", "LeaseRecord", "RootRecord", "RunKind", "RunRecord", "RunResult", "RunStatus",
+           "TableRecord"]
 
 
 @dataclass(frozen=True, slots=True)

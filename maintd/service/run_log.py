@@ -19,7 +19,7 @@ from typing import Any
 
 from loguru import logger
 
-from maintd.planner.candidates import fmt_bytes
+from maintd.units import fmt_bytes
 
 _LEVELS = {"succeeded": "INFO", "skipped": "INFO", "abandoned": "WARNING", "failed": "ERROR"}
 

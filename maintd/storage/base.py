@@ -170,10 +170,11 @@ def storage_for_uri(uri: str) -> Storage:
     Raises:
         UnknownSchemeError: for a scheme no storage is registered for.
     """
-    import maintd.storage.local
-    import maintd.storage.objectstore  # noqa: F401  (registers s3, s3a, gs, az, abfs, abfss)
+    import maintd.storage.local  # registers file
 
     scheme = uri_scheme(uri)
+    if scheme != "file":  # a local table needs no object-store client (obstore, and botocore for listings)
+        import maintd.storage.objectstore  # noqa: F401  (registers s3, s3a, gs, az, abfs, abfss)
     factory = _FACTORIES.get(scheme)
     if factory is None:
         known = ", ".join(f"{s}://" for s in sorted(_FACTORIES) if s != "file")

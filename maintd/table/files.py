@@ -20,19 +20,24 @@ import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from maintd.errors import DataFileMissingError, DataFileSchemaError
 from maintd.storage import Storage
 from maintd.table.actions import AddFile, FileKind, KeyValue, Metadata
 from maintd.table.keyranges import key_value
+from maintd.table.lazy import lazy_module
 from maintd.table.schema import OP_COLUMN, OP_DELETE, OP_UPSERT, VERSION_COLUMN, to_arrow
 from maintd.table.snapshot import partition_path
+
+if TYPE_CHECKING:
+    import pyarrow.compute as pc
+else:
+    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.lazy
 
 WRITE_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "write_statistics": True}
 

@@ -22,14 +22,19 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from maintd.errors import InvalidInputError
 from maintd.table.actions import Metadata
+from maintd.table.lazy import lazy_module
 from maintd.table.schema import TYPES
+
+if TYPE_CHECKING:
+    import pyarrow.compute as pc
+else:
+    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.lazy
 
 COMPARISONS = ("=", "!=", "<", "<=", ">", ">=")
 OPERATORS = (*COMPARISONS, "in", "not in", "is null", "is not null")

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from maintd.storage import Storage
 from maintd.table.actions import AddFile, Metadata
 from maintd.table.files import read_data_file
 from maintd.table.keyranges import sort_key
+from maintd.table.lazy import lazy_module
 from maintd.table.merge import latest_rows
 from maintd.table.schema import HIDDEN_COLUMNS, OP_COLUMN, VERSION_COLUMN, to_arrow
 from maintd.table.snapshot import PartitionKey, Snapshot
+
+if TYPE_CHECKING:
+    import pyarrow.compute as pc
+else:
+    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.lazy
 
 CHANGE_COLUMN = "_change"
 CHANGE_VERSION_COLUMN = "_change_version"

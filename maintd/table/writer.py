@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from maintd.errors import InvalidInputError, PrimaryKeyError
 from maintd.storage import Storage
 from maintd.table.actions import AddFile, Metadata
 from maintd.table.bucketing import bucket_of
 from maintd.table.files import file_schema, write_data_files
+from maintd.table.lazy import lazy_module
 from maintd.table.merge import first_of_each_key
 from maintd.table.schema import OP_COLUMN, OP_DELETE, OP_UPSERT, conform
+
+if TYPE_CHECKING:
+    import pyarrow.compute as pc
+else:
+    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.lazy
 
 TableLike = Any
 """A ``pyarrow.Table``, a ``pandas.DataFrame``, a list of row dicts, or (for deletes) a list of keys."""

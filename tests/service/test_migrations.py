@@ -111,6 +111,22 @@ def test_an_empty_store_is_created_at_the_newest_revision(store_target: StoreTar
     assert schema_differences(store_target, engine) == []
 
 
+def test_the_revision_check_expects_the_newest_migration() -> None:
+    """``check`` compares the recorded revision with ``HEAD_REVISION`` without loading Alembic's scripts:
+    a new migration must move it."""
+    assert migrations.head() == migrations.HEAD_REVISION
+
+
+def test_check_passes_a_current_store_and_refuses_an_old_one(store_target: StoreTarget, store: StateStore) -> None:
+    store.check_schema()
+    with store.engine.begin() as conn:
+        if store_target.db_schema:
+            conn.execute(sa.text(f'SET LOCAL search_path TO "{store_target.db_schema}"'))
+        conn.execute(sa.text(f"UPDATE {migrations.VERSION_TABLE} SET version_num = '0002'"))
+    with pytest.raises(StateStoreError, match="revision 0002, older than this maintd's 0003"):
+        store.check_schema()
+
+
 def test_a_store_migrated_by_a_newer_maintd_is_refused_naming_the_revision(
     store_target: StoreTarget, store: StateStore
 ) -> None:

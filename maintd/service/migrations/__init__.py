@@ -13,30 +13,38 @@ SQLite's write lock), so replicas that start together migrate once. What it find
 
 The version is kept in ``maintd_alembic_version`` (not Alembic's default name), in ``store.db_schema``
 on PostgreSQL, so that maintd's migrations never mix with an application's own in a shared database.
+
+Alembic is imported only to migrate, or to explain a revision other than the newest: :func:`check` (what
+``maintd status`` and ``maintd history`` run on every start) reads the recorded revision with one plain query
+and compares it with :data:`HEAD_REVISION`.
 """
 
 from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from loguru import logger
 from sqlalchemy.engine import Connection
 
 from maintd.errors import StateStoreError
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
 VERSION_TABLE = "maintd_alembic_version"
 LEGACY_REVISION = "0001"
+#: The newest revision of ``versions/`` (a test checks it is Alembic's head): what :func:`check` expects.
+HEAD_REVISION = "0003"
 #: A table every schema maintd ever created holds.
 _MARKER_TABLE = "maintd_tables"
 
 
 def _config(connection: Connection | None = None) -> Config:
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(Path(__file__).parent))
     config.attributes["connection"] = connection
@@ -45,6 +53,8 @@ def _config(connection: Connection | None = None) -> Config:
 
 @functools.cache
 def _scripts() -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(_config())
 
 
@@ -62,6 +72,8 @@ def known(revision: str) -> bool:
 
 def current(conn: Connection) -> str | None:
     """The revision recorded in the store (None: none recorded)."""
+    from alembic.runtime.migration import MigrationContext
+
     context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
     return context.get_current_revision()
 
@@ -85,6 +97,10 @@ def upgrade(conn: Connection, metadata: sa.MetaData, where: str) -> tuple[str | 
     Raises:
         StateStoreError: a newer maintd migrated the store.
     """
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+    from loguru import logger
+
     found = state(conn)
     before = current(conn)
     if found == "ahead":
@@ -109,6 +125,8 @@ def check(conn: Connection, where: str) -> None:
     Raises:
         StateStoreError: naming the revisions and what to do.
     """
+    if _recorded(conn) == HEAD_REVISION:
+        return
     found = state(conn)
     if found == "current":
         return
@@ -124,6 +142,16 @@ def check(conn: Connection, where: str) -> None:
     )
 
 
+def _recorded(conn: Connection) -> str | None:
+    """The one revision recorded in the version table, read without Alembic (None: no table, no row, or
+    several rows, which :func:`current` then reads and explains)."""
+    if not sa.inspect(conn).has_table(VERSION_TABLE):
+        return None
+    version = sa.table(VERSION_TABLE, sa.column("version_num"))
+    rows = conn.execute(sa.select(version.c.version_num).limit(2)).scalars().all()
+    return rows[0] if len(rows) == 1 else None
+
+
 def _ahead(revision: str | None, where: str) -> StateStoreError:
     return StateStoreError(
         f"state store {where} has schema revision {revision}, which this maintd does not know (its newest is "
@@ -131,4 +159,4 @@ def _ahead(revision: str | None, where: str) -> StateStoreError:
     )
 
 
-__all__ = ["LEGACY_REVISION", "VERSION_TABLE", "check", "current", "head", "state", "upgrade"]
+__all__ = ["HEAD_REVISION", "LEGACY_REVISION", "VERSION_TABLE", "check", "current", "head", "state", "upgrade"]
