@@ -1,0 +1,123 @@
+"""PURGE from Python: its orphan grace, its dry run, its partitions, and the pins it refuses to drop."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from reclaim_helpers import data_files_on_disk, orphan
+
+from maintd import InvalidInputError, PinConflictError, Table
+from maintd.reclaim import purge, purge_table
+from maintd.table import pins
+from maintd.table.timeline import to_epoch_ms
+
+HOUR = timedelta(hours=1)
+
+
+def two_partitions(root: Path) -> Table:
+    """A table partitioned by ``ds`` whose files of both partitions were all replaced once (tombstones)."""
+    table = Table.create(str(root), "id:int64!,name:string,ds:string", primary_key="id", partition_by="ds",
+                         buckets=1)
+    table.upsert(pa.table({"id": [1, 2], "name": ["x", "x"], "ds": ["a", "b"]}))
+    table.overwrite(pa.table({"id": [1, 2], "name": ["y", "y"], "ds": ["a", "b"]}))
+    return table
+
+
+def test_a_purge_refuses_a_grace_below_an_hour_unless_forced(tmp_path: Path) -> None:
+    table = two_partitions(tmp_path / "t")
+    with pytest.raises(InvalidInputError, match="below 1 hour"):
+        purge_table(table, orphan_grace=timedelta(minutes=5), dry_run=True)
+    assert purge_table(table, orphan_grace=timedelta(minutes=5), force_short_grace=True, dry_run=True).dry_run
+
+
+class Ticking:
+    """A ``time`` module whose monotonic clock advances 1.5 s at every reading."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        self.now += 1.5
+        return self.now
+
+
+def test_a_purge_dry_run_measures_the_grace_at_the_time_given_and_keeps_to_the_partitions_asked_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = two_partitions(tmp_path / "t")
+    monkeypatch.setattr(purge, "time", Ticking())
+    clock = datetime.now(UTC)
+    # half an hour old by the clock, two and a half hours old at ``now``: past a grace of one hour there only
+    for ds in ("a", "b"):
+        orphan(tmp_path / "t", clock, 0.5, name=ds * 32, where=f"ds={ds}/bucket-00000")
+    before = (data_files_on_disk(tmp_path / "t"), table.version)
+
+    report = purge_table(table, now=clock + 2 * HOUR, partitions=[{"ds": "a"}], orphan_grace=HOUR, dry_run=True)
+
+    assert report.dry_run is True and report.operation == "purge" and report.seconds == 1.5
+    assert report.orphan_files_deleted == 1 and report.data_files_deleted == 1
+    assert [dict(p) for p in report.partitions] == [{"ds": "a"}]
+    assert (data_files_on_disk(tmp_path / "t"), Table.open(table.uri).version) == before
+
+
+def test_a_refused_purge_names_every_pinned_version_and_who_pinned_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = two_partitions(tmp_path / "t")
+    table.pin(1, 3 * HOUR, "export")
+    owner = pins.who()
+    monkeypatch.setattr(pins, "who", lambda: "")  # a pin recorded without its owner
+    table.pin(2, 3 * HOUR, "audit")
+    with pytest.raises(InvalidInputError) as refused:
+        purge_table(Table.open(table.uri))
+    message = str(refused.value)
+    assert "pinned version(s) 1 (pin " in message and " UTC), 2 (pin " in message
+    assert message.endswith("; wait for the pins to expire, unpin them (`maintd table unpin`), "
+                            "or purge with --force-unpin (force_unpin=True) to remove them")
+    assert message.count(" by unknown, until ") == 1 and f" by {owner}, until " in message
+
+
+@pytest.fixture
+def five_hours_east() -> Iterator[None]:
+    """The process's local time zone is UTC+5 for the test (naive local times are then 5 hours off UTC)."""
+    import os
+
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "Etc/GMT-5"
+    time.tzset()
+    yield
+    if old is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
+
+
+@pytest.mark.usefixtures("five_hours_east")
+def test_a_purge_without_a_time_reads_the_clock_in_utc_whatever_the_local_time_zone(tmp_path: Path) -> None:
+    table = two_partitions(tmp_path / "t")
+    report = purge_table(table, dry_run=True)
+    assert abs(to_epoch_ms(report.now) - time.time() * 1000) < 60_000
+
+
+def test_a_pin_landing_after_the_purge_planned_makes_its_audit_commit_fail_and_nothing_is_deleted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pins are checked on the snapshot the purge planned from; one that lands after it is caught by
+    the audit commit (it expires every version before itself), before any file goes."""
+    table = two_partitions(tmp_path / "t")
+    table.unpin(table.pin(2, HOUR).id)  # the table's protocol has pins: a new pin is no protocol change
+    plan = purge.plan_purge
+
+    def plan_then_pin(*args: object, **kwargs: object) -> object:
+        planned = plan(*args, **kwargs)  # type: ignore[arg-type]
+        Table.open(table.uri).pin(1, 3 * HOUR, "a reader starting now")
+        return planned
+
+    monkeypatch.setattr(purge, "plan_purge", plan_then_pin)
+    before = data_files_on_disk(tmp_path / "t")
+    with pytest.raises(PinConflictError):
+        purge_table(Table.open(table.uri))
+    assert data_files_on_disk(tmp_path / "t") == before
