@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from reclaim_helpers import data_files_on_disk, orphan
+from reclaim_helpers import data_files_on_disk, local_time_zone, orphan
 
 from maintd import InvalidInputError, PinConflictError, Table
-from maintd.reclaim import purge, purge_table
+from maintd.reclaim import engine, purge, purge_table
 from maintd.table import pins
 from maintd.table.timeline import to_epoch_ms
 
@@ -35,21 +34,36 @@ def test_a_purge_refuses_a_grace_below_an_hour_unless_forced(tmp_path: Path) -> 
     assert purge_table(table, orphan_grace=timedelta(minutes=5), force_short_grace=True, dry_run=True).dry_run
 
 
-class Ticking:
-    """A ``time`` module whose monotonic clock advances 1.5 s at every reading."""
+class Clock:
+    """A ``time`` module whose monotonic clock stands still until told to move (the rest is the real one)."""
 
     def __init__(self) -> None:
         self.now = 100.0
 
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
+
     def monotonic(self) -> float:
-        self.now += 1.5
         return self.now
+
+
+def slow_planning(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Planning a PURGE takes ``seconds`` by the monotonic clock of PURGE and of the run it starts."""
+    clock, plan = Clock(), purge.plan_purge
+
+    def plan_purge(*args: object, **kwargs: object) -> object:
+        clock.now += seconds
+        return plan(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(purge, "plan_purge", plan_purge)
+    monkeypatch.setattr(purge, "time", clock)
+    monkeypatch.setattr(engine, "time", clock)
 
 
 def test_a_purge_dry_run_measures_the_grace_at_the_time_given_and_keeps_to_the_partitions_asked_for(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     table = two_partitions(tmp_path / "t")
-    monkeypatch.setattr(purge, "time", Ticking())
+    slow_planning(monkeypatch, 1.23456)
     clock = datetime.now(UTC)
     # half an hour old by the clock, two and a half hours old at ``now``: past a grace of one hour there only
     for ds in ("a", "b"):
@@ -58,7 +72,7 @@ def test_a_purge_dry_run_measures_the_grace_at_the_time_given_and_keeps_to_the_p
 
     report = purge_table(table, now=clock + 2 * HOUR, partitions=[{"ds": "a"}], orphan_grace=HOUR, dry_run=True)
 
-    assert report.dry_run is True and report.operation == "purge" and report.seconds == 1.5
+    assert report.dry_run is True and report.operation == "purge" and report.seconds == 1.235
     assert report.orphan_files_deleted == 1 and report.data_files_deleted == 1
     assert [dict(p) for p in report.partitions] == [{"ds": "a"}]
     assert (data_files_on_disk(tmp_path / "t"), Table.open(table.uri).version) == before
@@ -80,26 +94,10 @@ def test_a_refused_purge_names_every_pinned_version_and_who_pinned_it(
     assert message.count(" by unknown, until ") == 1 and f" by {owner}, until " in message
 
 
-@pytest.fixture
-def five_hours_east() -> Iterator[None]:
-    """The process's local time zone is UTC+5 for the test (naive local times are then 5 hours off UTC)."""
-    import os
-
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = "Etc/GMT-5"
-    time.tzset()
-    yield
-    if old is None:
-        del os.environ["TZ"]
-    else:
-        os.environ["TZ"] = old
-    time.tzset()
-
-
-@pytest.mark.usefixtures("five_hours_east")
 def test_a_purge_without_a_time_reads_the_clock_in_utc_whatever_the_local_time_zone(tmp_path: Path) -> None:
     table = two_partitions(tmp_path / "t")
-    report = purge_table(table, dry_run=True)
+    with local_time_zone("Etc/GMT-5"):  # five hours east of UTC
+        report = purge_table(table, dry_run=True)
     assert abs(to_epoch_ms(report.now) - time.time() * 1000) < 60_000
 
 
@@ -121,3 +119,32 @@ def test_a_pin_landing_after_the_purge_planned_makes_its_audit_commit_fail_and_n
     with pytest.raises(PinConflictError):
         purge_table(Table.open(table.uri))
     assert data_files_on_disk(tmp_path / "t") == before
+
+
+def test_a_purge_reports_its_steps_from_the_audit_commit_on_and_its_time_from_its_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = two_partitions(tmp_path / "t")
+    slow_planning(monkeypatch, 3600.0)
+    steps: list[str] = []
+    report = purge_table(table, on_step=steps.append)
+    assert steps[:2] == ["commit", "checkpoint"] and "data" in steps
+    assert report.operation == "purge" and report.seconds == 3600.0
+
+
+def test_a_commit_landing_right_after_the_audit_commit_keeps_every_file_the_purge_version_reads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The purge deletes what its own version no longer reads, not what a later commit removed."""
+    table = two_partitions(tmp_path / "t")
+    audit = purge._audit_commit
+    after: list[int] = []
+
+    def audit_then_overwrite(*args: object, **kwargs: object) -> int:
+        version = audit(*args, **kwargs)  # type: ignore[arg-type]
+        after.append(Table.open(table.uri).overwrite(pa.table({"id": [3], "name": ["z"], "ds": ["a"]})))
+        return version
+
+    monkeypatch.setattr(purge, "_audit_commit", audit_then_overwrite)
+    report = purge_table(Table.open(table.uri))
+    assert after == [report.purge_version + 1]
+    reopened = Table.open(table.uri)
+    assert sorted(reopened.read(version=report.purge_version).column("name").to_pylist()) == ["y", "y"]

@@ -10,7 +10,7 @@ import pytest
 from freezegun import freeze_time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reclaim_helpers import T0, History, build, data_files_on_disk, orphan, rows
+from reclaim_helpers import T0, History, build, data_files_on_disk, local_time_zone, orphan, rows
 
 from maintd import InvalidInputError, Table, VersionNotFoundError
 from maintd.execution import execute
@@ -18,6 +18,7 @@ from maintd.execution.commit import commit_rewrites
 from maintd.planner import load_policy_file, plan
 from maintd.reclaim import plan_reclamation, reclaim_table
 from maintd.table.log import checkpoint_path, commit_path
+from maintd.table.timeline import to_epoch_ms
 
 HOUR = timedelta(hours=1)
 
@@ -227,3 +228,10 @@ def test_any_history_reclaimed_at_any_times_keeps_every_retained_read(tmp_path_f
         assert report.oldest_retained_version == oldest
         assert_retained_reads_unchanged(history, at, oldest)
         assert data_files_on_disk(Path(history.table.uri)) == history.live_from(oldest)
+
+
+def test_a_plan_without_a_time_reads_the_clock_in_utc_whatever_the_local_time_zone(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1)
+    with local_time_zone("Etc/GMT-5"):  # five hours east of UTC
+        planned = plan_reclamation(table)
+    assert abs(to_epoch_ms(planned.now) - datetime.now(UTC).timestamp() * 1000) < 60_000
