@@ -119,3 +119,16 @@ def local_time_zone(tz: str) -> Iterator[None]:
         else:
             os.environ["TZ"] = old
         time.tzset()
+
+
+class Clock:
+    """A ``time`` module whose monotonic clock stands still until told to move (the rest is the real one)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from reclaim_helpers import data_files_on_disk, local_time_zone, orphan
+from reclaim_helpers import Clock, data_files_on_disk, local_time_zone, orphan
 
 from maintd import InvalidInputError, PinConflictError, Table
 from maintd.reclaim import engine, purge, purge_table
@@ -32,19 +32,6 @@ def test_a_purge_refuses_a_grace_below_an_hour_unless_forced(tmp_path: Path) -> 
     with pytest.raises(InvalidInputError, match="below 1 hour"):
         purge_table(table, orphan_grace=timedelta(minutes=5), dry_run=True)
     assert purge_table(table, orphan_grace=timedelta(minutes=5), force_short_grace=True, dry_run=True).dry_run
-
-
-class Clock:
-    """A ``time`` module whose monotonic clock stands still until told to move (the rest is the real one)."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(time, name)
-
-    def monotonic(self) -> float:
-        return self.now
 
 
 def slow_planning(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
