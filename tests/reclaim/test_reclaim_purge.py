@@ -13,6 +13,7 @@ from reclaim_helpers import Clock, data_files_on_disk, local_time_zone, orphan
 from maintd import InvalidInputError, PinConflictError, Table
 from maintd.reclaim import engine, purge, purge_table
 from maintd.table import pins
+from maintd.table.actions import Unpin
 from maintd.table.timeline import to_epoch_ms
 
 HOUR = timedelta(hours=1)
@@ -135,3 +136,24 @@ def test_a_commit_landing_right_after_the_audit_commit_keeps_every_file_the_purg
     assert after == [report.purge_version + 1]
     reopened = Table.open(table.uri)
     assert sorted(reopened.read(version=report.purge_version).column("name").to_pylist()) == ["y", "y"]
+
+
+def test_the_audit_commit_records_who_what_and_how_much_and_why_each_pin_went(tmp_path: Path) -> None:
+    table = two_partitions(tmp_path / "t")
+    pin = table.pin(1, 3 * HOUR, "export")
+    orphan(tmp_path / "t", datetime.now(UTC), 100, where="ds=a/bucket-00000")
+
+    report = purge_table(Table.open(table.uri), partitions=[{"ds": "a"}], orphan_grace=2 * HOUR, user="ops@test",
+                         force_unpin=True)
+
+    audit = Table.open(table.uri).history(limit=1)[0]
+    assert audit.version == report.purge_version and audit.operation == "PURGE"
+    assert audit.parameters == {"user": "ops@test", "partitions": [{"ds": "a"}], "orphan_grace_hours": 2.0,
+                                "pins_removed": [pin.id]}
+    assert audit.metrics == {
+        "versions_expired": report.versions_expired, "log_files": report.log_files_deleted,
+        "data_files": 1, "data_bytes": report.data_bytes_deleted,
+        "orphan_files": 1, "orphan_bytes": report.orphan_bytes_deleted,
+    }
+    actions = Table.open(table.uri).log.read_commit(audit.version) or []
+    assert [(a.id, a.reason) for a in actions if isinstance(a, Unpin)] == [(pin.id, "PURGE --force-unpin by ops@test")]
