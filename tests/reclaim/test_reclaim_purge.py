@@ -86,7 +86,9 @@ def test_a_purge_without_a_time_reads_the_clock_in_utc_whatever_the_local_time_z
     table = two_partitions(tmp_path / "t")
     with local_time_zone("Etc/GMT-5"):  # five hours east of UTC
         report = purge_table(table, dry_run=True)
+        planned = purge.plan_purge(table)
     assert abs(to_epoch_ms(report.now) - time.time() * 1000) < 60_000
+    assert abs(to_epoch_ms(planned.now) - time.time() * 1000) < 60_000
 
 
 def test_a_pin_landing_after_the_purge_planned_makes_its_audit_commit_fail_and_nothing_is_deleted(
@@ -157,3 +159,11 @@ def test_the_audit_commit_records_who_what_and_how_much_and_why_each_pin_went(tm
     }
     actions = Table.open(table.uri).log.read_commit(audit.version) or []
     assert [(a.id, a.reason) for a in actions if isinstance(a, Unpin)] == [(pin.id, "PURGE --force-unpin by ops@test")]
+
+
+def test_a_purge_plan_always_writes_a_checkpoint_and_names_the_table_of_a_bad_partition_filter(
+        tmp_path: Path) -> None:
+    table = two_partitions(tmp_path / "t")
+    assert purge.plan_purge(table).checkpoint_needed is True
+    with pytest.raises(InvalidInputError, match=f"^table {table.uri}: hour is not a partition column"):
+        purge.plan_purge(table, partitions=[{"hour": "1"}])
