@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from maintd.table.snapshot import format_partition, partition_path
+from pathlib import Path
+
+import pytest
+
+from maintd import Table
+from maintd.table.snapshot import (
+    TXN_RECORDS_MAX,
+    TXN_WINDOW_MS,
+    SnapshotBuilder,
+    format_partition,
+    partition_path,
+)
 
 
 def test_a_partition_is_shown_as_its_comma_joined_columns_and_no_partition_as_unpartitioned() -> None:
@@ -13,3 +24,33 @@ def test_a_partition_is_shown_as_its_comma_joined_columns_and_no_partition_as_un
 def test_a_partition_directory_quotes_every_value_and_names_null_values() -> None:
     assert partition_path({"ds": None, "region": "eu west/1"}, ["ds", "region"]) == "ds=__NULL__/region=eu%20west%2F1"
     assert partition_path({}, []) == ""
+
+
+def builder(tmp_path: Path, *, version: int, base_checkpoint: int, timestamp: int,
+            times: dict[int, int]) -> SnapshotBuilder:
+    """A replay at ``version`` of a table with checkpoints every 10 versions, with a record at each of ``times``."""
+    metadata = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1,
+                            properties={"log.checkpoint.interval": 10}).snapshot().metadata
+    return SnapshotBuilder(version=version, timestamp=timestamp, metadata=metadata, base_checkpoint=base_checkpoint,
+                           txns={v: (f"t{v}", t) for v, t in times.items()})
+
+
+def test_a_replay_keeps_at_most_the_newest_records_of_the_limit(tmp_path: Path) -> None:
+    kept = builder(tmp_path, version=3000, base_checkpoint=-1, timestamp=10**9,
+                   times={v: 0 for v in range(3001)}).kept_txns()
+    assert min(kept) == 3000 - TXN_RECORDS_MAX + 1 and max(kept) == 3000 and len(kept) == TXN_RECORDS_MAX
+
+
+def test_a_replay_keeps_the_records_of_the_last_minutes_however_old_the_checkpoint(tmp_path: Path) -> None:
+    times = {v: v * 1000 for v in range(2000, 3001)}  # one commit a second
+    kept = builder(tmp_path, version=3000, base_checkpoint=2995, timestamp=3_000_000, times=times).kept_txns()
+    assert min(kept) == (3_000_000 - TXN_WINDOW_MS) // 1000 and max(kept) == 3000  # a record exactly that old stays
+
+
+@pytest.mark.parametrize(("base_checkpoint", "oldest"), [(2950, 2951), (2995, 2981), (-1, 2001)])
+def test_a_replay_keeps_every_record_since_the_base_checkpoint_or_the_last_two_intervals(
+        tmp_path: Path, base_checkpoint: int, oldest: int) -> None:
+    """Old records (by time) stay from the base checkpoint on, and always for the last two checkpoint intervals."""
+    times = {v: 0 for v in range(2001, 3001)}
+    kept = builder(tmp_path, version=3000, base_checkpoint=base_checkpoint, timestamp=10**9, times=times).kept_txns()
+    assert min(kept) == oldest and list(kept) == list(range(oldest, 3001))
