@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from maintd import Table
+from maintd import Table, UnsupportedProtocolError
+from maintd.table.actions import WRITER_VERSION, Protocol
 from maintd.table.snapshot import (
     TXN_RECORDS_MAX,
     TXN_WINDOW_MS,
@@ -54,3 +56,17 @@ def test_a_replay_keeps_every_record_since_the_base_checkpoint_or_the_last_two_i
     times = {v: 0 for v in range(2001, 3001)}
     kept = builder(tmp_path, version=3000, base_checkpoint=base_checkpoint, timestamp=10**9, times=times).kept_txns()
     assert min(kept) == oldest and list(kept) == list(range(oldest, 3001))
+
+
+def test_a_table_for_a_newer_writer_is_refused_naming_both_versions(tmp_path: Path) -> None:
+    snapshot = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1).snapshot()
+    newer = replace(snapshot, protocol=Protocol(min_reader_version=1, min_writer_version=WRITER_VERSION + 1))
+    with pytest.raises(UnsupportedProtocolError) as refused:
+        newer.check_writable("t")
+    assert (refused.value.required, refused.value.supported) == (WRITER_VERSION + 1, WRITER_VERSION)
+    snapshot.check_writable("t")
+
+
+def test_a_version_without_a_transaction_record_has_no_transaction_id(tmp_path: Path) -> None:
+    snapshot = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1).snapshot()
+    assert snapshot.txn_at(snapshot.version) and snapshot.txn_at(snapshot.version + 1) is None
