@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from maintd import Table, UnsupportedProtocolError
-from maintd.table.actions import WRITER_VERSION, Protocol
+from maintd.table.actions import WRITER_VERSION, Protocol, RemoveFile
 from maintd.table.snapshot import (
     TXN_RECORDS_MAX,
     TXN_WINDOW_MS,
@@ -70,3 +71,25 @@ def test_a_table_for_a_newer_writer_is_refused_naming_both_versions(tmp_path: Pa
 def test_a_version_without_a_transaction_record_has_no_transaction_id(tmp_path: Path) -> None:
     snapshot = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1).snapshot()
     assert snapshot.txn_at(snapshot.version) and snapshot.txn_at(snapshot.version + 1) is None
+
+
+def test_a_replay_revives_a_removed_file_added_again_and_ignores_removing_a_file_it_does_not_hold(
+        tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1)
+    table.upsert(pa.table({"id": [1]}))
+    snapshot = table.snapshot()
+    (path, added), = snapshot.files.items()
+    replay = SnapshotBuilder.from_snapshot(snapshot)
+    replay.apply(snapshot.version + 1, [RemoveFile(path=path, deletion_time=1),
+                                        RemoveFile(path="gone", deletion_time=1)])
+    assert path in replay.tombstones and path not in replay.files and "gone" not in replay.tombstones
+    replay.apply(snapshot.version + 2, [added])
+    assert replay.files[path] == added and path not in replay.tombstones
+
+
+def test_a_commit_without_commit_info_is_recorded_with_an_empty_transaction_id(tmp_path: Path) -> None:
+    snapshot = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1).snapshot()
+    replay = SnapshotBuilder.from_snapshot(snapshot)
+    replay.apply(snapshot.version + 1, [])
+    assert replay.txns[snapshot.version + 1] == ("", snapshot.timestamp)
+    assert replay.build().txn_at(snapshot.version + 1) == ""
