@@ -93,3 +93,10 @@ def test_a_commit_without_commit_info_is_recorded_with_an_empty_transaction_id(t
     replay.apply(snapshot.version + 1, [])
     assert replay.txns[snapshot.version + 1] == ("", snapshot.timestamp)
     assert replay.build().txn_at(snapshot.version + 1) == ""
+
+
+def test_a_replay_without_metadata_or_without_protocol_builds_no_snapshot(tmp_path: Path) -> None:
+    snapshot = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1).snapshot()
+    for partial in (SnapshotBuilder(metadata=snapshot.metadata), SnapshotBuilder(protocol=snapshot.protocol)):
+        with pytest.raises(ValueError, match="^log has no metadata or protocol action before this version$"):
+            partial.build()
