@@ -98,5 +98,5 @@ def test_a_commit_without_commit_info_is_recorded_with_an_empty_transaction_id(t
 def test_a_replay_without_metadata_or_without_protocol_builds_no_snapshot(tmp_path: Path) -> None:
     snapshot = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1).snapshot()
     for partial in (SnapshotBuilder(metadata=snapshot.metadata), SnapshotBuilder(protocol=snapshot.protocol)):
-        with pytest.raises(ValueError, match="^log has no metadata or protocol action before this version$"):
+        with pytest.raises(ValueError, match=r"^log has no metadata or protocol action before this version$"):
             partial.build()
