@@ -9,11 +9,12 @@ import pyarrow as pa
 import pytest
 
 from maintd import Table, UnsupportedProtocolError
-from maintd.table.actions import WRITER_VERSION, Protocol, RemoveFile
+from maintd.table.actions import READER_VERSION, WRITER_VERSION, Protocol, RemoveFile
 from maintd.table.snapshot import (
     TXN_RECORDS_MAX,
     TXN_WINDOW_MS,
     SnapshotBuilder,
+    check_readable,
     format_partition,
     partition_path,
 )
@@ -100,3 +101,11 @@ def test_a_replay_without_metadata_or_without_protocol_builds_no_snapshot(tmp_pa
     for partial in (SnapshotBuilder(metadata=snapshot.metadata), SnapshotBuilder(protocol=snapshot.protocol)):
         with pytest.raises(ValueError, match=r"^log has no metadata or protocol action before this version$"):
             partial.build()
+
+
+def test_a_table_for_a_newer_reader_is_refused_naming_both_versions() -> None:
+    said = f"^the table requires reader protocol version {READER_VERSION + 1}; this maintd reads up to version "
+    with pytest.raises(UnsupportedProtocolError, match=said + f"{READER_VERSION}: upgrade") as refused:
+        check_readable(Protocol(min_reader_version=READER_VERSION + 1, min_writer_version=READER_VERSION + 1))
+    assert (refused.value.required, refused.value.supported) == (READER_VERSION + 1, READER_VERSION)
+    check_readable(Protocol(min_reader_version=READER_VERSION, min_writer_version=WRITER_VERSION))
