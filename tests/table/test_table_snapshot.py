@@ -31,10 +31,11 @@ def test_a_partition_directory_quotes_every_value_and_names_null_values() -> Non
 
 
 def builder(tmp_path: Path, *, version: int, base_checkpoint: int, timestamp: int,
-            times: dict[int, int]) -> SnapshotBuilder:
-    """A replay at ``version`` of a table with checkpoints every 10 versions, with a record at each of ``times``."""
+            times: dict[int, int], interval: int = 10) -> SnapshotBuilder:
+    """A replay at ``version`` of a table with checkpoints every ``interval`` versions and a record at each of
+    ``times``."""
     metadata = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1,
-                            properties={"log.checkpoint.interval": 10}).snapshot().metadata
+                            properties={"log.checkpoint.interval": interval}).snapshot().metadata
     return SnapshotBuilder(version=version, timestamp=timestamp, metadata=metadata, base_checkpoint=base_checkpoint,
                            txns={v: (f"t{v}", t) for v, t in times.items()})
 
@@ -43,6 +44,10 @@ def test_a_replay_keeps_at_most_the_newest_records_of_the_limit(tmp_path: Path) 
     kept = builder(tmp_path, version=3000, base_checkpoint=-1, timestamp=10**9,
                    times={v: 0 for v in range(3001)}).kept_txns()
     assert min(kept) == 3000 - TXN_RECORDS_MAX + 1 and max(kept) == 3000 and len(kept) == TXN_RECORDS_MAX
+    # two checkpoint intervals when that is more
+    kept = builder(tmp_path / "long", version=5000, base_checkpoint=-1, timestamp=10**9, interval=1500,
+                   times={v: 0 for v in range(5001)}).kept_txns()
+    assert min(kept) == 2001 and len(kept) == 3000
 
 
 def test_a_replay_keeps_the_records_of_the_last_minutes_however_old_the_checkpoint(tmp_path: Path) -> None:
