@@ -24,7 +24,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MUTMUT = Path(sys.executable).with_name("mutmut")
+# mutmut's own entry point, run by this interpreter: the ``mutmut`` script's first line may name another
+# environment's Python (a copied virtualenv), which would import another checkout's packages.
+MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]
 
 MODULES = [
     # smallest and most critical first
@@ -80,7 +82,7 @@ def report(paths: list[str], show: bool) -> None:
         for name in [*s["survived"], *s["no_tests"]]:  # type: ignore[misc]
             print(f"    survived: {name}")
             if show:
-                subprocess.run([str(MUTMUT), "show", name], cwd=ROOT, check=False)
+                subprocess.run([*MUTMUT, "show", name], cwd=ROOT, check=False)
 
 
 def main() -> int:
@@ -98,7 +100,7 @@ def main() -> int:
     if not args.report:
         for path in paths:
             print(f"== mutating {path}", flush=True)
-            cmd = ["nice", "-n", "10", str(MUTMUT), "run", "--max-children", str(args.children), module_glob(path)]
+            cmd = ["nice", "-n", "10", *MUTMUT, "run", "--max-children", str(args.children), module_glob(path)]
             done = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, check=False)
             if done.returncode != 0:
                 print(f"mutmut failed on {path} (exit {done.returncode}); see `mutmut run` output", file=sys.stderr)

@@ -8,7 +8,9 @@ what ``read(version=v)`` must still return for every retained ``v`` afterwards.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -100,3 +102,33 @@ def orphan(root: Path, now: datetime, hours: float, name: str = "a" * 32, where:
     path.write_bytes(b"PAR1 left by a writer that crashed before its commit")
     age(path, now, hours)
     return path
+
+
+@contextmanager
+def local_time_zone(tz: str) -> Iterator[None]:
+    """The process's local time zone is ``tz`` (a ``TZ`` value) inside the block: naive local times then differ
+    from UTC, as on a machine whose clock is not set to UTC."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = tz
+    time.tzset()
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = old
+        time.tzset()
+
+
+class Clock:
+    """A ``time`` module whose monotonic clock stands still until told to move (the rest is the real one)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)

@@ -10,14 +10,15 @@ import pytest
 from freezegun import freeze_time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reclaim_helpers import T0, History, build, data_files_on_disk, orphan, rows
+from reclaim_helpers import T0, Clock, History, build, data_files_on_disk, local_time_zone, orphan, rows
 
 from maintd import InvalidInputError, Table, VersionNotFoundError
 from maintd.execution import execute
 from maintd.execution.commit import commit_rewrites
 from maintd.planner import load_policy_file, plan
-from maintd.reclaim import plan_reclamation, reclaim_table
+from maintd.reclaim import engine, plan_reclamation, reclaim_table, retention
 from maintd.table.log import checkpoint_path, commit_path
+from maintd.table.timeline import to_epoch_ms
 
 HOUR = timedelta(hours=1)
 
@@ -227,3 +228,25 @@ def test_any_history_reclaimed_at_any_times_keeps_every_retained_read(tmp_path_f
         assert report.oldest_retained_version == oldest
         assert_retained_reads_unchanged(history, at, oldest)
         assert data_files_on_disk(Path(history.table.uri)) == history.live_from(oldest)
+
+
+def test_a_plan_without_a_time_reads_the_clock_in_utc_whatever_the_local_time_zone(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1)
+    with local_time_zone("Etc/GMT-5"):  # five hours east of UTC
+        planned = plan_reclamation(table)
+    assert abs(to_epoch_ms(planned.now) - datetime.now(UTC).timestamp() * 1000) < 60_000
+
+
+def test_a_reclamation_reports_its_time_from_its_start_planning_included(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1)
+    clock, plan = Clock(), retention.plan_reclamation
+
+    def slow_plan(*args: object, **kwargs: object) -> object:
+        clock.now += 3600.0
+        return plan(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(retention, "plan_reclamation", slow_plan)
+    monkeypatch.setattr(retention, "time", clock)
+    monkeypatch.setattr(engine, "time", clock)
+    assert reclaim_table(table).seconds == 3600.0
