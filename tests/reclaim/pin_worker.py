@@ -1,20 +1,29 @@
 """A reader process for the pin race: pins a recent version, reads it three times (it must read, and the same),
 unpins; over and over.
 
-Usage: ``python pin_worker.py URI ROUNDS OUT.json``. Writes counts of pins acknowledged, refused (the version
-had expired) and lost to a conflict, and every failure of a pinned version to read the same after its pin.
+Usage: ``python pin_worker.py URI ROUNDS OUT.json [GO]``: with GO, the rounds start once that file exists (the
+test creates it when reclamation has run once, so the pins race a reclamation that is under way). Writes counts
+of pins acknowledged, refused (the version had expired) and lost to a conflict, and every failure of a pinned
+version to read the same after its pin.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from datetime import timedelta
+from pathlib import Path
 
 from maintd import PinConflictError, Table, VersionNotFoundError
 
 
-def main(uri: str, rounds: int, out: str) -> None:
+def main(uri: str, rounds: int, out: str, go: str | None = None) -> None:
+    deadline = time.monotonic() + 120
+    while go is not None and not Path(go).exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"never told to start: {go} did not appear")
+        time.sleep(0.01)
     counts = {"acknowledged": 0, "refused": 0, "conflicts": 0, "unreadable": []}
     for _ in range(rounds):
         table = Table.open(uri)
@@ -45,4 +54,4 @@ def main(uri: str, rounds: int, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3])
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)

@@ -281,9 +281,9 @@ def test_a_process_pinning_and_reading_while_another_writes_and_reclaims_never_l
 
     table, _ = overwritten_table(tmp_path / "t", retain_hours=1)
     table.unpin(table.pin(4, timedelta(hours=1)).id)  # the first pin raises the protocol: a writer would conflict
-    out = tmp_path / "pins.json"
+    out, go = tmp_path / "pins.json", tmp_path / "go"
     reader = subprocess.Popen([sys.executable, str(Path(__file__).with_name("pin_worker.py")), table.uri, "25",
-                               str(out)], stderr=subprocess.PIPE, text=True)
+                               str(out), str(go)], stderr=subprocess.PIPE, text=True)
     stop = threading.Event()
     errors: list[BaseException] = []
     reclaims = [0]
@@ -293,6 +293,7 @@ def test_a_process_pinning_and_reading_while_another_writes_and_reclaims_never_l
             try:
                 reclaim_table(Table.open(table.uri), now=datetime.now(UTC) + 2 * HOUR)
                 reclaims[0] += 1
+                go.touch()  # the reader pins from now on, while reclamation goes on
             except BaseException as exc:  # reported by the assertion below
                 errors.append(exc)
                 return
@@ -300,7 +301,7 @@ def test_a_process_pinning_and_reading_while_another_writes_and_reclaims_never_l
     reclaimer = threading.Thread(target=reclaim_until_stopped)
     reclaimer.start()
     writes = 0
-    while reader.poll() is None and writes < 400:
+    while reader.poll() is None and (writes < 400 or not go.exists()):
         table.upsert(pa.table({"id": [1000 + writes % 7], "name": [f"w{writes}"]}))
         writes += 1
     _, err = reader.communicate(timeout=300)
