@@ -117,8 +117,10 @@ def _pyarrow_fs(family: str, options: Mapping[str, str]) -> pafs.FileSystem:
     """pyarrow's native filesystem for ``family``, from the same options (else its default credential chain)."""
     o = options
     if family == "s3":
+        # allow_delayed_open: a file that fits in one part is sent as one PUT when it is closed, instead of
+        # a multipart upload (create, part, complete: three round trips for a small level-0 file)
         kw: dict[str, Any] = {"allow_bucket_creation": False, "allow_bucket_deletion": False,
-                              "connect_timeout": 5.0, "request_timeout": 60.0}
+                              "connect_timeout": 5.0, "request_timeout": 60.0, "allow_delayed_open": True}
         if o.get("aws_access_key_id") and o.get("aws_secret_access_key"):
             kw.update(access_key=o["aws_access_key_id"], secret_key=o["aws_secret_access_key"],
                       session_token=o.get("aws_session_token"))
