@@ -66,6 +66,13 @@ class S3Server:
                 "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": REGION, "AWS_ALLOW_HTTP": "true",
                 "AWS_EC2_METADATA_DISABLED": "true"}
 
+    def requests(self, bucket: str) -> list[str]:
+        """The request lines the server has logged for ``bucket`` so far (``"PUT /bucket/key HTTP/1.1"``)."""
+        self.log.flush()
+        with open(self.log.name, encoding="utf-8", errors="replace") as f:
+            return [line.split('"')[1] for line in f if line.count('"') >= 2
+                    and line.split('"')[1].split(" ")[1].split("?")[0].strip("/").split("/")[0] == bucket]
+
     def child_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         return {**(os.environ if base is None else base), **self.env}
 

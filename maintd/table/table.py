@@ -87,6 +87,8 @@ class Table:
         self.retry_policy = retry or DEFAULT_RETRY
         self._lock = threading.Lock()
         self._latest: Snapshot | None = None
+        self._listed: tuple[int, float] = (-1, float("-inf"))
+        """The version last found as the latest, and the monotonic time at which that lookup started."""
 
     # -- lifecycle -------------------------------------------------------------------------
     @classmethod
@@ -191,12 +193,21 @@ class Table:
         base = self._latest
         if version is not None and base is not None and base.version == version:
             return base
+        started = time.monotonic()
         snap = self.log.load_snapshot(version, base=base if base and (version is None or base.version <= version)
                                       else None)
         with self._lock:
             if self._latest is None or snap.version > self._latest.version:
                 self._latest = snap
+            if version is None and started > self._listed[1]:
+                self._listed = (snap.version, started)
         return snap
+
+    def found_latest_within(self, version: int, seconds: float) -> bool:
+        """Whether a lookup that started less than ``seconds`` ago found ``version`` as the latest version."""
+        with self._lock:
+            found, started = self._listed
+        return found == version and time.monotonic() - started < seconds
 
     @property
     def version(self) -> int:

@@ -50,6 +50,11 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+FRESH_BASE_SECONDS = 10.0
+"""A base found as the latest version by a lookup that started less than this long ago is published on without
+first checking that its commit still exists (the landing check after the publish decides in every case); well
+inside the ten minutes for which the transaction records of every commit are kept."""
+
 
 def now_ms() -> int:
     return int(time.time() * 1000)
@@ -209,8 +214,14 @@ class Transaction:
     def _attempt(self, version: int, actions: list[Action], base: Snapshot, budget: Budget) -> bool:
         """Publish ``version`` on top of ``base`` and settle it: True if it landed, False if it certainly did not."""
         log = self.table.log
-        if version > 0 and not self._retrying(lambda: log.commit_exists(version - 1), budget):
-            return False  # what it builds on was reclaimed meanwhile: publishing would go into removed history
+        # What it builds on may have been reclaimed meanwhile: publishing would go into removed history. The
+        # landing check after the publish catches that in every case (it reads commit version - 1 back); this
+        # look before it only spares a writer that is far behind a publish it would have to take back, or one
+        # the transaction records no longer reach. A base found as the latest by a lookup of the last few
+        # seconds is not that far behind, and its check would only cost the commit a round trip.
+        if (version > 0 and not self.table.found_latest_within(version - 1, FRESH_BASE_SECONDS)
+                and not self._retrying(lambda: log.commit_exists(version - 1), budget)):
+            return False
         protocol = self._protocol or base.protocol
         attempt = Attempt(log, txn_id=self.txn_id, operation=self.operation, base=base, version=version,
                           actions=actions, fmt=format_for(protocol), retry=self.retry,
