@@ -56,6 +56,11 @@ first checking that its commit still exists (the landing check after the publish
 inside the ten minutes for which the transaction records of every commit are kept."""
 
 
+class StaleRead(Exception):
+    """A transaction prepared on a cached state lost its first attempt and the table's metadata changed since:
+    nothing landed; prepare it again on the latest state."""
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -68,8 +73,13 @@ class Transaction:
     """
 
     def __init__(self, table: Table, operation: str, *, read_snapshot: Snapshot | None = None,
-                 isolation_level: IsolationLevel | None = None, retry: RetryPolicy | None = None) -> None:
+                 isolation_level: IsolationLevel | None = None, retry: RetryPolicy | None = None,
+                 unconfirmed_read: bool = False) -> None:
         self.table = table
+        self.unconfirmed_read = unconfirmed_read
+        """The read snapshot was not looked up for this transaction (a writer's cached latest state): if the first
+        attempt loses and the table's schema, properties or protocol have changed since, :class:`StaleRead`
+        is raised (nothing landed) so that the caller can start again from the latest state."""
         self.operation = operation
         self.read_snapshot = read_snapshot or table.snapshot()
         self.read_snapshot.check_writable(table.uri)
@@ -191,13 +201,18 @@ class Transaction:
             self.attempts += 1
             version = latest.version + 1
             actions = self._actions(version, latest, blind, metrics, parameters)
+            started = time.monotonic()
             if self._attempt(version, actions, latest, budget):
                 self._committed = version
-                self.table._after_commit(version, latest, actions)
+                self.table._after_commit(version, latest, actions, published_after=started)
                 return version
             if not budget.spent(self.attempts):
                 budget.pause(self.attempts)
             newest = self._retrying(self.table.snapshot, budget)
+            if self.unconfirmed_read and self.attempts == 1 and (
+                    newest.metadata != latest.metadata or newest.protocol != latest.protocol):
+                raise StaleRead(f"table {self.table.uri}: version {latest.version}, which {self.operation} was "
+                                f"prepared on, is not the latest and the table's metadata changed since")
             done = self._retrying(lambda: self._check_winners(latest, newest), budget)  # noqa: B023
             if done is not None:
                 self._committed = done
