@@ -96,7 +96,11 @@ class Moto:
 
     def stop(self) -> None:
         self.proc.terminate()
-        self.proc.wait(10)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:  # a request thread still busy: the figures are in, do not lose them
+            self.proc.kill()
+            self.proc.wait(10)
 
 
 def spread(xs: list[float]) -> str:
