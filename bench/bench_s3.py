@@ -5,7 +5,8 @@ Run: ``nice .venv/bin/python bench/bench_s3.py [--samples 3] [--commits 40] [--v
 [--files 1000]``. Figures are recorded in docs/benchmarks.md ("Object storage").
 
 Both contenders talk to one moto server on 127.0.0.1 (``tests/s3app.py``: moto's application with
-conditional creates made atomic; started here, stopped at the end), in separate
+conditional creates made atomic, and ListObjectsV2 answered from a sorted key index as S3 does, where moto
+itself sorts every key of the bucket per listing; started here, stopped at the end), in separate
 buckets, with the same credentials. delta-rs commits with S3 conditional put (``conditional_put: etag``,
 i.e. ``If-None-Match: *``; no ``AWS_S3_ALLOW_UNSAFE_RENAME``, no lock table).
 
@@ -95,7 +96,11 @@ class Moto:
 
     def stop(self) -> None:
         self.proc.terminate()
-        self.proc.wait(10)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:  # a request thread still busy: the figures are in, do not lose them
+            self.proc.kill()
+            self.proc.wait(10)
 
 
 def spread(xs: list[float]) -> str:
@@ -399,6 +404,7 @@ def main() -> None:
     ap.add_argument("--only", default="commits,lookup,maintenance")
     args = ap.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    load_before = os.getloadavg()
     moto = Moto()
     env = {"MAINTD_BENCH_OPTIONS": json.dumps(moto.maintd_options),
            "MAINTD_BENCH_DELTA": json.dumps(moto.delta_options)}
@@ -427,7 +433,36 @@ def main() -> None:
         unit = "commits/s" if r["step"].startswith("commits") else ("ms" if "versions" in r else "s")
         xs = [x * 1000 for x in r["samples"]] if unit == "ms" else r["samples"]
         print(f"| {r['step']} | {r['engine']} | {spread(xs)} {unit} |")
+    print("\n| ratio of medians | value |\n|---|---|")
+    for line in ratios(results):
+        print(f"| {line[0]} | {line[1]:.2f}x |")
+    load_after = os.getloadavg()
+    print(f"\nload average (1, 5, 15 min): before {' '.join(f'{x:.2f}' for x in load_before)}, "
+          f"after {' '.join(f'{x:.2f}' for x in load_after)}")
     print(json.dumps(results))
+
+
+def ratios(results: list[dict[str, Any]]) -> list[tuple[str, float]]:
+    """maintd against delta-rs on each step they share, and each lookup at the longest history against the
+    shortest (from this run's medians)."""
+    med = {(r["engine"], r["step"]): statistics.median(r["samples"]) for r in results}
+    out = []
+    for r in results:
+        if r["engine"] == "maintd" and r["step"].startswith("commits") and ("delta-rs", r["step"]) in med:
+            out.append((f"maintd / delta-rs, {r['step']}", med[("maintd", r["step"])] / med[("delta-rs", r["step"])]))
+    maint = [r for r in results if r["step"].startswith(("maintenance", "optimize"))]
+    if len(maint) == 2:
+        m, d = (statistics.median(r["samples"]) for r in maint)
+        out.append(("maintd run / delta-rs optimize.compact, time", m / d))
+    lookups = [r for r in results if "versions" in r]
+    sizes = sorted({r["versions"] for r in lookups})
+    if len(sizes) >= 2:
+        for r in lookups:
+            if r["versions"] == sizes[-1]:
+                short = next(x for x in lookups if x["versions"] == sizes[0] and x["what"] == r["what"])
+                out.append((f"{r['engine']} {r['what']}: {sizes[-1]:,} / {sizes[0]:,} versions, time",
+                            statistics.median(r["samples"]) / statistics.median(short["samples"])))
+    return out
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ per test session (``s3_server``, ``s3_root``).
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -65,6 +66,14 @@ class S3Server:
         return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
                 "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": REGION, "AWS_ALLOW_HTTP": "true",
                 "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def requests(self, bucket: str) -> list[str]:
+        """The request lines the server has logged for ``bucket`` so far (``"PUT /bucket/key HTTP/1.1"``)."""
+        self.log.flush()
+        with open(self.log.name, encoding="utf-8", errors="replace") as f:
+            lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).split('"') for line in f if line.count('"') >= 2]
+        return [parts[1] for parts in lines if len(parts[1].split(" ")) > 1
+                and parts[1].split(" ")[1].split("?")[0].strip("/").split("/")[0] == bucket]
 
     def child_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         return {**(os.environ if base is None else base), **self.env}

@@ -47,6 +47,7 @@ from maintd.errors import (
 from maintd.storage import s3list
 from maintd.storage.base import FileInfo, Storage, check_path, register_storage
 from maintd.storage.lock import commit_lock
+from maintd.storage.objectfs import object_store_filesystem
 from maintd.storage.options import FAMILIES, StorageOptions, resolve_options
 
 T = TypeVar("T")
@@ -113,12 +114,45 @@ def _build_store(family: str, bucket: str, prefix: str, options: Mapping[str, st
         raise InvalidInputError(f"unknown storage option for a {family} store: {_first_line(exc)}") from None
 
 
-def _pyarrow_fs(family: str, options: Mapping[str, str]) -> pafs.FileSystem:
-    """pyarrow's native filesystem for ``family``, from the same options (else its default credential chain)."""
+_SERVICE_ACCOUNT_FILES = ("google_service_account", "service_account", "google_service_account_path",
+                          "service_account_path", "google_application_credentials")
+_SERVICE_ACCOUNT_KEYS = ("google_service_account_key", "service_account_key")
+
+
+def _needs_store_fs(family: str, options: Mapping[str, str]) -> bool:
+    """Whether data files must go through the obstore store: a GCS service account that pyarrow's
+    ``GcsFileSystem`` cannot take. It knows only Google's default credentials (and access tokens); those
+    read ``GOOGLE_APPLICATION_CREDENTIALS``, so a service account file that is exactly that one is what it
+    uses anyway."""
+    if family != "gcs":
+        return False
+    if any(options.get(k) for k in _SERVICE_ACCOUNT_KEYS):
+        return True
+    default = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+    return any(options.get(k) and options[k] != default for k in _SERVICE_ACCOUNT_FILES)
+
+
+def _store_fs(family: str, bucket: str, options: dict[str, str]) -> pafs.FileSystem:
+    """Data files through the obstore store of ``options`` (:mod:`maintd.storage.objectfs`)."""
+    store = _build_store(family, bucket, "", options, retries=True)
+    return object_store_filesystem(store, bucket, (_store_handler, (family, bucket, options)))
+
+
+def _store_handler(family: str, bucket: str, options: dict[str, str]) -> Any:
+    return _store_fs(family, bucket, options).handler
+
+
+def _pyarrow_fs(family: str, options: Mapping[str, str], bucket: str = "") -> pafs.FileSystem:
+    """pyarrow's native filesystem for ``family``, from the same options (else its default credential chain);
+    for a GCS service account that it cannot take, a filesystem over the obstore store instead."""
     o = options
+    if bucket and _needs_store_fs(family, o):
+        return _store_fs(family, bucket, dict(o))
     if family == "s3":
+        # allow_delayed_open: a file that fits in one part is sent as one PUT when it is closed, instead of
+        # a multipart upload (create, part, complete: three round trips for a small level-0 file)
         kw: dict[str, Any] = {"allow_bucket_creation": False, "allow_bucket_deletion": False,
-                              "connect_timeout": 5.0, "request_timeout": 60.0}
+                              "connect_timeout": 5.0, "request_timeout": 60.0, "allow_delayed_open": True}
         if o.get("aws_access_key_id") and o.get("aws_secret_access_key"):
             kw.update(access_key=o["aws_access_key_id"], secret_key=o["aws_secret_access_key"],
                       session_token=o.get("aws_session_token"))
@@ -246,7 +280,7 @@ class ObjectStoreStorage(Storage):
     @property
     def filesystem(self) -> pafs.FileSystem:
         if self._fs is None:
-            self._fs = _pyarrow_fs(self.family, self.options)
+            self._fs = _pyarrow_fs(self.family, self.options.for_store(), self.bucket)
         return self._fs
 
     def full_path(self, path: str) -> str:

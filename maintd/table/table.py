@@ -47,7 +47,7 @@ from maintd.table.retry import DEFAULT_RETRY, Budget, RetryPolicy
 from maintd.table.scan import DEFAULT_BATCH_ROWS, TableScan, plan_scan
 from maintd.table.schema import KEY_TYPES, OP_DELETE, OP_UPSERT, fields_from_arrow, parse_schema_spec
 from maintd.table.snapshot import PartitionKey, Snapshot, SnapshotBuilder, partition_key
-from maintd.table.transaction import Transaction, now_ms
+from maintd.table.transaction import FRESH_BASE_SECONDS, StaleRead, Transaction, now_ms
 from maintd.table.writer import (
     TableLike,
     check_partition_filter,
@@ -87,6 +87,8 @@ class Table:
         self.retry_policy = retry or DEFAULT_RETRY
         self._lock = threading.Lock()
         self._latest: Snapshot | None = None
+        self._listed: tuple[int, float] = (-1, float("-inf"))
+        """The version last found as the latest, and the monotonic time at which that lookup started."""
 
     # -- lifecycle -------------------------------------------------------------------------
     @classmethod
@@ -191,12 +193,21 @@ class Table:
         base = self._latest
         if version is not None and base is not None and base.version == version:
             return base
+        started = time.monotonic()
         snap = self.log.load_snapshot(version, base=base if base and (version is None or base.version <= version)
                                       else None)
         with self._lock:
             if self._latest is None or snap.version > self._latest.version:
                 self._latest = snap
+            if version is None and started > self._listed[1]:
+                self._listed = (snap.version, started)
         return snap
+
+    def found_latest_within(self, version: int, seconds: float) -> bool:
+        """Whether a lookup that started less than ``seconds`` ago found ``version`` as the latest version."""
+        with self._lock:
+            found, started = self._listed
+        return found == version and time.monotonic() - started < seconds
 
     @property
     def version(self) -> int:
@@ -210,13 +221,20 @@ class Table:
                         isolation_level: Any = None) -> Transaction:
         return Transaction(self, operation, read_snapshot=read_snapshot, isolation_level=isolation_level)
 
-    def _after_commit(self, version: int, base: Snapshot, actions: Sequence[Action]) -> None:
+    def _after_commit(self, version: int, base: Snapshot, actions: Sequence[Action], *,
+                      published_after: float | None = None) -> None:
         """Cache the new snapshot and write a checkpoint every ``log.checkpoint.interval`` commits.
 
-        The commit has landed: nothing here may turn it into an error.
+        ``published_after`` is a monotonic time before the publish of ``version`` began: the publish created
+        it, so it was the latest version at a moment after that time. The commit has landed: nothing here may
+        turn it into an error.
         """
         if base.version != version - 1:
             return
+        if published_after is not None:
+            with self._lock:
+                if published_after > self._listed[1]:
+                    self._listed = (version, published_after)
         builder = SnapshotBuilder.from_snapshot(base)
         builder.apply(version, actions)
         snap = builder.build()
@@ -251,6 +269,25 @@ class Table:
 
     def _write(self, operation: str, data: TableLike, ops: np.ndarray | None, app_id: str | None,
                app_version: int | None, *, deletes_only: bool = False) -> int:
+        cached = self._latest
+        if (app_id is None and cached is not None
+                and self.found_latest_within(cached.version, FRESH_BASE_SECONDS)):
+            # A writer that committed (or looked the table up) a moment ago prepares on that state without
+            # another lookup: if it is still the latest, the commit lands on it exactly as on a state just
+            # looked up; if not, the first attempt loses and the retry finds the latest. Only when the table's
+            # metadata changed meanwhile (or the batch does not fit the cached schema) is the write prepared
+            # again on the latest state.
+            try:
+                batch = prepare_changes(data, ops, cached.metadata, table=self.uri, deletes_only=deletes_only)
+            except InvalidInputError:
+                batch = None
+            if batch is not None:
+                txn = Transaction(self, operation, read_snapshot=cached, unconfirmed_read=True)
+                adds = split_and_write(self.storage, cached.metadata, batch)
+                try:
+                    return self._commit_written(txn, adds, {"rows": batch.num_rows, "files": len(adds)})
+                except StaleRead:
+                    pass  # nothing landed and its files are deleted: prepare again on the latest state
         snap = self.snapshot()
         batch = prepare_changes(data, ops, snap.metadata, table=self.uri, deletes_only=deletes_only)
         txn = self.new_transaction(operation, read_snapshot=snap)
@@ -272,9 +309,9 @@ class Table:
             return txn.commit(metrics=metrics | {"bytes": sum(a.bytes for a in adds)})
         except CommitStateUnknownError:
             raise  # it may have landed: its files stay (orphan cleanup takes them if it did not)
-        except CommitError:
-            # Every other CommitError is certain that no attempt landed: the files are garbage. After any
-            # other error the files stay too; orphan cleanup takes them after its grace.
+        except (CommitError, StaleRead):
+            # Every other CommitError is certain that no attempt landed (and so is StaleRead): the files are
+            # garbage. After any other error the files stay too; orphan cleanup takes them after its grace.
             for a in adds:
                 with contextlib.suppress(*STORAGE_ERRORS):
                     self.storage.delete(a.path)

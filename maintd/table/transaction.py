@@ -50,6 +50,16 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+FRESH_BASE_SECONDS = 10.0
+"""A base found as the latest version by a lookup that started less than this long ago is published on without
+first checking that its commit still exists (the landing check after the publish decides in every case); well
+inside the ten minutes for which the transaction records of every commit are kept."""
+
+
+class StaleRead(Exception):
+    """A transaction prepared on a cached state lost its first attempt and the table's metadata changed since:
+    nothing landed; prepare it again on the latest state."""
+
 
 def now_ms() -> int:
     return int(time.time() * 1000)
@@ -63,8 +73,13 @@ class Transaction:
     """
 
     def __init__(self, table: Table, operation: str, *, read_snapshot: Snapshot | None = None,
-                 isolation_level: IsolationLevel | None = None, retry: RetryPolicy | None = None) -> None:
+                 isolation_level: IsolationLevel | None = None, retry: RetryPolicy | None = None,
+                 unconfirmed_read: bool = False) -> None:
         self.table = table
+        self.unconfirmed_read = unconfirmed_read
+        """The read snapshot was not looked up for this transaction (a writer's cached latest state): if the first
+        attempt loses and the table's schema, properties or protocol have changed since, :class:`StaleRead`
+        is raised (nothing landed) so that the caller can start again from the latest state."""
         self.operation = operation
         self.read_snapshot = read_snapshot or table.snapshot()
         self.read_snapshot.check_writable(table.uri)
@@ -186,13 +201,18 @@ class Transaction:
             self.attempts += 1
             version = latest.version + 1
             actions = self._actions(version, latest, blind, metrics, parameters)
+            started = time.monotonic()
             if self._attempt(version, actions, latest, budget):
                 self._committed = version
-                self.table._after_commit(version, latest, actions)
+                self.table._after_commit(version, latest, actions, published_after=started)
                 return version
             if not budget.spent(self.attempts):
                 budget.pause(self.attempts)
             newest = self._retrying(self.table.snapshot, budget)
+            if self.unconfirmed_read and self.attempts == 1 and (
+                    newest.metadata != latest.metadata or newest.protocol != latest.protocol):
+                raise StaleRead(f"table {self.table.uri}: version {latest.version}, which {self.operation} was "
+                                f"prepared on, is not the latest and the table's metadata changed since")
             done = self._retrying(lambda: self._check_winners(latest, newest), budget)  # noqa: B023
             if done is not None:
                 self._committed = done
@@ -209,8 +229,14 @@ class Transaction:
     def _attempt(self, version: int, actions: list[Action], base: Snapshot, budget: Budget) -> bool:
         """Publish ``version`` on top of ``base`` and settle it: True if it landed, False if it certainly did not."""
         log = self.table.log
-        if version > 0 and not self._retrying(lambda: log.commit_exists(version - 1), budget):
-            return False  # what it builds on was reclaimed meanwhile: publishing would go into removed history
+        # What it builds on may have been reclaimed meanwhile: publishing would go into removed history. The
+        # landing check after the publish catches that in every case (it reads commit version - 1 back); this
+        # look before it only spares a writer that is far behind a publish it would have to take back, or one
+        # the transaction records no longer reach. A base found as the latest by a lookup of the last few
+        # seconds is not that far behind, and its check would only cost the commit a round trip.
+        if (version > 0 and not self.table.found_latest_within(version - 1, FRESH_BASE_SECONDS)
+                and not self._retrying(lambda: log.commit_exists(version - 1), budget)):
+            return False
         protocol = self._protocol or base.protocol
         attempt = Attempt(log, txn_id=self.txn_id, operation=self.operation, base=base, version=version,
                           actions=actions, fmt=format_for(protocol), retry=self.retry,

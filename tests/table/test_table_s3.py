@@ -18,6 +18,8 @@ from test_table_processes import appending_while_properties_change_and_maintenan
 
 from maintd import Table, TableNotFoundError, VersionNotFoundError
 from maintd.storage.objectstore import ObjectStoreStorage
+from maintd.table import table as table_module
+from maintd.table.log import commit_path
 
 SCHEMA = pa.schema([("id", pa.int64()), ("ds", pa.string()), ("name", pa.string())])
 
@@ -61,6 +63,43 @@ def test_latest_version_is_one_list_request_however_long_the_history(s3_root: st
         monkeypatch.setattr(storage, name, lambda *a, _n=name, _r=real, **k: (calls.append(_n), _r(*a, **k))[1])
     assert Table(storage).log.latest_version() == 12
     assert calls == ["list_first"]
+
+
+def calls_of(s3_server: Any, bucket: str, fn: Any) -> tuple[Any, list[tuple[str, str]], list[str]]:
+    """What ``fn`` returns, and the requests the server saw for ``bucket`` meanwhile: (method, key) and lines."""
+    before = len(s3_server.requests(bucket))
+    out = fn()
+    lines = s3_server.requests(bucket)[before:]
+    return out, [(line.split(" ")[0], line.split(" ")[1].split("?")[0].split("/", 2)[-1]) for line in lines], lines
+
+
+def test_an_upsert_on_s3_is_four_requests_and_the_next_one_three(s3_root: str, s3_server: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """An upsert of a small batch (one data file) by a writer whose state is not fresh: the lookup (one 8-key
+    LIST), the data file in one PUT (no multipart upload), the conditional PUT of the commit, and the read of
+    the commit it built on that settles whether it landed. No HEAD of that commit before publishing: the lookup
+    has just seen it. The same writer's next upsert builds on the commit it just made, without a lookup: three
+    requests."""
+    uri = f"{s3_root}/t"
+    bucket = s3_root[len("s3://"):]
+    Table.create(uri, SCHEMA, primary_key="id", buckets=1, properties={"log.checkpoint.interval": 100})
+    table = Table.open(uri)
+    table.snapshot()
+    with monkeypatch.context() as m:
+        m.setattr(table_module, "FRESH_BASE_SECONDS", 0.0)  # as if the state were older than the window
+        version, calls, lines = calls_of(s3_server, bucket, lambda: table.upsert(
+            pa.Table.from_pylist([{"id": 0, "ds": "a", "name": "x"}], schema=SCHEMA)))
+    assert version == 1 and len(calls) == 4, lines
+    assert calls[0][0] == "GET" and "list-type=2" in lines[0] and "max-keys=8" in lines[0]
+    assert calls[1][0] == "PUT" and calls[1][1].endswith(".parquet") and "uploadId" not in lines[1]
+    assert calls[2] == ("PUT", f"t/{commit_path(1)}")
+    assert calls[3] == ("GET", f"t/{commit_path(0)}")
+    version, calls, lines = calls_of(s3_server, bucket, lambda: table.upsert(
+        pa.Table.from_pylist([{"id": 1, "ds": "a", "name": "y"}], schema=SCHEMA)))
+    assert version == 2 and len(calls) == 3, lines
+    assert calls[0][0] == "PUT" and calls[0][1].endswith(".parquet")
+    assert calls[1:] == [("PUT", f"t/{commit_path(2)}"), ("GET", f"t/{commit_path(1)}")]
+    assert {r["id"] for r in Table.open(uri).read().to_pylist()} == {0, 1}
 
 
 def test_a_missing_table_on_s3_is_not_found(s3_root: str) -> None:
