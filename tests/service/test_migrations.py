@@ -119,10 +119,7 @@ def test_the_revision_check_expects_the_newest_migration() -> None:
 
 def test_check_passes_a_current_store_and_refuses_an_old_one(store_target: StoreTarget, store: StateStore) -> None:
     store.check_schema()
-    with store.engine.begin() as conn:
-        if store_target.db_schema:
-            conn.execute(sa.text(f'SET LOCAL search_path TO "{store_target.db_schema}"'))
-        conn.execute(sa.text(f"UPDATE {migrations.VERSION_TABLE} SET version_num = '0002'"))
+    _record_revision(store_target, store, '0002')
     with pytest.raises(StateStoreError, match="revision 0002, older than this maintd's 0003"):
         store.check_schema()
 
@@ -130,10 +127,7 @@ def test_check_passes_a_current_store_and_refuses_an_old_one(store_target: Store
 def test_a_store_migrated_by_a_newer_maintd_is_refused_naming_the_revision(
     store_target: StoreTarget, store: StateStore
 ) -> None:
-    with store.engine.begin() as conn:
-        if store_target.db_schema:
-            conn.execute(sa.text(f'SET LOCAL search_path TO "{store_target.db_schema}"'))
-        conn.execute(sa.text(f"UPDATE {migrations.VERSION_TABLE} SET version_num = '9999'"))
+    _record_revision(store_target, store, '9999')
     with pytest.raises(StateStoreError, match="revision 9999, which this maintd does not know"):
         store_target.open()
     with pytest.raises(StateStoreError, match="revision 9999"):
@@ -188,3 +182,11 @@ def test_with_migrate_on_start_false_an_old_store_is_refused_until_upgraded(
         open_store(settings, upgrade=settings.store.migrate_on_start)
     open_store(settings, upgrade=True).close()
     open_store(settings, upgrade=False).close()
+
+
+def _record_revision(store_target: StoreTarget, store: StateStore, revision: str) -> None:
+    """Make the store's recorded schema revision ``revision`` (as an older or a newer maintd would leave it)."""
+    with store.engine.begin() as conn:
+        if store_target.db_schema:
+            conn.execute(sa.text(f'SET LOCAL search_path TO "{store_target.db_schema}"'))
+        conn.execute(sa.text(f"UPDATE {migrations.VERSION_TABLE} SET version_num = :rev"), {"rev": revision})
