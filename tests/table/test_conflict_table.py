@@ -29,9 +29,31 @@ from table_helpers import (
 )
 
 import maintd
-from maintd import CommitConflictError, Table
+from maintd import (
+    CommitConflictError,
+    ConcurrentAppendError,
+    ConcurrentDeleteDeleteError,
+    ConcurrentDeleteReadError,
+    ConcurrentTransactionError,
+    MetadataChangedError,
+    PinConflictError,
+    ProtocolChangedError,
+    Table,
+)
 from maintd.execution import CommitOutcome, PlanDoc, PlanTaskDoc, commit_rewrites, execute
-from maintd.table.actions import CommitInfo, Protocol
+from maintd.table.actions import (
+    AddFile,
+    CommitInfo,
+    Expire,
+    Field_,
+    Metadata,
+    Pin,
+    Protocol,
+    RemoveFile,
+    Txn,
+)
+from maintd.table.conflicts import AlreadyCommitted, TxnFootprint, WinningCommit, check_winner, state_change
+from maintd.table.snapshot import Snapshot
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "format.md"
 PART = {"ds": "p"}
@@ -254,3 +276,226 @@ def test_operations_on_other_partitions_do_not_conflict(seeded: dict[str, Path],
     other = pa.Table.from_pylist([{"id": 9, "ds": "q", "name": "q9"}], schema=SCHEMA)
     version = race(monkeypatch, lambda: a.overwrite(other, partition={"ds": "q"}), lambda: RUN["append"](b))
     assert version == SEED_VERSIONS + 1
+
+
+# -- the checks, one winning commit at a time -----------------------------------------------------------------------
+
+
+def _add(path: str, ds: str = "p", *, data_change: bool = True) -> AddFile:
+    return AddFile(path=path, partition={"ds": ds}, bucket=0, kind="delta", rows=1, bytes=1, min_version=1,
+                   max_version=1, min_commit_time=0, max_commit_time=0, data_change=data_change)
+
+
+def _remove(path: str, *, data_change: bool = True) -> RemoveFile:
+    return RemoveFile(path=path, deletion_time=5, data_change=data_change, partition={"ds": "p"})
+
+
+def _winner(**changes: Any) -> WinningCommit:
+    fields: dict[str, Any] = {"version": 7, "operation": "WRITE", "txn_id": "theirs", "is_blind_append": False,
+                              "protocol_changed": False, "metadata_changed": False, "app_ids": frozenset(),
+                              "adds": (), "removes": ()}
+    return WinningCommit(**(fields | changes))
+
+
+def _footprint(level: str = "WriteSerializable", **changes: Any) -> TxnFootprint:
+    return TxnFootprint(level, ("ds",), **changes)
+
+
+def _conflict(fp: TxnFootprint, w: WinningCommit) -> CommitConflictError:
+    with pytest.raises(CommitConflictError) as caught:
+        check_winner(fp, w, "mine")
+    return caught.value
+
+
+def _pin(pin_id: str, version: int) -> Pin:
+    return Pin(id=pin_id, version=version, created=0, expires=10**15)
+
+
+def test_a_winning_commit_is_read_from_its_actions() -> None:
+    info = CommitInfo(operation="MERGE", timestamp=1, txn_id="t1", is_blind_append=True)
+    metadata = Metadata(table_id="t", fields=(Field_(name="id", type="long"),), primary_key=("id",), buckets=1,
+                        created_time=0)
+    add, remove = _add("ds=p/a.parquet"), _remove("ds=p/b.parquet")
+    actions = [info, Protocol(min_reader_version=1, min_writer_version=2), metadata, Txn(app_id="x", version=1,
+               last_updated=0), Txn(app_id="y", version=2, last_updated=0), add, remove, _pin("p2", 5),
+               _pin("p1", 3), Expire(before=4)]
+    assert WinningCommit.from_actions(9, actions) == WinningCommit(
+        version=9, operation="MERGE", txn_id="t1", is_blind_append=True, protocol_changed=True,
+        metadata_changed=True, app_ids=frozenset({"x", "y"}), adds=(add,), removes=(remove,), pinned=(3, 5),
+        expired_before=4)
+
+
+def test_a_commit_without_commit_info_is_an_unknown_operation_that_changes_nothing_but_its_files() -> None:
+    add = _add("ds=p/a.parquet")
+    w = WinningCommit.from_actions(2, [add])
+    assert w == WinningCommit(version=2, operation="UNKNOWN", txn_id=None, is_blind_append=False,
+                              protocol_changed=False, metadata_changed=False, app_ids=frozenset(), adds=(add,),
+                              removes=(), pinned=(), expired_before=None)
+    assert w.is_blind_append is False
+    info = CommitInfo(operation="WRITE", timestamp=1, txn_id="t1")
+    assert WinningCommit.from_actions(2, [info, add]).is_blind_append is False
+
+
+def test_the_own_earlier_attempt_is_reported_before_any_conflict() -> None:
+    fp = _footprint(read_whole_table=True, read_files={"ds=p/a.parquet"}, removes={"ds=p/a.parquet"})
+    w = _winner(txn_id="mine", protocol_changed=True, metadata_changed=True, adds=(_add("ds=p/b.parquet"),),
+                removes=(_remove("ds=p/a.parquet"),))
+    assert check_winner(fp, w, "mine") == AlreadyCommitted(7)
+    assert check_winner(_footprint(), _winner(), "mine") is None
+
+
+def test_a_protocol_change_is_checked_first_and_names_no_paths() -> None:
+    error = _conflict(_footprint(), _winner(protocol_changed=True, metadata_changed=True,
+                                            app_ids=frozenset({"x"})))
+    assert type(error) is ProtocolChangedError
+    assert str(error) == "concurrent WRITE at version 7 changed the table protocol; reopen the table and retry"
+    assert (error.version, error.winning_operation, error.paths) == (7, "WRITE", ())
+
+
+def test_a_metadata_change_is_checked_before_application_ids() -> None:
+    error = _conflict(_footprint(app_ids={"x"}), _winner(metadata_changed=True, app_ids=frozenset({"x"})))
+    assert type(error) is MetadataChangedError
+    assert str(error) == ("concurrent WRITE at version 7 changed the table metadata or properties; re-read the "
+                          "table and retry")
+    assert error.paths == ()
+
+
+def test_only_a_shared_application_id_conflicts_and_it_is_checked_before_pins() -> None:
+    assert check_winner(_footprint(app_ids={"x"}), _winner(app_ids=frozenset({"y"})), "mine") is None
+    error = _conflict(_footprint(app_ids={"x", "z"}, pins={1}),
+                      _winner(app_ids=frozenset({"x", "y"}), expired_before=5))
+    assert type(error) is ConcurrentTransactionError
+    assert str(error) == "concurrent WRITE at version 7 committed for the same application id: x"
+    assert error.paths == ("x",)
+
+
+def test_a_pin_conflicts_with_a_winner_expiring_its_oldest_version_and_before_appends() -> None:
+    read = _footprint(read_whole_table=True, pins={3, 5})
+    error = _conflict(read, _winner(expired_before=4, adds=(_add("ds=p/a.parquet"),)))
+    assert type(error) is PinConflictError
+    assert str(error) == ("concurrent WRITE at version 7 expired every version before 4, so version 3 cannot be "
+                          "pinned any more; pin version 4 or newer")
+    assert check_winner(_footprint(pins={3, 5}), _winner(expired_before=3), "mine") is None
+    assert check_winner(_footprint(pins={3}), _winner(), "mine") is None
+    assert check_winner(_footprint(), _winner(expired_before=4), "mine") is None
+
+
+def test_an_expiry_conflicts_with_a_winner_pinning_a_version_it_expires() -> None:
+    error = _conflict(_footprint(expires_before=5), _winner(pinned=(2, 4, 6)))
+    assert type(error) is PinConflictError
+    assert str(error) == ("concurrent WRITE at version 7 pinned version 2, which this transaction would expire; "
+                          "plan the reclamation again (it keeps pinned versions)")
+    assert check_winner(_footprint(expires_before=5), _winner(pinned=(5, 6)), "mine") is None
+    assert check_winner(_footprint(), _winner(pinned=(2,)), "mine") is None
+
+
+def test_an_append_where_the_transaction_read_conflicts_unless_blind_under_write_serializable() -> None:
+    adds = (_add("ds=p/b.parquet"), _add("ds=p/a.parquet"), _add("ds=p/m.parquet", data_change=False),
+            _add("ds=q/c.parquet", "q"))
+    error = _conflict(_footprint(read_partitions={(("ds", "p"),)}), _winner(adds=adds))
+    assert type(error) is ConcurrentAppendError
+    assert str(error) == ("concurrent WRITE at version 7 added files where this transaction read: ds=p/a.parquet, "
+                          "ds=p/b.parquet")
+    assert error.paths == ("ds=p/a.parquet", "ds=p/b.parquet")
+    blind = _winner(adds=adds, is_blind_append=True)
+    assert check_winner(_footprint(read_partitions={(("ds", "p"),)}), blind, "mine") is None
+    error = _conflict(_footprint("Serializable", read_partitions={(("ds", "p"),)}), blind)
+    assert type(error) is ConcurrentAppendError
+
+
+def test_appends_elsewhere_or_by_maintenance_or_to_maintenance_never_conflict() -> None:
+    other = _winner(adds=(_add("ds=q/c.parquet", "q"),))
+    assert check_winner(_footprint("Serializable", read_partitions={(("ds", "p"),)}), other, "mine") is None
+    assert type(_conflict(_footprint("Serializable", read_whole_table=True), other)) is ConcurrentAppendError
+    rewrite = _winner(adds=(_add("ds=p/m.parquet", data_change=False),))
+    assert check_winner(_footprint("Serializable", read_whole_table=True), rewrite, "mine") is None
+    maintenance = _footprint("Serializable", read_whole_table=True, data_change=False, replace=True)
+    assert check_winner(maintenance, _winner(adds=(_add("ds=p/a.parquet"),)), "mine") is None
+    assert maintenance.removes == set()
+
+
+def test_a_replace_takes_over_what_a_winner_added_in_its_partitions() -> None:
+    fp = _footprint(read_partitions={(("ds", "p"),)}, replace=True, removes={"ds=p/old.parquet"})
+    w = _winner(is_blind_append=True, adds=(_add("ds=p/a.parquet"), _add("ds=q/c.parquet", "q")))
+    assert check_winner(fp, w, "mine") is None
+    assert fp.removes == {"ds=p/old.parquet", "ds=p/a.parquet"}
+    fp = _footprint(read_partitions={(("ds", "p"),)}, replace=True)
+    assert check_winner(fp, _winner(adds=(_add("ds=p/m.parquet", data_change=False),)), "mine") is None
+    assert fp.removes == {"ds=p/m.parquet"}
+
+
+def test_removing_a_file_the_transaction_read_conflicts_only_as_a_data_change() -> None:
+    paths = [f"ds=p/{c}.parquet" for c in "abcdefg"]
+    fp = _footprint(read_files=set(paths) | {"ds=p/z.parquet"})
+    error = _conflict(fp, _winner(removes=tuple(_remove(p) for p in reversed(paths))))
+    assert type(error) is ConcurrentDeleteReadError
+    assert str(error) == ("concurrent WRITE at version 7 removed files this transaction read: ds=p/a.parquet, "
+                          "ds=p/b.parquet, ds=p/c.parquet, ds=p/d.parquet, ds=p/e.parquet and 2 more")
+    assert error.paths == tuple(paths)
+    five = _conflict(_footprint(read_files=set(paths[:5])), _winner(removes=tuple(_remove(p) for p in paths[:5])))
+    assert str(five).endswith("read: " + ", ".join(paths[:5]))
+    six = _conflict(_footprint(read_files=set(paths[:6])), _winner(removes=tuple(_remove(p) for p in paths[:6])))
+    assert str(six).endswith(", ds=p/e.parquet and 1 more")
+    fp = _footprint(read_files={"ds=p/a.parquet"})
+    assert check_winner(fp, _winner(removes=(_remove("ds=p/a.parquet", data_change=False),)), "mine") is None
+    assert fp.read_files == {"ds=p/a.parquet"}
+
+
+def test_removing_a_file_the_transaction_removes_conflicts_even_when_rewritten() -> None:
+    for data_change in (True, False):
+        error = _conflict(_footprint(removes={"ds=p/a.parquet", "ds=p/b.parquet"}),
+                          _winner(removes=(_remove("ds=p/a.parquet", data_change=data_change),
+                                           _remove("ds=p/c.parquet"))))
+        assert type(error) is ConcurrentDeleteDeleteError
+        assert str(error) == ("concurrent WRITE at version 7 removed files this transaction also removes: "
+                              "ds=p/a.parquet")
+        assert error.paths == ("ds=p/a.parquet",)
+    assert check_winner(_footprint(removes={"ds=p/b.parquet"}), _winner(removes=(_remove("ds=p/a.parquet"),)),
+                        "mine") is None
+
+
+def test_a_replace_lets_go_of_rewritten_files_but_not_of_removed_ones() -> None:
+    fp = _footprint(replace=True, read_files={"ds=p/a.parquet", "ds=p/b.parquet"},
+                    removes={"ds=p/a.parquet", "ds=p/b.parquet", "ds=p/c.parquet"})
+    assert check_winner(fp, _winner(removes=(_remove("ds=p/a.parquet", data_change=False),)), "mine") is None
+    assert fp.read_files == {"ds=p/b.parquet"}
+    assert fp.removes == {"ds=p/b.parquet", "ds=p/c.parquet"}
+    error = _conflict(fp, _winner(removes=(_remove("ds=p/c.parquet"), _remove("ds=p/d.parquet"))))
+    assert type(error) is ConcurrentDeleteDeleteError
+    assert error.paths == ("ds=p/c.parquet",)
+
+
+def _snapshot(version: int, files: dict[str, AddFile], **changes: Any) -> Snapshot:
+    metadata = Metadata(table_id="t", fields=(Field_(name="id", type="long"), Field_(name="ds", type="string")),
+                        primary_key=("id",), partition_by=("ds",), buckets=1, created_time=0)
+    fields: dict[str, Any] = {"version": version, "timestamp": version, "protocol": Protocol(),
+                              "metadata": metadata, "files": files}
+    return Snapshot(**(fields | changes))
+
+
+def test_the_state_change_between_two_snapshots_stands_in_for_the_commits_between_them() -> None:
+    a, b, c, d = (_add(f"ds=p/{n}.parquet") for n in "abcd")
+    d2 = d.model_copy(update={"rows": 2})
+    gone = _remove("ds=p/a.parquet", data_change=False)
+    before = _snapshot(3, {"ds=p/e.parquet": _add("ds=p/e.parquet"), "ds=p/a.parquet": a, "ds=p/b.parquet": b,
+                           "ds=p/d.parquet": d},
+                       app_txns={"x": 1, "y": 2}, pins={"p1": _pin("p1", 1)})
+    after = _snapshot(6, {"ds=p/b.parquet": b, "ds=p/c.parquet": c, "ds=p/d.parquet": d2},
+                      tombstones={"ds=p/a.parquet": gone}, app_txns={"x": 1, "y": 3, "z": 1},
+                      pins={"p1": _pin("p1", 1), "p3": _pin("p3", 5), "p2": _pin("p2", 4)})
+    assert state_change(before, after) == WinningCommit(
+        version=6, operation="commits 4..6 (reclaimed, compared by state)", txn_id=None, is_blind_append=False,
+        protocol_changed=False, metadata_changed=False, app_ids=frozenset({"y", "z"}), adds=(c, d2),
+        removes=(gone, RemoveFile(path="ds=p/e.parquet", deletion_time=0, data_change=True)), pinned=(4, 5),
+        expired_before=4)
+
+
+def test_the_state_change_sees_protocol_metadata_and_expiry_changes() -> None:
+    before = _snapshot(3, {})
+    upgraded = _snapshot(6, {}, protocol=Protocol(min_writer_version=3),
+                         metadata=before.metadata.model_copy(update={"properties": {"k": "v"}}),
+                         expired=Expire(before=6))
+    w = state_change(before, upgraded)
+    assert (w.protocol_changed, w.metadata_changed, w.expired_before) == (True, True, 6)
+    w = state_change(before, _snapshot(6, {}, expired=Expire(before=2)))
+    assert (w.protocol_changed, w.metadata_changed, w.expired_before) == (False, False, 4)
