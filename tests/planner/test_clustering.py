@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from planner_helpers import NOW, MiB, delta, policy, snapshot
+from planner_helpers import NOW, MiB, base, delta, policy, snapshot
 
 from maintd.planner import Policy, plan, with_overrides
-from maintd.planner.clustering import cut_points
+from maintd.planner.candidates import Candidate, Skip
+from maintd.planner.clustering import clustering_candidate, cut_points
+from maintd.planner.stats import bucket_stats
 
 
 def _plan(files, pol):  # type: ignore[no-untyped-def]
@@ -205,3 +207,97 @@ def test_a_naive_now_is_refused_with_an_input_error_naming_it(quiet: Policy) -> 
 
     with pytest.raises(InvalidInputError, match=r"2024-06-01T12:00:00\) has no time zone"):
         plan(snapshot([delta(1)]), quiet, datetime(2024, 6, 1, 12), "file:///t")
+
+
+def _candidate(files, pol):  # type: ignore[no-untyped-def]
+    """The clustering rule alone on one bucket of ``files`` (no compaction, no ranking)."""
+    (stats,) = bucket_stats(snapshot(files), NOW)
+    return clustering_candidate(stats, pol.clustering)
+
+
+def test_disabled_clustering_and_a_bucket_without_deltas_say_so_in_their_own_words(quiet: Policy) -> None:
+    off = with_overrides(quiet, {"clustering": {"enabled": False}})
+    assert _candidate([delta(1), delta(2)], off) == Skip("clustering.enabled", "clustering disabled")
+    assert _candidate([base(10)], quiet) == Skip("no_delta_files", "no DeltaFiles to cluster")
+
+
+def test_a_merge_reason_names_its_inputs_and_every_trigger_that_fired(quiet: Policy) -> None:
+    pol = with_overrides(quiet, {"clustering": {"level1": {"min_files": 2, "trigger_bytes": 2 * MiB,
+                                                           "max_age_hours": 6}}})
+    c = _candidate([delta(1, age_h=1), delta(2, age_h=6)], pol)
+    assert isinstance(c, Candidate)
+    assert (c.kind, c.target_level, c.rule, c.expected_output_bytes) == ("cluster", 1, "clustering.level1.min_files",
+                                                                         2 * MiB)
+    assert c.reason == ("merge 2 level-0 files (2.0 MiB) into level 1: 2 files >= min_files 2; "
+                        "2.0 MiB >= trigger_bytes 2.0 MiB; oldest 6 h >= max_age_hours 6 h")
+
+
+def test_a_level1_merge_reason_names_level1_inputs_and_the_level2_knob(quiet: Policy) -> None:
+    pol = with_overrides(quiet, {"clustering": {"level2": {"trigger_bytes": 2 * MiB}}})
+    c = _candidate(_level1(2), pol)
+    assert isinstance(c, Candidate)
+    assert (c.target_level, c.rule) == (2, "clustering.level2.trigger_bytes")
+    assert c.reason == "merge 2 level-1 files (2.0 MiB) into level 2: 2.0 MiB >= trigger_bytes 2.0 MiB"
+
+
+def test_a_merge_takes_two_files_even_when_the_first_alone_holds_the_target(quiet: Policy) -> None:
+    pol = with_overrides(quiet, {"clustering": {"level1": {"min_files": 2, "target_bytes": MiB}}})
+    files = [delta(v, size=3 * MiB) for v in range(1, 5)]
+    c = _candidate(files, pol)
+    assert isinstance(c, Candidate)
+    assert c.inputs == tuple(files[:2])
+
+
+def test_the_age_of_a_run_is_that_of_its_oldest_file_wherever_it_is(quiet: Policy) -> None:
+    pol = with_overrides(quiet, {"clustering": {"level1": {"max_age_hours": 6}}})
+    c = _candidate([delta(1, age_h=1), delta(2, age_h=6), delta(3, age_h=2)], pol)
+    assert isinstance(c, Candidate) and c.rule == "clustering.level1.max_age_hours"
+    assert c.reason.endswith("oldest 6 h >= max_age_hours 6 h")
+
+
+def test_the_time_span_counts_the_oldest_commit_within_each_file(quiet: Policy) -> None:
+    pol = with_overrides(quiet, {"clustering": {"max_time_span_hours": 2, "level1": {"min_files": 2}}})
+    # the second file itself spans 1 to 3.5 hours ago: with the first (1 hour ago) 2.5 hours, too long
+    assert _plan([delta(1, age_h=1), delta(2, age_h=1, span_h=2.5)], pol).tasks == ()
+    assert _plan([delta(1, age_h=1, span_h=2.5), delta(2, age_h=1)], pol).tasks == ()
+    assert _plan([delta(1, age_h=1, span_h=1), delta(2, age_h=1, span_h=2)], pol).tasks[0].input_files == 2
+
+
+def test_a_run_cut_by_the_time_span_starts_again_at_the_file_that_cut_it(quiet: Policy) -> None:
+    pol = with_overrides(quiet, {"clustering": {"max_time_span_hours": 2, "level1": {"min_files": 2}}})
+    files = [delta(1, age_h=10), delta(2, age_h=4), delta(3, age_h=3.5), delta(4, age_h=3)]
+    c = _candidate(files, pol)
+    assert isinstance(c, Candidate)
+    assert c.inputs == tuple(files[1:])
+
+
+def test_a_file_ending_at_the_version_the_next_starts_at_is_not_a_cut_point() -> None:
+    assert cut_points([delta(1, max_version=5), delta(5), delta(6)]) == [True, False, True, True]
+    assert cut_points([delta(0), delta(1)]) == [True, True, True]
+    assert cut_points([]) == [True]
+
+
+def test_why_not_names_the_run_with_the_most_files_then_the_most_bytes(quiet: Policy) -> None:
+    pol = with_overrides(quiet, {"clustering": {"level1": {"min_files": 5}, "level2": {"min_files": 5}}})
+    # level-0 runs split by a level-1 file: 2 files of 5 MiB, then 3 files of 1 MiB
+    split = delta(3, level=1, max_version=10, age_h=0.5)
+    most_files = _candidate([delta(1, size=5 * MiB), delta(2, size=5 * MiB), split,
+                             delta(11), delta(12), delta(13)], pol)
+    assert most_files == Skip("clustering.below_thresholds",
+                              "no clustering, 3 level-0 files in the largest mergeable run < min_files 5, "
+                              "3.0 MiB < trigger_bytes 32.0 MiB and oldest 6 min < max_age_hours 416.7 d; "
+                              "1 level-1 files < min_files 5, 1.0 MiB < trigger_bytes 128.0 MiB and oldest 30 min "
+                              "< max_age_hours 416.7 d")
+    # two runs of 2 files: the larger one (the second) is named
+    most_bytes = _candidate([delta(1), delta(2), split, delta(11, size=2 * MiB), delta(12, size=2 * MiB)], pol)
+    assert isinstance(most_bytes, Skip)
+    assert most_bytes.message.startswith("no clustering, 2 level-0 files in the largest mergeable run < min_files 5, "
+                                         "4.0 MiB < trigger_bytes")
+
+
+def test_why_not_says_when_a_level_has_no_mergeable_file_and_counts_isolated_files(quiet: Policy) -> None:
+    pol = with_overrides(quiet, {"clustering": {"isolation_bytes": 40 * MiB, "level1": {"target_bytes": 8 * MiB},
+                                                "level2": {"target_bytes": 8 * MiB}}})
+    s = _candidate([delta(1, size=40 * MiB + 1), delta(2, size=50 * MiB)], pol)
+    assert s == Skip("clustering.below_thresholds", "no clustering, no mergeable level-0 files; "
+                     "no mergeable level-1 files; 2 isolated files > isolation_bytes 40.0 MiB")
