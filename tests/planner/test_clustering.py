@@ -301,3 +301,37 @@ def test_why_not_says_when_a_level_has_no_mergeable_file_and_counts_isolated_fil
     s = _candidate([delta(1, size=40 * MiB + 1), delta(2, size=50 * MiB)], pol)
     assert s == Skip("clustering.below_thresholds", "no clustering, no mergeable level-0 files; "
                      "no mergeable level-1 files; 2 isolated files > isolation_bytes 40.0 MiB")
+
+
+def test_a_run_cut_by_the_time_span_still_merges_the_files_before_the_cut(quiet: Policy) -> None:
+    pol = with_overrides(quiet, {"clustering": {"max_time_span_hours": 2, "level1": {"min_files": 2}}})
+    files = [delta(1, age_h=5), delta(2, age_h=4), delta(3, age_h=1)]
+    c = _candidate(files, pol)
+    assert isinstance(c, Candidate)
+    assert c.inputs == tuple(files[:2])
+
+
+def test_max_input_files_counts_from_where_a_run_starts(quiet: Policy) -> None:
+    pol = with_overrides(quiet, {"clustering": {"max_input_files": 3, "level1": {"min_files": 3},
+                                                "level2": {"min_files": 3}}})
+    files = [delta(1, level=1), *(delta(v) for v in range(2, 6))]
+    c = _candidate(files, pol)
+    assert isinstance(c, Candidate)
+    assert c.inputs == tuple(files[1:4])
+
+
+def test_the_target_size_counts_from_where_a_run_starts(quiet: Policy) -> None:
+    pol = with_overrides(quiet, {"clustering": {"level1": {"min_files": 2, "target_bytes": 6 * MiB}}})
+    files = [delta(1, level=1), *(delta(v, size=3 * MiB) for v in range(2, 6))]
+    c = _candidate(files, pol)
+    assert isinstance(c, Candidate)
+    assert c.inputs == tuple(files[1:3])
+
+
+def test_a_file_of_exactly_isolation_bytes_is_not_counted_isolated(quiet: Policy) -> None:
+    pol = with_overrides(quiet, {"clustering": {"isolation_bytes": 40 * MiB, "level1": {"target_bytes": 8 * MiB},
+                                                "level2": {"target_bytes": 8 * MiB}}})
+    s = _candidate([delta(1, size=40 * MiB), delta(2, size=50 * MiB)], pol)
+    assert isinstance(s, Skip)
+    assert s.message.startswith("no clustering, 1 level-0 files < min_files 12, 40.0 MiB < trigger_bytes")
+    assert s.message.endswith("; no mergeable level-1 files; 1 isolated files > isolation_bytes 40.0 MiB")
