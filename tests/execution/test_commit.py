@@ -375,3 +375,31 @@ def test_a_group_queued_before_the_run_was_abandoned_is_deleted_at_its_flush() -
     c.flush()
     assert c.outcome.dropped == ["a", "b", "c"] and len(table.txns) == 1 and c.groups == 1
     assert table.storage.deleted == _outputs(_result("a"), _result("b"), _result("c"))
+
+
+def test_each_fate_of_a_group_is_logged_with_the_table_the_task_count_and_the_error() -> None:
+    from loguru import logger
+
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(m.record["level"].name + " " + m.record["message"]), level="INFO")
+    try:
+        a, b = _result("a"), _result("b", adds=2)
+        commit_rewrites(_FakeTable(ConcurrentDeleteDeleteError("gone"), None), PLAN, [a])  # type: ignore[arg-type]
+        commit_rewrites(_FakeTable(MetadataChangedError("changed")), PLAN, [a])  # type: ignore[arg-type]
+        commit_rewrites(_FakeTable(OSError("reset")), PLAN, [a, b])  # type: ignore[arg-type]
+
+        def lost_lease() -> None:
+            raise RuntimeError("lease lost")
+
+        c = _committer(_FakeTable(), [0.0], max_tasks=2, before_commit=lost_lease)
+        c.add(a)
+        c.add(b)
+    finally:
+        logger.remove(sink)
+    assert lines == [
+        "INFO table mem://t: 1 task(s) dropped, their inputs were removed concurrently: gone",
+        "WARNING table mem://t: maintenance commit abandoned: changed",
+        "ERROR table mem://t: maintenance commit failed, outcome unknown; 3 output file(s) left for orphan "
+        "cleanup: reset",
+        "WARNING table mem://t: 2 finished task(s) not committed: lease lost",
+    ]
