@@ -403,3 +403,34 @@ def test_each_fate_of_a_group_is_logged_with_the_table_the_task_count_and_the_er
         "cleanup: reset",
         "WARNING table mem://t: 2 finished task(s) not committed: lease lost",
     ]
+
+
+def test_a_group_is_not_due_while_less_than_a_second_of_its_interval_is_left() -> None:
+    table, now = _FakeTable(), [0.0]
+    c = _committer(table, now, max_tasks=5, interval_seconds=10.0)
+    c.add(_result("a"))
+    now[0] = 9.5
+    assert c.seconds_to_due() == 0.5 and not c.due()
+    c.add(_result("b"))
+    assert not table.txns
+
+
+def test_conflicts_and_dropped_tasks_add_up_over_the_retries_and_groups_of_a_run() -> None:
+    a, b, c, d = _result("a"), _result("b"), _result("c"), _result("d")
+    table = _FakeTable(ConcurrentDeleteDeleteError("a gone", paths=a.inputs),
+                       ConcurrentDeleteDeleteError("b gone", paths=b.inputs), None)
+    outcome = commit_rewrites(table, PLAN, [a, b, c])  # type: ignore[arg-type]
+    assert outcome.conflicts == 2 and outcome.dropped == ["a", "b"] and outcome.committed == ["c"]
+    assert outcome.conflict_types == ["ConcurrentDeleteDeleteError"] * 2
+
+    def lost_lease() -> None:
+        if table.txns:
+            raise RuntimeError("lease lost")
+
+    table = _FakeTable(ConcurrentDeleteDeleteError("a gone", paths=a.inputs))
+    committer = _committer(table, [0.0], max_tasks=2, before_commit=lost_lease)
+    committer.add(a)
+    committer.add(b)  # a dropped, b committed
+    committer.add(c)
+    committer.add(d)  # stopped before its commit
+    assert committer.outcome.dropped == ["a", "c", "d"] and committer.outcome.committed == ["b"]
