@@ -422,6 +422,9 @@ def test_conflicts_and_dropped_tasks_add_up_over_the_retries_and_groups_of_a_run
     outcome = commit_rewrites(table, PLAN, [a, b, c])  # type: ignore[arg-type]
     assert outcome.conflicts == 2 and outcome.dropped == ["a", "b"] and outcome.committed == ["c"]
     assert outcome.conflict_types == ["ConcurrentDeleteDeleteError"] * 2
+    table = _FakeTable(ConcurrentDeleteDeleteError("a gone", paths=a.inputs), MetadataChangedError("changed"))
+    outcome = commit_rewrites(table, PLAN, [a, b])  # type: ignore[arg-type]
+    assert outcome.conflicts == 2 and outcome.conflict_types == ["ConcurrentDeleteDeleteError", "MetadataChangedError"]
 
     def lost_lease() -> None:
         if table.txns:
