@@ -425,6 +425,9 @@ def test_conflicts_and_dropped_tasks_add_up_over_the_retries_and_groups_of_a_run
     table = _FakeTable(ConcurrentDeleteDeleteError("a gone", paths=a.inputs), MetadataChangedError("changed"))
     outcome = commit_rewrites(table, PLAN, [a, b])  # type: ignore[arg-type]
     assert outcome.conflicts == 2 and outcome.conflict_types == ["ConcurrentDeleteDeleteError", "MetadataChangedError"]
+    table = _FakeTable(ConcurrentDeleteDeleteError("a gone", paths=a.inputs), OSError("reset"))
+    outcome = commit_rewrites(table, PLAN, [a, b])  # type: ignore[arg-type]
+    assert outcome.dropped == ["a", "b"] and outcome.outputs_left == _outputs(b)
 
     def lost_lease() -> None:
         if table.txns:
