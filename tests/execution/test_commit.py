@@ -440,3 +440,10 @@ def test_conflicts_and_dropped_tasks_add_up_over_the_retries_and_groups_of_a_run
     committer.add(c)
     committer.add(d)  # stopped before its commit
     assert committer.outcome.dropped == ["a", "c", "d"] and committer.outcome.committed == ["b"]
+
+
+def test_every_failed_task_of_an_incremental_run_is_recorded() -> None:
+    c = _committer(_FakeTable(), [0.0], max_tasks=5)
+    c.add(_result("bad1", ok=False))
+    c.add(_result("bad2", ok=False))
+    assert c.finish().failed == ["bad1", "bad2"]
