@@ -58,7 +58,10 @@ inside the ten minutes for which the transaction records of every commit are kep
 
 class StaleRead(Exception):
     """A transaction prepared on a cached state lost its first attempt and the table's metadata changed since:
-    nothing landed; prepare it again on the latest state."""
+    nothing landed; prepare it again on the latest state.
+
+    A signal between :class:`Transaction` and ``Table._write``, which always catches it, not an error a caller
+    ever sees: so it stands outside the :class:`~maintd.errors.MaintdError` tree."""
 
 
 def now_ms() -> int:
