@@ -27,6 +27,7 @@ from maintd.table.actions import AddFile, Metadata
 from maintd.table.files import read_data_file, read_rows_of_keys
 from maintd.table.merge import latest_rows
 from maintd.table.reader import diff_states, key_columns, state_schema
+from maintd.table.schema import OP_COLUMN, VERSION_COLUMN
 from maintd.table.snapshot import PartitionKey, Snapshot, partition_key
 
 Group = tuple[PartitionKey, int]
@@ -61,13 +62,15 @@ def incremental_changes(storage: Storage, before: Snapshot, after: Snapshot, cha
     was, now = before.by_bucket(), after.by_bucket()
     pk = list(md.primary_key)
     schema = state_schema(md)
+    names = [*md.column_names, OP_COLUMN, VERSION_COLUMN]
 
     def group_states(item: tuple[Group, list[AddFile]]) -> tuple[pa.Table, pa.Table]:
         group, sources = item
-        keys = pa.concat_tables([read_data_file(storage, md, f, pk).select(pk) for f in sources],
-                                promote_options="default")
+        # every row of a changed file is a row of a changed key: such a file is read once, whole, and
+        # serves both as a source of the changed keys and as its own rows in the states
+        cache = {f.path: read_data_file(storage, md, f, threads=False).select(names) for f in sources}
+        keys = pa.concat_tables([t.select(pk) for t in cache.values()], promote_options="default")
         keys = keys.group_by(pk, use_threads=False).aggregate([])
-        cache: dict[str, pa.Table] = {}
         return (_state(storage, md, was.get(group, []), keys, cache, schema),
                 _state(storage, md, now.get(group, []), keys, cache, schema))
 

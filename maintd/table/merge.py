@@ -46,14 +46,17 @@ def latest_rows(t: pa.Table, keys: Sequence[str], *, keep_deletes: bool = False,
     """
     if t.num_rows == 0:
         return t
+    # order, winners and deletes are found on the key, version and op columns alone; the other columns
+    # are taken once, for the winning rows only
     if newest_first:  # pyarrow's sort_indices is stable: equal keys keep their (newest first) order
-        s = t.take(pc.sort_indices(t, sort_keys=[(k, "ascending") for k in keys]))
+        order = pc.sort_indices(t.select(list(keys)), sort_keys=[(k, "ascending") for k in keys])
     else:
-        s = sort_by_key_version(t, keys, newest_first=True)
-    s = s.filter(pa.array(first_of_each_key(s, keys)))
+        order = pc.sort_indices(t.select([*keys, VERSION_COLUMN]), sort_keys=[
+            *[(k, "ascending") for k in keys], (VERSION_COLUMN, "descending")])
+    mask = first_of_each_key(t.select(list(keys)).take(order), keys)
     if not keep_deletes:
-        s = s.filter(pc.not_equal(s.column(OP_COLUMN), OP_DELETE))
-    return s
+        mask &= t.column(OP_COLUMN).take(order).to_numpy(zero_copy_only=False) != OP_DELETE
+    return t.take(order.filter(pa.array(mask)))
 
 
 def dedupe_last_occurrence(t: pa.Table, keys: Sequence[str]) -> pa.Table:

@@ -6,11 +6,12 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
 from maintd.storage import Storage
 from maintd.table.actions import AddFile, Metadata
-from maintd.table.files import read_data_file
+from maintd.table.files import read_data_file, with_hidden_columns
 from maintd.table.keyranges import sort_key
 from maintd.table.lazy import lazy_module
 from maintd.table.merge import latest_rows
@@ -60,21 +61,34 @@ def read_bucket(storage: Storage, metadata: Metadata, files: Sequence[AddFile], 
         single = all(f.kind == "delta" and f.level == 0 for f in files)
         if single:
             files = sorted(files, key=lambda f: -f.min_version)
-        parts = _read_files(storage, metadata, files, need)
-        t = latest_rows(pa.concat_tables(parts, promote_options="default"), key_columns(metadata),
-                        newest_first=single)
+        t = latest_rows(_read_files(storage, metadata, files, need), key_columns(metadata), newest_first=single)
     if not keep_hidden:
         t = t.drop_columns([c for c in HIDDEN_COLUMNS if c in t.column_names])
     return t.select([*cols, *([c for c in HIDDEN_COLUMNS if c in t.column_names] if keep_hidden else [])])
 
 
-def _read_files(storage: Storage, metadata: Metadata, files: Sequence[AddFile], columns: Sequence[str]
-                ) -> list[pa.Table]:
-    """The files of one bucket, decoded on threads when there are many (pyarrow releases the GIL)."""
+def _read_files(storage: Storage, metadata: Metadata, files: Sequence[AddFile], columns: Sequence[str]) -> pa.Table:
+    """The files of one bucket concatenated in the order given, with the hidden columns, decoded on threads
+    when there are many (pyarrow releases the GIL).
+
+    Level-0 files of one schema are concatenated as read and their version column, one constant per file,
+    is added once for all of them: a bucket of hundreds of small files pays no per-file column building.
+    """
+    def read(f: AddFile) -> pa.Table:
+        return read_data_file(storage, metadata, f, columns, threads=len(files) < _PARALLEL_FILES, hidden=False)
+
     if len(files) < _PARALLEL_FILES:
-        return [read_data_file(storage, metadata, f, columns) for f in files]
-    with ThreadPoolExecutor(_THREADS) as pool:
-        return list(pool.map(lambda f: read_data_file(storage, metadata, f, columns, threads=False), files))
+        parts = [read(f) for f in files]
+    else:
+        with ThreadPoolExecutor(_THREADS) as pool:
+            parts = list(pool.map(read, files))
+    first = parts[0].schema
+    if all(f.kind == "delta" and f.level == 0 for f in files) and all(p.schema.equals(first) for p in parts):
+        versions = np.repeat(np.array([f.min_version for f in files], dtype=np.int64), [p.num_rows for p in parts])
+        return pa.concat_tables(parts).append_column(pa.field(VERSION_COLUMN, pa.int64(), nullable=False),
+                                                     pa.array(versions))
+    return pa.concat_tables([with_hidden_columns(p, f) for p, f in zip(parts, files, strict=True)],
+                            promote_options="default")
 
 
 def _empty(metadata: Metadata, cols: Sequence[str], keep_hidden: bool) -> pa.Table:
