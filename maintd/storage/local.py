@@ -72,6 +72,7 @@ class LocalStorage(Storage):
     """A table in a local (or locally mounted, POSIX) directory."""
 
     lists_in_order = False
+    coalesce_reads = False
 
     def __init__(self, uri: str) -> None:
         path = uri[len("file://") :] if uri.startswith("file://") else uri

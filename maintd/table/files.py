@@ -183,7 +183,7 @@ def read_data_file(storage: Storage, metadata: Metadata, f: AddFile, columns: Se
     read_cols = wanted + [c for c in (OP_COLUMN, VERSION_COLUMN) if c in expected.names]
     where = f"table {storage.uri}: data file {f.path}"
     with data_file_errors(storage, f), storage.filesystem.open_input_file(storage.full_path(f.path)) as source:
-        pf = pq.ParquetFile(source)
+        pf = pq.ParquetFile(source, pre_buffer=storage.coalesce_reads)
         _check_columns(where, f.path, expected, pf.schema_arrow, read_cols)
         t = pf.read(columns=read_cols, use_threads=threads)
     return with_hidden_columns(t, f) if hidden else t
@@ -199,7 +199,7 @@ def read_rows_of_keys(storage: Storage, metadata: Metadata, f: AddFile, keys: pa
     expected = file_schema(metadata, f.kind, f.level)
     where = f"table {storage.uri}: data file {f.path}"
     with data_file_errors(storage, f), storage.filesystem.open_input_file(storage.full_path(f.path)) as source:
-        pf = pq.ParquetFile(source)
+        pf = pq.ParquetFile(source, pre_buffer=storage.coalesce_reads)
         _check_columns(where, f.path, expected, pf.schema_arrow, expected.names)
         found = pf.read(columns=pk)
         if len(pk) == 1:
