@@ -20,8 +20,9 @@
 5. every step's samples, median and spread (min-max), and the ratios of the medians; read time of the
    table before and after, peak memory (sum of RSS over this process and its descendants).
 
-``--input-bytes``, ``--pack-threads`` and ``--read-threads`` override the execution options (defaults: 256 MiB
-of input per Spark task and at least one per core, one plan task at a time in each, 4 read threads per task).
+``--input-bytes``, ``--pack-threads``, ``--read-threads`` and ``--decode-threads`` override the execution options
+(defaults: 256 MiB of input per Spark task and at least one per core, one plan task at a time in each, 4 fetch
+threads and 1 decoding thread per task).
 """
 
 from __future__ import annotations
@@ -198,7 +199,8 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="work directory (default: a temporary one, removed after)")
     ap.add_argument("--input-bytes", default="256m", help="input per Spark task (default 256m; at least one per core)")
     ap.add_argument("--pack-threads", type=int, default=1, help="plan tasks at once in one Spark task")
-    ap.add_argument("--read-threads", type=int, default=4, help="file-decoding threads per plan task")
+    ap.add_argument("--read-threads", type=int, default=4, help="file-fetching threads per plan task")
+    ap.add_argument("--decode-threads", type=int, default=1, help="file-decoding threads per plan task")
     ap.add_argument("--samples", type=int, default=3, help="samples of every step (default 3)")
     args = ap.parse_args()
     work = Path(args.dir or tempfile.mkdtemp(prefix="maintd-bench-"))
@@ -214,7 +216,7 @@ def main() -> None:
     from maintd.execution.spark import parse_size
 
     options = ExecutionOptions(task_input_bytes=parse_size(args.input_bytes), pack_threads=args.pack_threads,
-                               read_threads=args.read_threads)
+                               read_threads=args.read_threads, decode_threads=args.decode_threads)
 
     base_uri = str(work / f"t_{args.layout}")
     shutil.rmtree(base_uri, ignore_errors=True)
@@ -242,7 +244,7 @@ def main() -> None:
         warm_up(spark, options)
         print(f"  Spark: {spark.sparkContext.master}, {args.input_bytes} of input per Spark task (at least "
               f"{spark.sparkContext.defaultParallelism}), {options.pack_threads} plan task(s) at once in each, "
-              f"{options.read_threads} read threads per plan task", flush=True)
+              f"{options.read_threads} fetch and {options.decode_threads} decoding thread(s) per plan task", flush=True)
         first_s, _ = timed_maintenance(fresh("warmup"), "cluster", spark, options)
         cstats = kstats = rstats = {}
         compacted = None

@@ -233,7 +233,7 @@ def _read_whole(storage: Storage, spec: TaskSpec, files: Sequence[AddFile]) -> l
     if 2 * sum(decoded_bytes(d) for d in data) > room:
         return None
     try:
-        return [read_all(spec.metadata, files, data, spec.read_threads, spec.key_range, limit=room / 2)]
+        return [read_all(spec.metadata, files, data, spec.decode_threads, spec.key_range, limit=room / 2)]
     except TooLargeError:  # decoded larger than the footers said (dictionary-encoded strings): stream
         return None
 

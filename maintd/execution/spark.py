@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 TASK_MEMORY_CONF = "spark.maintd.task.memory"
 """Spark conf key (in ``spark.conf`` of the settings) for the per-task memory budget, e.g. ``512m``."""
 READ_THREADS_CONF = "spark.maintd.task.readThreads"
+"""Inputs of a unit fetched at once (default 4)."""
+DECODE_THREADS_CONF = "spark.maintd.task.decodeThreads"
+"""Threads that decode a unit's fetched inputs (default 1: every core already runs a unit)."""
 INPUT_BYTES_CONF = "spark.maintd.task.inputBytes"
 """Input bytes of one Spark task, e.g. ``256m``: large compactions split into key ranges of this size, small
 plan tasks packed up to it."""
@@ -134,13 +137,15 @@ def spark_info(spark: Any) -> tuple[str | None, str | None]:
 
 def options_from_settings(spark_settings: Any = None, **overrides: Any) -> ExecutionOptions:
     """Execution options from ``spark.conf`` (``spark.maintd.task.memory``, ``...readThreads``,
-    ``...inputBytes``, ``...packThreads``, ``spark.maintd.faults``)."""
+    ``...decodeThreads``, ``...inputBytes``, ``...packThreads``, ``spark.maintd.faults``)."""
     conf = dict(getattr(spark_settings, "conf", {}) or {})
     values: dict[str, Any] = {}
     if TASK_MEMORY_CONF in conf:
         values["task_memory_bytes"] = parse_size(conf[TASK_MEMORY_CONF])
     if READ_THREADS_CONF in conf:
         values["read_threads"] = int(conf[READ_THREADS_CONF])
+    if DECODE_THREADS_CONF in conf:
+        values["decode_threads"] = int(conf[DECODE_THREADS_CONF])
     if INPUT_BYTES_CONF in conf:
         values["task_input_bytes"] = parse_size(conf[INPUT_BYTES_CONF])
     if PACK_THREADS_CONF in conf:

@@ -100,7 +100,8 @@ def _units(uri: str, t: PlanTaskDoc, snapshot: Snapshot, groups: Mapping[tuple[P
                      target_level=level, metadata=snapshot.metadata, inputs=files, unit=i, units=len(ranges),
                      key_lo=r.lo, key_hi=r.hi, target_file_bytes=t.target_file_bytes or DEFAULT_TARGET_FILE_BYTES,
                      token=unit_token(run_id, t.task_id, i), task_memory_bytes=opts.task_memory_bytes,
-                     read_threads=opts.read_threads, fault=opts.fault_of(t.task_id, i))
+                     read_threads=opts.read_threads, decode_threads=opts.decode_threads,
+                     fault=opts.fault_of(t.task_id, i))
             for i, (r, files) in enumerate(ranges)]
 
 

@@ -114,10 +114,38 @@ def test_a_failing_task_in_a_pack_does_not_fail_the_others(tmp_path: Path, threa
 def test_execute_with_options_from_spark_conf() -> None:
     opts = spark_mod.options_from_settings(type("S", (), {"conf": {
         "spark.maintd.task.memory": "64m", "spark.maintd.task.inputBytes": "1g", "spark.maintd.task.packThreads": "2",
+        "spark.maintd.task.readThreads": "8", "spark.maintd.task.decodeThreads": "3",
         "spark.maintd.faults": '{"*": "after_first_chunk"}'}})())
     assert (opts.task_memory_bytes, opts.task_input_bytes, opts.pack_threads) == (64 << 20, 1 << 30, 2)
+    assert (opts.read_threads, opts.decode_threads) == (8, 3)
     assert opts.fault_of("any") == "after_first_chunk"
     assert ExecutionOptions().task_input_bytes == 256 << 20 and ExecutionOptions().pack_threads == 1
+    assert (ExecutionOptions().read_threads, ExecutionOptions().decode_threads) == (4, 1)
+
+
+@pytest.mark.parametrize("options", [ExecutionOptions(), ExecutionOptions(read_threads=2, decode_threads=3)])
+def test_a_unit_fetches_on_its_read_threads_and_decodes_on_its_decode_threads(
+        tmp_path: Path, monkeypatch: Any, options: ExecutionOptions) -> None:
+    import maintd.execution.rewrite as rewrite
+
+    table, _ = make_table(tmp_path, commits=6, buckets=2)
+    seen: dict[str, list[int]] = {"fetch": [], "decode": []}
+    real_fetch, real_read = rewrite.fetch_all, rewrite.read_all
+
+    def fetch_all(storage: Any, files: Any, threads: int) -> Any:
+        seen["fetch"].append(threads)
+        return real_fetch(storage, files, threads)
+
+    def read_all(metadata: Any, files: Any, data: Any, threads: int, *args: Any, **kwargs: Any) -> Any:
+        seen["decode"].append(threads)
+        return real_read(metadata, files, data, threads, *args, **kwargs)
+
+    monkeypatch.setattr(rewrite, "fetch_all", fetch_all)
+    monkeypatch.setattr(rewrite, "read_all", read_all)
+    specs = task_specs(plan_all(table, "cluster", level=1), table.snapshot(), options)
+    results = run_pack([s.model_dump_json() for s in specs])
+    assert all(r.ok for r in results) and len(results) == 2
+    assert seen == {"fetch": [options.read_threads] * 2, "decode": [options.decode_threads] * 2}
 
 
 # -- the merge ---------------------------------------------------------------------------------------------------
