@@ -18,7 +18,8 @@
    in the daemon's long-lived session: workers started by ``warm_up``, then one untimed clustering of a
    copy: the JVM compiles the task path's hot methods then), and compaction after clustering;
 5. every step's samples, median and spread (min-max), and the ratios of the medians; read time of the
-   table before and after, peak memory (sum of RSS over this process and its descendants).
+   table before and after, peak memory (sum of RSS over this process and its descendants), and Spark's
+   floor: runs of one empty job per core at once, which every maintd step pays before any work.
 
 ``--input-bytes``, ``--pack-threads``, ``--read-threads`` and ``--decode-threads`` override the execution options
 (defaults: 256 MiB of input per Spark task and at least one per core, one plan task at a time in each, 4 fetch
@@ -180,6 +181,23 @@ def timed_maintenance(table, kind: str, spark, options) -> tuple[float, dict[str
                 "out": sum(len(r.adds) for r in results), **modes}
 
 
+def spark_floor(spark, options, cores: int) -> list[float]:  # type: ignore[no-untyped-def]
+    """Seconds of runs that do nothing, as maintd runs packs: one Spark job per core at once, each one task
+    of one empty pack. What every maintd step on Spark pays before any work (median of 5)."""
+    from maintd.execution.scheduler import SparkBackend
+
+    backend = SparkBackend(spark, options, "maintd bench: empty jobs")
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = []
+    for _ in range(5):
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(cores) as pool:
+            list(pool.map(lambda _: backend.run([[]]), range(cores)))
+        out.append(time.monotonic() - t0)
+    return out
+
+
 def timed_read(table) -> tuple[float, int]:  # type: ignore[no-untyped-def]
     best, rows = float("inf"), 0
     for _ in range(2):
@@ -246,6 +264,7 @@ def main() -> None:
               f"{spark.sparkContext.defaultParallelism}), {options.pack_threads} plan task(s) at once in each, "
               f"{options.read_threads} fetch and {options.decode_threads} decoding thread(s) per plan task", flush=True)
         first_s, _ = timed_maintenance(fresh("warmup"), "cluster", spark, options)
+        floor = spark_floor(spark, options, cores=spark.sparkContext.defaultParallelism)
         cstats = kstats = rstats = {}
         compacted = None
         for s in range(args.samples):
@@ -285,6 +304,8 @@ def main() -> None:
           f"{med['compact'] / med['duckdb']:.2f}x DuckDB")
     print("  " + stats_line(f"maintd compaction after clustering {rstats}", times["recompact"]))
     print(f"  first clustering of the session (untimed warm-up, a copy of the table): {first_s:.2f} s")
+    print("  " + stats_line("Spark's floor (one empty job per core at once)", floor)
+          + "  (every maintd step above includes it)")
     print(f"  read: {read_before:.2f} s before, {read_after:.2f} s after ({read_before / read_after:.1f}x)")
     print(f"  peak memory (driver + JVM + Python workers): {rss.peak / 2**20:.0f} MiB")
     print(f"  ingest: {ingest_s:.1f} s for {commits} commits")
