@@ -347,3 +347,18 @@ def test_spark_tasks_in_flight_follow_the_cores_the_cluster_has_now(tmp_path: Pa
                             on_tick=tick)
     assert n == len(specs) == 12 and all(r.ok for r in results) and len(results) == 12
     assert backend.peak == {1: 2, 4: 8}
+
+
+def test_merge_outputs_are_zstd_while_their_level0_inputs_are_snappy(tmp_path: Path) -> None:
+    table, _ = make_table(tmp_path, commits=4, buckets=1)
+    inputs = list(table.snapshot().files.values())
+    specs = task_specs(plan_all(table, "cluster", level=1), table.snapshot())
+    (result,) = run_pack([s.model_dump_json() for s in specs])
+
+    def codecs(path: str) -> set[str]:
+        md = pq.ParquetFile(table.storage.full_path(path)).metadata
+        return {md.row_group(g).column(c).compression for g in range(md.num_row_groups) for c in range(md.num_columns)}
+
+    assert result.ok and len(result.adds) == 1
+    assert {c for f in inputs for c in codecs(f.path)} == {"SNAPPY"}
+    assert codecs(result.adds[0].path) == {"ZSTD"}

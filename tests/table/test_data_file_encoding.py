@@ -1,0 +1,48 @@
+"""How data files are encoded (docs/format.md, "Data files"): a writer's level-0 files in snappy with
+dictionaries for string columns only, the files maintenance writes in zstd; a table mixing them reads as one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from table_helpers import groups, rewrite_bucket
+
+from maintd import Table
+
+
+def _encodings(table: Table, path: str) -> dict[str, tuple[str, bool]]:
+    """Per column of a data file: its codec and whether its first row group holds a dictionary page."""
+    md = pq.ParquetFile(table.storage.full_path(path)).metadata
+    rg = md.row_group(0)
+    return {rg.column(i).path_in_schema: (rg.column(i).compression, rg.column(i).has_dictionary_page)
+            for i in range(rg.num_columns)}
+
+
+def test_level0_files_are_snappy_with_dictionaries_for_strings_only(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64!,name:string,qty:int64,price:float64", primary_key="id",
+                         buckets=1)
+    table.upsert(pa.table({"id": list(range(200)), "name": ["a", "b"] * 100, "qty": [7] * 200,
+                           "price": [1.5] * 200}))
+    (f,) = table.snapshot().files.values()
+    assert f.level == 0
+    assert _encodings(table, f.path) == {
+        "id": ("SNAPPY", False), "name": ("SNAPPY", True), "qty": ("SNAPPY", False), "price": ("SNAPPY", False),
+        "_maintd_op": ("SNAPPY", False)}
+
+
+def test_files_written_by_maintenance_are_zstd_and_a_table_mixing_both_reads_as_one(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64!,name:string", primary_key="id", buckets=1)
+    table.upsert(pa.table({"id": [1, 2, 3], "name": ["a", "b", "c"]}))
+    snap = table.snapshot()
+    txn = rewrite_bucket(table, snap, groups(snap)[0], "compact")
+    assert txn is not None
+    txn.commit()
+    table.upsert(pa.table({"id": [2, 4], "name": ["B", "d"]}))
+    files = sorted(table.snapshot().files.values(), key=lambda f: f.kind)
+    assert [(f.kind, f.level) for f in files] == [("base", None), ("delta", 0)]
+    assert {codec for codec, _ in _encodings(table, files[0].path).values()} == {"ZSTD"}
+    assert {codec for codec, _ in _encodings(table, files[1].path).values()} == {"SNAPPY"}
+    assert table.read().sort_by("id").to_pylist() == [
+        {"id": 1, "name": "a"}, {"id": 2, "name": "B"}, {"id": 3, "name": "c"}, {"id": 4, "name": "d"}]
