@@ -76,9 +76,25 @@ def data_file_path(metadata: Metadata, partition: Mapping[str, str | None], buck
 
 
 def file_schema(metadata: Metadata, kind: FileKind, level: int | None) -> pa.Schema:
-    """The Arrow schema of a data file of ``kind`` and ``level`` (docs/format.md, "Data files")."""
-    return _file_schema(metadata.fields, frozenset(metadata.primary_key) | frozenset(metadata.partition_by),
-                        kind, level)
+    """The Arrow schema of a data file of ``kind`` and ``level`` (docs/format.md, "Data files").
+
+    Remembered per ``metadata`` object (a read of many files passes the same one every time, and hashing
+    its fields costs more than the look-up saves); the entry holds the object, so its id is not reused
+    while the entry lives.
+    """
+    key = (id(metadata), kind, level)
+    hit = _BY_METADATA.get(key)
+    if hit is not None and hit[0] is metadata:
+        return hit[1]
+    schema = _file_schema(metadata.fields, frozenset(metadata.primary_key) | frozenset(metadata.partition_by),
+                          kind, level)
+    if len(_BY_METADATA) >= 64:
+        _BY_METADATA.clear()
+    _BY_METADATA[key] = (metadata, schema)
+    return schema
+
+
+_BY_METADATA: dict[tuple[int, str, int | None], tuple[Metadata, pa.Schema]] = {}
 
 
 @functools.lru_cache(maxsize=256)
@@ -190,11 +206,12 @@ def read_data_file(storage: Storage, metadata: Metadata, f: AddFile, columns: Se
     names = list(columns) if columns is not None else list(metadata.column_names)
     wanted = list(dict.fromkeys([*metadata.primary_key, *names]))
     expected = file_schema(metadata, f.kind, f.level)
-    read_cols = wanted + [c for c in (OP_COLUMN, VERSION_COLUMN) if c in expected.names]
-    where = f"table {storage.uri}: data file {f.path}"
+    read_cols = wanted + [c for c in (OP_COLUMN, VERSION_COLUMN) if expected.get_field_index(c) >= 0]
     with data_file_errors(storage, f), storage.filesystem.open_input_file(storage.full_path(f.path)) as source:
         pf = pq.ParquetFile(source, pre_buffer=storage.coalesce_reads)
-        _check_columns(where, f.path, expected, pf.schema_arrow, read_cols)
+        found = pf.schema_arrow
+        if not found.equals(expected):  # a file maintd wrote for this schema matches as a whole
+            _check_columns(f"table {storage.uri}: data file {f.path}", f.path, expected, found, read_cols)
         t = pf.read(columns=read_cols, use_threads=threads)
     return with_hidden_columns(t, f) if hidden else t
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
@@ -74,19 +75,22 @@ def _read_files(storage: Storage, metadata: Metadata, files: Sequence[AddFile], 
     Level-0 files of one schema are concatenated as read and their version column, one constant per file,
     is added once for all of them: a bucket of hundreds of small files pays no per-file column building.
     """
-    def read(f: AddFile) -> pa.Table:
-        return read_data_file(storage, metadata, f, columns, threads=len(files) < _PARALLEL_FILES, hidden=False)
+    def read(some: Sequence[AddFile]) -> list[pa.Table]:
+        threads = len(files) < _PARALLEL_FILES
+        return [read_data_file(storage, metadata, f, columns, threads=threads, hidden=False) for f in some]
 
     if len(files) < _PARALLEL_FILES:
-        parts = [read(f) for f in files]
-    else:
+        parts = read(files)
+    else:  # a run of the files per thread, in order: a future per file costs more than a small file's decode
+        step = -(-len(files) // _THREADS)
         with ThreadPoolExecutor(_THREADS) as pool:
-            parts = list(pool.map(read, files))
-    first = parts[0].schema
-    if all(f.kind == "delta" and f.level == 0 for f in files) and all(p.schema.equals(first) for p in parts):
-        versions = np.repeat(np.array([f.min_version for f in files], dtype=np.int64), [p.num_rows for p in parts])
-        return pa.concat_tables(parts).append_column(pa.field(VERSION_COLUMN, pa.int64(), nullable=False),
-                                                     pa.array(versions))
+            parts = [t for ts in pool.map(read, [files[i:i + step] for i in range(0, len(files), step)]) for t in ts]
+    if all(f.kind == "delta" and f.level == 0 for f in files):
+        with contextlib.suppress(pa.ArrowInvalid):  # raised when the files' schemas differ
+            level0 = pa.concat_tables(parts)
+            versions = np.repeat(np.array([f.min_version for f in files], dtype=np.int64),
+                                 [p.num_rows for p in parts])
+            return level0.append_column(pa.field(VERSION_COLUMN, pa.int64(), nullable=False), pa.array(versions))
     return pa.concat_tables([with_hidden_columns(p, f) for p, f in zip(parts, files, strict=True)],
                             promote_options="default")
 

@@ -151,3 +151,16 @@ def test_changes_report_writers_changes_and_ignore_maintenance(table: Table) -> 
     assert sorted_rows(table.changes(1), ["id"]) == sorted_rows(changes, ["id"])
     with pytest.raises(InvalidInputError, match="after end version"):
         table.changes(3, 1)
+
+
+@pytest.mark.parametrize("commits", [7, 8, 9, 23])
+def test_a_bucket_of_many_level0_files_reads_the_newest_row_of_each_key(tmp_path: Path, commits: int) -> None:
+    """Every commit rewrites the same keys; the read (files decoded on threads from 8 files on) must keep the
+    newest row of each key and drop a key whose newest row is a delete, whatever the file count."""
+    table = Table.create(str(tmp_path / "t"), "id:int64!,v:int64", primary_key="id", buckets=1)
+    for c in range(commits):
+        table.upsert(pa.table({"id": list(range(10)), "v": [c * 100 + k for k in range(10)]}))
+    table.delete(pa.table({"id": [3]}))
+    assert len(table.snapshot().files) == commits + 1
+    assert table.read().sort_by("id").to_pylist() == [
+        {"id": k, "v": (commits - 1) * 100 + k} for k in range(10) if k != 3]
