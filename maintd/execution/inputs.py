@@ -102,9 +102,11 @@ def fetch_all(storage: Storage, files: Sequence[AddFile], threads: int) -> list[
         with data_file_errors(storage, f):
             return pq.ParquetFile(pa.py_buffer(get(f.path)), pre_buffer=False)
 
-    if threads > 1 and len(files) > 1:
+    if threads > 1 and len(files) > 1:  # a run of the files per thread: a future per small file costs more
+        step = -(-len(files) // threads)  # than reading it from a local disk
         with ThreadPoolExecutor(min(threads, len(files))) as pool:
-            return list(pool.map(open_one, files))
+            runs = pool.map(lambda i: [open_one(f) for f in files[i:i + step]], range(0, len(files), step))
+            return [pf for run in runs for pf in run]
     return [open_one(f) for f in files]
 
 
