@@ -82,12 +82,13 @@ class _File:
     def size(self) -> int:
         return int(self.sink.tell())
 
-    def close(self) -> int:
+    def close(self, *, durable: bool) -> int:
         self.writer.add_key_value_metadata({KEY_INDEX: json.dumps(self.index)})
         self.writer.close()
         size = self.size
         self.sink.close()
-        self.storage.make_durable(self.path)  # on disk before a commit names it (a no-op on object stores)
+        if durable:  # on disk before a commit names it (a no-op on object stores)
+            self.storage.make_durable(self.path)
         return size
 
     def abort(self) -> None:
@@ -100,8 +101,12 @@ class _File:
 class Outputs:
     """The output files of one unit, written row group by row group (chunks arrive in key order)."""
 
-    def __init__(self, storage: Storage, spec: TaskSpec, *, row_group_rows: int, attempt: int = 0) -> None:
+    def __init__(self, storage: Storage, spec: TaskSpec, *, row_group_rows: int, attempt: int = 0,
+                 durable: bool = True) -> None:
         self.storage = storage
+        self.durable = durable
+        """Sync each file as it is finished; False leaves it to the caller (:meth:`Storage.make_durable_many`
+        over the files of several units, before any of their results is reported)."""
         self.spec = spec
         self.kind: FileKind = "base" if spec.kind == "compact" else "delta"
         self.level = None if self.kind == "base" else spec.target_level
@@ -159,7 +164,7 @@ class Outputs:
 
     def _finish_current(self) -> None:
         assert self._current is not None
-        size = self._current.close()
+        size = self._current.close(durable=self.durable)
         self._done.append((self._current, size))
         self._current = None
 

@@ -107,15 +107,57 @@ def run_pack(specs: Sequence[TaskSpec | str], threads: int = 1) -> list[TaskResu
     """Run several units in one process, ``threads`` at a time, in the order given; never raises.
 
     A unit failing (or even its spec failing to parse) is reported in its own result; the other
-    units of the pack are unaffected.
+    units of the pack are unaffected. Run one at a time, the units' output files are made durable
+    together once the last one is done (:class:`_Unsynced`), before any result leaves the pack.
     """
     if threads <= 1 or len(specs) <= 1:
-        return [_run_json(s) if isinstance(s, str) else run_task(s) for s in specs]
+        unsynced = _Unsynced()
+        results = [_run_json(s, unsynced) if isinstance(s, str) else run_task(s, unsynced=unsynced) for s in specs]
+        return unsynced.settle(results)
     with ThreadPoolExecutor(min(threads, len(specs))) as pool:
         return list(pool.map(lambda s: _run_json(s) if isinstance(s, str) else run_task(s), specs))
 
 
-def _run_json(spec_json: str) -> TaskResult:
+class _Unsynced:
+    """The output files of a pack's finished units, not yet made durable.
+
+    Syncing them together (:meth:`Storage.make_durable_many`: the files in parallel, then each directory
+    once) replaces two syncs per file, one after the other, while the next unit waits; on a local disk
+    the 8 outputs of the clustering benchmark spent 0.07 s of 0.69 s in them. A unit whose files cannot be
+    made durable is reported as failed and its files deleted: no commit may name them.
+    """
+
+    def __init__(self) -> None:
+        self.storages: dict[str, Storage] = {}
+        self.pending: dict[tuple[str, int], str] = {}
+        """(task id, unit) of a finished unit whose files are not synced yet -> its table's URI."""
+
+    def add(self, storage: Storage, spec: TaskSpec) -> None:
+        self.storages.setdefault(spec.table_uri, storage)
+        self.pending[(spec.task_id, spec.unit)] = spec.table_uri
+
+    def settle(self, results: list[TaskResult]) -> list[TaskResult]:
+        """``results`` with the pending units' files made durable, or those units failed."""
+        failed: dict[str, str] = {}
+        for uri, storage in self.storages.items():
+            paths = [a.path for r in results if self.pending.get((r.task_id, r.unit)) == uri for a in r.adds]
+            try:
+                storage.make_durable_many(paths)
+            except Exception as exc:
+                failed[uri] = f"output files could not be made durable: {type(exc).__name__}: {exc}"
+        out = []
+        for r in results:
+            table = self.pending.get((r.task_id, r.unit))
+            if table is not None and table in failed:
+                for a in r.adds:
+                    with contextlib.suppress(Exception):  # else orphan cleanup takes it: no commit names it
+                        self.storages[table].delete(a.path)
+                r = r.model_copy(update={"ok": False, "adds": (), "error": failed[table]})
+            out.append(r)
+        return out
+
+
+def _run_json(spec_json: str, unsynced: _Unsynced | None = None) -> TaskResult:
     started = time.monotonic()
     try:
         spec = TaskSpec.model_validate_json(spec_json)
@@ -129,7 +171,7 @@ def _run_json(spec_json: str) -> TaskResult:
         return TaskResult(task_id=task_id, kind=kind if kind in ("cluster", "compact") else "cluster", ok=False,
                           inputs=inputs, seconds=time.monotonic() - started,
                           error=f"invalid task spec: {type(exc).__name__}: {exc}")
-    return run_task(spec)
+    return run_task(spec, unsynced=unsynced)
 
 
 def current_attempt() -> int:
@@ -149,8 +191,11 @@ def release_memory() -> None:
     pa.default_memory_pool().release_unused()
 
 
-def run_task(spec: TaskSpec) -> TaskResult:
-    """Rewrite one unit. A failure is reported in the result, and the unit's partial output deleted."""
+def run_task(spec: TaskSpec, *, unsynced: _Unsynced | None = None) -> TaskResult:
+    """Rewrite one unit. A failure is reported in the result, and the unit's partial output deleted.
+
+    ``unsynced``: leave the output files to be made durable with the pack's (the default syncs each).
+    """
     started = time.monotonic()
     attempt = current_attempt()
     out: Outputs | None = None
@@ -159,9 +204,12 @@ def run_task(spec: TaskSpec) -> TaskResult:
                               "units": spec.units, "token": spec.token, "attempt": attempt}
     try:
         storage = storage_for_uri(spec.table_uri)
-        out = Outputs(storage, spec, row_group_rows=_row_group_rows(spec), attempt=attempt)
+        out = Outputs(storage, spec, row_group_rows=_row_group_rows(spec), attempt=attempt,
+                      durable=unsynced is None)
         rows_read, mode = _rewrite(storage, spec, out, phases)
         adds = out.close()
+        if unsynced is not None:
+            unsynced.add(storage, spec)
     except Exception as exc:  # reported, not raised: one failing bucket must not fail the others
         if out is not None:
             out.discard()

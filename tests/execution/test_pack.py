@@ -23,6 +23,7 @@ from maintd.execution import (
     run_pack,
     run_pack_json,
     run_task,
+    run_task_json,
     scheduler,
     task_specs,
 )
@@ -362,3 +363,43 @@ def test_merge_outputs_are_zstd_while_their_level0_inputs_are_snappy(tmp_path: P
     assert result.ok and len(result.adds) == 1
     assert {c for f in inputs for c in codecs(f.path)} == {"SNAPPY"}
     assert codecs(result.adds[0].path) == {"ZSTD"}
+
+
+def test_a_pack_makes_its_units_outputs_durable_together_before_reporting(tmp_path: Path, monkeypatch: Any) -> None:
+    from maintd.storage.local import LocalStorage
+
+    table, model = make_table(tmp_path, commits=5, buckets=3)
+    calls: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(LocalStorage, "make_durable", lambda self, p: calls.append(("one", [p])))
+    real_many = LocalStorage.make_durable_many
+    monkeypatch.setattr(LocalStorage, "make_durable_many",
+                        lambda self, ps: (calls.append(("many", list(ps))), real_many(self, ps))[1])
+    specs = task_specs(plan_all(table, "compact"), table.snapshot())
+    results = run_pack([s.model_dump_json() for s in specs])
+    assert len(results) == 3 and all(r.ok for r in results)
+    assert calls == [("many", [a.path for r in results for a in r.adds])]
+    calls.clear()
+    (single,) = task_specs(plan_all(table, "cluster", level=1), table.snapshot())[:1]
+    done = TaskResult.model_validate_json(run_task_json(single.model_dump_json()))
+    assert done.ok and calls == [("one", [a.path]) for a in done.adds]  # a unit run alone syncs its own files
+    commit_rewrites(table, plan_all(table, "compact"), results)
+    assert sorted_read(table).equals(model.table())
+
+
+def test_a_pack_whose_outputs_cannot_be_made_durable_fails_its_units_and_deletes_their_files(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    from maintd.storage.local import LocalStorage
+
+    table, _ = make_table(tmp_path, commits=5, buckets=3)
+    before = {f.path for f in table.storage.walk()}
+
+    def broken(self: Any, paths: Any) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(LocalStorage, "make_durable_many", broken)
+    specs = task_specs(plan_all(table, "compact"), table.snapshot())
+    results = run_pack([s.model_dump_json() for s in specs])
+    assert [r.ok for r in results] == [False] * 3 and all(r.adds == () for r in results)
+    assert all(r.error == "output files could not be made durable: OSError: [Errno 5] Input/output error"
+               for r in results)
+    assert {f.path for f in table.storage.walk()} == before  # nothing a commit could name is left
