@@ -1,0 +1,83 @@
+"""The log's lookups one at a time, on log directories written by hand (no table behind them).
+
+A commit or checkpoint here is an empty file with the right name: the lookups only look at names and at what
+exists; the reads that decode a file are tested on real tables in test_table_log.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from table_helpers import CountingStorage, OrderedStorage
+
+from maintd import TableNotFoundError
+from maintd.storage import FileInfo
+from maintd.table.log import LOG_DIR, TableLog, checkpoint_path, commit_path, oldest_buildable
+
+
+def _log(root: Path, commits: range | list[int] = (), checkpoints: range | list[int] = (), *,
+         junk: int = 0) -> None:
+    """A log directory holding empty commits and checkpoints, and ``junk`` names sorting before every log name."""
+    (root / LOG_DIR).mkdir(parents=True, exist_ok=True)
+    for v in commits:
+        (root / commit_path(v)).write_bytes(b"")
+    for v in checkpoints:
+        (root / checkpoint_path(v)).write_bytes(b"")
+    for i in range(junk):
+        (root / LOG_DIR / f".tmp-{i:04d}").write_bytes(b"")
+
+
+class LimitsStorage(OrderedStorage):
+    """Lists in lexical order and records the limit of every bounded listing."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(uri)
+        self.limits: list[int] = []
+
+    def list_first(self, path: str, limit: int) -> list[FileInfo]:
+        self.limits.append(limit)
+        assert len(self.limits) <= 5, f"listing without end: {self.limits}"
+        return super().list_first(path, limit)
+
+
+# -- oldest_buildable ------------------------------------------------------------------------------------------------
+
+
+def test_without_a_checkpoint_in_the_run_the_oldest_buildable_version_is_the_runs_first_commit() -> None:
+    assert oldest_buildable([3, 4, 5], [], 5) == 3
+    assert oldest_buildable([3, 4, 5], [1, 2], 5) == 3  # checkpoints below the run do not count
+
+
+# -- latest version on a store listing in order ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("junk", "limits"), [(0, [8]), (7, [8]), (8, [8, 64]), (70, [8, 64, 512])])
+def test_an_ordered_lookup_lists_eight_names_then_eight_times_more_until_it_finds_a_commit(
+        tmp_path: Path, junk: int, limits: list[int]) -> None:
+    _log(tmp_path, range(3), junk=junk)
+    storage = LimitsStorage(str(tmp_path))
+    assert TableLog(storage).latest_version() == 2
+    assert storage.limits == limits
+
+
+@pytest.mark.parametrize(("junk", "limits"), [(0, [8]), (6, [8]), (7, [8, 64])])  # and the checkpoint
+def test_an_ordered_lookup_without_a_commit_stops_at_a_short_page(tmp_path: Path, junk: int, limits: list[int]
+                                                                   ) -> None:
+    _log(tmp_path, [], checkpoints=[0], junk=junk)
+    storage = LimitsStorage(str(tmp_path))
+    with pytest.raises(TableNotFoundError) as err:
+        TableLog(storage).latest_version()
+    assert str(err.value) == f"no table at {storage.uri} (no commits in _log/)"
+    assert storage.limits == limits
+
+
+# -- oldest reconstructible version ------------------------------------------------------------------------------------
+
+
+def test_a_location_without_commits_has_no_oldest_version(tmp_path: Path) -> None:
+    _log(tmp_path, [], checkpoints=[4])
+    storage = CountingStorage(str(tmp_path))
+    with pytest.raises(TableNotFoundError) as err:
+        TableLog(storage).oldest_reconstructible_version()
+    assert str(err.value) == f"no table at {storage.uri}"
