@@ -6,13 +6,16 @@ exists; the reads that decode a file are tested on real tables in test_table_log
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 from table_helpers import CountingStorage, OrderedStorage
 
-from maintd import TableNotFoundError
-from maintd.storage import FileInfo
+from maintd import Table, TableNotFoundError
+from maintd.storage import FileInfo, LocalStorage
+from maintd.table.actions import RemoveFile
 from maintd.table.log import LOG_DIR, TableLog, checkpoint_path, commit_path, oldest_buildable
 
 
@@ -81,3 +84,18 @@ def test_a_location_without_commits_has_no_oldest_version(tmp_path: Path) -> Non
     with pytest.raises(TableNotFoundError) as err:
         TableLog(storage).oldest_reconstructible_version()
     assert str(err.value) == f"no table at {storage.uri}"
+
+
+# -- the reclamation watermark ---------------------------------------------------------------------------------------
+
+
+def test_the_tombstones_removed_at_or_before_the_watermark_are_pruned_and_the_later_ones_kept(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1)
+    log = TableLog(LocalStorage(table.uri))
+    tombstones = {p: RemoveFile(path=p, deletion_time=t) for p, t in (("a", 100), ("b", 101))}
+    snapshot = replace(table.snapshot(), tombstones=MappingProxyType(tombstones))
+    assert log.prune_tombstones(snapshot) is snapshot  # no watermark yet
+    log.advance_reclaimed_watermark(0, 100)
+    assert set(log.prune_tombstones(snapshot).tombstones) == {"b"}  # "a" was removed exactly at the watermark
+    log.advance_reclaimed_watermark(0, 99)
+    assert set(log.prune_tombstones(snapshot).tombstones) == {"b"}  # the watermark never moves back
