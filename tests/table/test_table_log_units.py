@@ -16,7 +16,7 @@ from table_helpers import CountingStorage, OrderedStorage
 from maintd import Table, TableNotFoundError
 from maintd.storage import FileInfo, LocalStorage
 from maintd.table.actions import RemoveFile
-from maintd.table.log import LOG_DIR, TableLog, checkpoint_path, commit_path, oldest_buildable
+from maintd.table.log import LAST_CHECKPOINT, LOG_DIR, TableLog, checkpoint_path, commit_path, oldest_buildable
 
 
 def _log(root: Path, commits: range | list[int] = (), checkpoints: range | list[int] = (), *,
@@ -99,3 +99,32 @@ def test_the_tombstones_removed_at_or_before_the_watermark_are_pruned_and_the_la
     assert set(log.prune_tombstones(snapshot).tombstones) == {"b"}  # "a" was removed exactly at the watermark
     log.advance_reclaimed_watermark(0, 99)
     assert set(log.prune_tombstones(snapshot).tombstones) == {"b"}  # the watermark never moves back
+
+
+# -- the checkpoint hint ---------------------------------------------------------------------------------------------
+
+
+class WritesStorage(LocalStorage):
+    """Records every atomic (over)write."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(uri)
+        self.writes: list[str] = []
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        self.writes.append(path)
+        super().write_atomic(path, data)
+
+
+def test_the_checkpoint_hint_only_ever_moves_forward_and_is_written_only_then(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1)
+    for _ in range(3):
+        table.new_transaction("NOOP").commit()
+    storage = WritesStorage(table.uri)
+    log = TableLog(storage)
+    log.write_checkpoint(table.snapshot(3))
+    assert log.last_checkpoint_hint() == 3 and storage.writes == [LAST_CHECKPOINT]
+    log.write_checkpoint(table.snapshot(3))  # the same version again: the hint is already there
+    log.write_checkpoint(table.snapshot(1))  # an older one (reclamation's): the hint stays
+    assert log.last_checkpoint_hint() == 3 and storage.writes == [LAST_CHECKPOINT]
+    assert log.checkpoint_exists(1)
