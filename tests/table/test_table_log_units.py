@@ -6,10 +6,12 @@ exists; the reads that decode a file are tested on real tables in test_table_log
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
+import pyarrow as pa
 import pytest
 from table_helpers import CountingStorage, OrderedStorage
 
@@ -118,12 +120,14 @@ class WritesStorage(LocalStorage):
 
 def test_the_checkpoint_hint_only_ever_moves_forward_and_is_written_only_then(tmp_path: Path) -> None:
     table = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1)
-    for _ in range(3):
+    table.upsert(pa.table({"id": [1]}))
+    for _ in range(2):
         table.new_transaction("NOOP").commit()
     storage = WritesStorage(table.uri)
     log = TableLog(storage)
     log.write_checkpoint(table.snapshot(3))
     assert log.last_checkpoint_hint() == 3 and storage.writes == [LAST_CHECKPOINT]
+    assert json.loads((tmp_path / "t" / LAST_CHECKPOINT).read_text()) == {"version": 3, "files": 1}  # docs/format.md
     log.write_checkpoint(table.snapshot(3))  # the same version again: the hint is already there
     log.write_checkpoint(table.snapshot(1))  # an older one (reclamation's): the hint stays
     assert log.last_checkpoint_hint() == 3 and storage.writes == [LAST_CHECKPOINT]
