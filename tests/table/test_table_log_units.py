@@ -125,7 +125,8 @@ def test_the_checkpoint_hint_only_ever_moves_forward_and_is_written_only_then(tm
         table.new_transaction("NOOP").commit()
     storage = WritesStorage(table.uri)
     log = TableLog(storage)
-    log.write_checkpoint(table.snapshot(3))
+    written = log.write_checkpoint(table.snapshot(3))
+    assert written.base_checkpoint == 3  # the snapshot returned now stands on the checkpoint
     assert log.last_checkpoint_hint() == 3 and storage.writes == [LAST_CHECKPOINT]
     assert json.loads((tmp_path / "t" / LAST_CHECKPOINT).read_text()) == {"version": 3, "files": 1}  # docs/format.md
     log.write_checkpoint(table.snapshot(3))  # the same version again: the hint is already there
