@@ -12,12 +12,13 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from table_helpers import CountingStorage, OrderedStorage
 
-from maintd import Table, TableNotFoundError
+from maintd import CorruptLogError, Table, TableNotFoundError
 from maintd.storage import FileInfo, LocalStorage
-from maintd.table.actions import RemoveFile
+from maintd.table.actions import CommitInfo, RemoveFile
 from maintd.table.log import LAST_CHECKPOINT, LOG_DIR, TableLog, checkpoint_path, commit_path, oldest_buildable
 
 
@@ -133,3 +134,39 @@ def test_the_checkpoint_hint_only_ever_moves_forward_and_is_written_only_then(tm
     log.write_checkpoint(table.snapshot(1))  # an older one (reclamation's): the hint stays
     assert log.last_checkpoint_hint() == 3 and storage.writes == [LAST_CHECKPOINT]
     assert log.checkpoint_exists(1)
+
+
+# -- reading a checkpoint --------------------------------------------------------------------------------------------
+
+
+def test_a_checkpoint_written_before_transaction_records_takes_its_record_from_its_commit(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1)
+    table.upsert(pa.table({"id": [1]}))
+    table.log.write_checkpoint(table.snapshot(1))
+    path = tmp_path / "t" / checkpoint_path(1)
+    pq.write_table(pq.read_table(path).replace_schema_metadata(None), path)  # the format before the records
+    (info,) = [a for a in table.log.read_commit(1) or [] if isinstance(a, CommitInfo)]
+    assert table.log.read_checkpoint(1).txns == {1: (info.txn_id, 0)}
+    (tmp_path / "t" / commit_path(1)).unlink()
+    assert table.log.read_checkpoint(1).txns == {}  # the commit is gone: nothing tells any more
+
+
+def test_a_corrupt_checkpoint_is_reported_naming_the_table(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1)
+    table.log.write_checkpoint(table.snapshot(0))
+    (tmp_path / "t" / checkpoint_path(0)).write_bytes(b"not parquet")
+    with pytest.raises(CorruptLogError) as err:
+        TableLog(LocalStorage(table.uri)).read_checkpoint(0)
+    assert str(err.value).startswith(f"table {table.uri}: checkpoint {checkpoint_path(0)} (version 0) cannot be read")
+
+
+# -- the probe ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("newer", "probes"), [(0, 1), (1, 3), (2, 3), (3, 5), (5, 5)])
+def test_the_probe_from_a_known_version_first_looks_at_the_next_one(tmp_path: Path, newer: int, probes: int) -> None:
+    """The commonest lookup finds nothing newer than what it knows: one ``exists`` call."""
+    _log(tmp_path, range(10 + newer + 1))
+    storage = CountingStorage(str(tmp_path))
+    assert TableLog(storage)._probe_forward(10) == 10 + newer
+    assert storage.calls == {"exists": probes}
