@@ -10,6 +10,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -170,3 +171,51 @@ def test_the_probe_from_a_known_version_first_looks_at_the_next_one(tmp_path: Pa
     storage = CountingStorage(str(tmp_path))
     assert TableLog(storage)._probe_forward(10) == 10 + newer
     assert storage.calls == {"exists": probes}
+
+
+# -- reading a commit ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("read", [TableLog.read_commit, TableLog.read_commit_txn])
+def test_a_commit_file_copied_to_another_version_is_reported_naming_table_file_and_version(tmp_path: Path,
+                                                                                          read: Any) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1)
+    table.upsert(pa.table({"id": [1]}))
+    table.upsert(pa.table({"id": [2]}))
+    (tmp_path / "t" / commit_path(2)).write_bytes((tmp_path / "t" / commit_path(1)).read_bytes())
+    log = TableLog(LocalStorage(table.uri))
+    with pytest.raises(CorruptLogError) as err:
+        read(log, 2)
+    assert str(err.value).startswith(f"table {table.uri}: commit file {commit_path(2)} (version 2) holds version 1, "
+                                     "not the version its name gives (copied or renamed?)")
+    assert read(log, 3) is None
+
+
+# -- the checkpoint a replay starts from ------------------------------------------------------------------------------
+
+
+def _hint(root: Path, version: int) -> None:
+    (root / LAST_CHECKPOINT).write_text(json.dumps({"version": version, "files": 0}))
+
+
+@pytest.mark.parametrize(("version", "checkpoints", "hint", "found", "calls"), [
+    # reads the hint (there or not), probes down two intervals (10 each): 50 .. 31, then lists the log
+    (50, [25], None, 25, {"read": 1, "exists": 20, "list_dir": 1}),
+    # the hint stops the probe early, and names the checkpoint when it is older than the probes reach
+    (50, [25, 40], 40, 40, {"read": 1, "exists": 11}),
+    (50, [20], 20, 20, {"read": 1, "exists": 21}),
+    # a hint newer than the version asked for is no help
+    (35, [20, 40], 40, 20, {"read": 1, "exists": 16}),
+    # near the start of the log the probe goes down to version 0
+    (5, [0], None, 0, {"read": 1, "exists": 6}),
+    (3, [], None, None, {"read": 1, "exists": 4, "list_dir": 1}),
+])
+def test_the_checkpoint_at_or_below_a_version_is_probed_for_then_hinted_then_listed(
+        tmp_path: Path, version: int, checkpoints: list[int], hint: int | None, found: int | None,
+        calls: dict[str, int]) -> None:
+    _log(tmp_path, [], checkpoints)
+    if hint is not None:
+        _hint(tmp_path, hint)
+    storage = CountingStorage(str(tmp_path))
+    assert TableLog(storage).checkpoint_at_or_below(version, 10) == found
+    assert storage.calls == calls
