@@ -15,9 +15,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from loguru import logger
 from table_helpers import CountingStorage, OrderedStorage
 
-from maintd import CorruptLogError, Table, TableNotFoundError
+from maintd import CorruptLogError, Table, TableNotFoundError, VersionNotFoundError
 from maintd.storage import FileInfo, LocalStorage
 from maintd.table.actions import CommitInfo, RemoveFile
 from maintd.table.log import LAST_CHECKPOINT, LOG_DIR, TableLog, checkpoint_path, commit_path, oldest_buildable
@@ -219,3 +220,80 @@ def test_the_checkpoint_at_or_below_a_version_is_probed_for_then_hinted_then_lis
     storage = CountingStorage(str(tmp_path))
     assert TableLog(storage).checkpoint_at_or_below(version, 10) == found
     assert storage.calls == calls
+
+
+# -- loading a version ------------------------------------------------------------------------------------------
+
+
+def _table(root: Path, commits: int, interval: int = 10) -> Table:
+    table = Table.create(str(root), "id:int64!", primary_key="id", buckets=1,
+                         properties={"log.checkpoint.interval": interval})
+    for i in range(commits):
+        table.upsert(pa.table({"id": [i]}))
+    return table
+
+
+@pytest.mark.parametrize("version", [4, 7, -1])
+def test_a_version_never_written_is_not_found_naming_the_latest(tmp_path: Path, version: int) -> None:
+    table = _table(tmp_path / "t", 3)
+    with pytest.raises(VersionNotFoundError) as err:
+        TableLog(LocalStorage(table.uri)).load_snapshot(version)
+    assert str(err.value) == f"table {table.uri} has no version {version}; latest is 3"
+    assert (err.value.latest, err.value.oldest_retained) == (3, None)
+
+
+def test_a_version_before_the_reclaimed_one_is_expired_even_while_its_log_is_there(tmp_path: Path) -> None:
+    table = _table(tmp_path / "t", 5)
+    log = TableLog(LocalStorage(table.uri))
+    log.advance_reclaimed_watermark(3, 0)
+    with pytest.raises(VersionNotFoundError) as err:
+        log.load_snapshot(2)
+    assert str(err.value) == (f"table {table.uri}: version 2 cannot be read, reclamation expired it; "
+                              "the oldest retained version is 3")
+    assert (err.value.latest, err.value.oldest_retained) == (5, 3)
+    assert log.load_snapshot(3).version == 3 and log.load_snapshot(5).version == 5
+    log.advance_reclaimed_watermark(7, 0)  # a mark past the latest version: the latest stays readable
+    assert log.load_snapshot(5).version == 5 and log.load_snapshot().version == 5
+
+
+def test_a_version_whose_commits_are_gone_has_expired_naming_the_oldest_left(tmp_path: Path) -> None:
+    table = _table(tmp_path / "t", 12, interval=10)  # a checkpoint at 10
+    for v in range(10):
+        (tmp_path / "t" / commit_path(v)).unlink()
+    log = TableLog(LocalStorage(table.uri))
+    with pytest.raises(VersionNotFoundError) as err:
+        log.load_snapshot(8)
+    assert str(err.value) == f"table {table.uri}: version 8 has expired; the oldest retained version is 10"
+    assert err.value.oldest_retained == 10 and err.value.latest is None
+    assert log.load_snapshot(10).version == 10 and log.load_snapshot(11).version == 11
+
+
+def test_a_version_past_a_gap_in_its_commits_cannot_be_read_naming_the_oldest_left(tmp_path: Path) -> None:
+    table = _table(tmp_path / "t", 12, interval=10)
+    (tmp_path / "t" / commit_path(5)).unlink()  # commits 6 .. 9 stand after a gap: only 10 on builds
+    log = TableLog(LocalStorage(table.uri))
+    with pytest.raises(VersionNotFoundError) as err:
+        log.load_snapshot(7)
+    assert str(err.value) == (f"table {table.uri}: version 7 cannot be read, its log was reclaimed; "
+                              "the oldest retained version is 10")
+    assert (err.value.oldest_retained, err.value.latest) == (10, 12)
+
+
+def test_a_corrupt_checkpoint_is_skipped_for_the_commits_and_said_so(tmp_path: Path) -> None:
+    table = _table(tmp_path / "t", 12, interval=10)
+    (tmp_path / "t" / checkpoint_path(10)).write_bytes(b"not parquet")
+    said: list[str] = []
+    sink = logger.add(lambda m: said.append(m.record["message"]), level="WARNING")
+    try:
+        snapshot = TableLog(LocalStorage(table.uri)).load_snapshot(11)
+    finally:
+        logger.remove(sink)
+    assert snapshot.version == 11 and len(snapshot.files) == 11  # one file per upsert
+    assert said == [f"table {table.uri}: checkpoint {checkpoint_path(10)} (version 10) cannot be read (Parquet magic "
+                    "bytes not found in footer. Either the file is corrupted or this is not a parquet file.); the "
+                    "table cannot be read past it. Restore the file from a backup, or see docs/operations.md "
+                    "'Recover'; loading from an older checkpoint or the commits instead"]
+    (tmp_path / "t" / commit_path(0)).unlink()  # now the corrupt checkpoint was the only way to version 11
+    with pytest.raises(CorruptLogError) as err:
+        TableLog(LocalStorage(table.uri)).load_snapshot(11)
+    assert str(err.value).startswith(f"table {table.uri}: checkpoint {checkpoint_path(10)} (version 10) cannot be read")
