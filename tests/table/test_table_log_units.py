@@ -205,6 +205,9 @@ def _hint(root: Path, version: int) -> None:
     # the hint stops the probe early, and names the checkpoint when it is older than the probes reach
     (50, [25, 40], 40, 40, {"read": 1, "exists": 11}),
     (50, [20], 20, 20, {"read": 1, "exists": 21}),
+    # a hint whose checkpoint is gone stops the probe all the same: the log is listed
+    (50, [35], 40, 35, {"read": 1, "exists": 11, "list_dir": 1}),
+    (40, [35], 40, 35, {"read": 1, "exists": 1, "list_dir": 1}),
     # a hint newer than the version asked for is no help
     (35, [20, 40], 40, 20, {"read": 1, "exists": 16}),
     # near the start of the log the probe goes down to version 0
