@@ -18,9 +18,9 @@ import pytest
 from loguru import logger
 from table_helpers import CountingStorage, OrderedStorage
 
-from maintd import CorruptLogError, Table, TableNotFoundError, VersionNotFoundError
+from maintd import CorruptLogError, Table, TableNotFoundError, UnsupportedProtocolError, VersionNotFoundError
 from maintd.storage import FileInfo, LocalStorage
-from maintd.table.actions import CommitInfo, RemoveFile
+from maintd.table.actions import READER_VERSION, WRITER_VERSION, CommitInfo, Protocol, RemoveFile
 from maintd.table.log import LAST_CHECKPOINT, LOG_DIR, TableLog, checkpoint_path, commit_path, oldest_buildable
 
 
@@ -208,6 +208,7 @@ def _hint(root: Path, version: int) -> None:
     # a hint whose checkpoint is gone stops the probe all the same: the log is listed
     (50, [35], 40, 35, {"read": 1, "exists": 11, "list_dir": 1}),
     (40, [35], 40, 35, {"read": 1, "exists": 1, "list_dir": 1}),
+    (40, [39], 40, 39, {"read": 1, "exists": 1, "list_dir": 1}),  # the listing looks at the version below too
     # a hint newer than the version asked for is no help
     (35, [20, 40], 40, 20, {"read": 1, "exists": 16}),
     # near the start of the log the probe goes down to version 0
@@ -300,3 +301,64 @@ def test_a_corrupt_checkpoint_is_skipped_for_the_commits_and_said_so(tmp_path: P
     with pytest.raises(CorruptLogError) as err:
         TableLog(LocalStorage(table.uri)).load_snapshot(11)
     assert str(err.value).startswith(f"table {table.uri}: checkpoint {checkpoint_path(10)} (version 10) cannot be read")
+
+
+def test_a_load_from_a_state_in_memory_starts_from_it(tmp_path: Path) -> None:
+    table = _table(tmp_path / "t", 25)  # a checkpoint at 20
+    base = table.snapshot()
+    storage = CountingStorage(table.uri)
+    for version in (None, 25):
+        storage.calls.clear()
+        storage.reads.clear()
+        assert TableLog(storage).load_snapshot(version, base=base) == base
+        # the hint, then the probe from the state in memory: no checkpoint and no commit read
+        assert storage.reads == [LAST_CHECKPOINT] and storage.calls == {"read": 1, "exists": 4}
+
+
+def test_the_latest_state_is_looked_up_five_times_while_reclamation_moves_past_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = _table(tmp_path / "t", 2)
+    log = TableLog(LocalStorage(table.uri))
+    base = log.load_snapshot()
+    calls: list[tuple[int | None, Any]] = []
+    load = TableLog._load
+
+    def moving(self: TableLog, version: int | None, b: Any) -> Any:
+        calls.append((version, b))
+        if len(calls) < failures:
+            raise VersionNotFoundError("reclaimed meanwhile", latest=2)
+        return load(self, version, b)
+
+    monkeypatch.setattr(TableLog, "_load", moving)
+    failures = 5
+    assert log.load_snapshot(base=base).version == 2
+    assert calls == [(None, base)] * 5
+    calls.clear()
+    failures = 6
+    with pytest.raises(VersionNotFoundError):
+        log.load_snapshot(base=base)
+    assert len(calls) == 5
+    calls.clear()
+    with pytest.raises(VersionNotFoundError):
+        log.load_snapshot(1, base=base)  # a version asked for is looked up once
+    assert calls == [(1, base)]
+
+
+def test_a_table_for_a_newer_reader_is_refused_naming_the_table_once(tmp_path: Path) -> None:
+    table = _table(tmp_path / "t", 1)
+    newer = Protocol(min_reader_version=READER_VERSION + 1, min_writer_version=WRITER_VERSION + 1)
+    info = CommitInfo(operation="UPGRADE PROTOCOL", timestamp=table.snapshot().timestamp + 1, txn_id="newer")
+    assert table.log.try_commit(2, [info, newer])  # as a newer maintd would
+    with pytest.raises(UnsupportedProtocolError) as err:
+        TableLog(LocalStorage(table.uri)).load_snapshot()
+    assert str(err.value) == (f"table {table.uri}: the table requires reader protocol version {READER_VERSION + 1}; "
+                              f"this maintd reads up to version {READER_VERSION}: upgrade maintd to read this table")
+    assert (err.value.required, err.value.supported) == (READER_VERSION + 1, READER_VERSION)
+    # a commit file in a newer format: its error names the table already
+    (tmp_path / "t" / commit_path(2)).unlink()
+    header = {"header": {"format": 99, "version": 2, "actions": 0, "sha256": ""}}
+    (tmp_path / "t" / commit_path(2)).write_text(json.dumps(header) + "\n")
+    with pytest.raises(UnsupportedProtocolError) as err:
+        TableLog(LocalStorage(table.uri)).load_snapshot()
+    assert str(err.value) == (f"table {table.uri}: commit file {commit_path(2)} is in format 99; this maintd reads up "
+                              "to format 3: upgrade maintd to read this table")
