@@ -21,7 +21,15 @@ from table_helpers import CountingStorage, OrderedStorage
 from maintd import CorruptLogError, Table, TableNotFoundError, UnsupportedProtocolError, VersionNotFoundError
 from maintd.storage import FileInfo, LocalStorage
 from maintd.table.actions import READER_VERSION, WRITER_VERSION, CommitInfo, Protocol, RemoveFile
-from maintd.table.log import LAST_CHECKPOINT, LOG_DIR, TableLog, checkpoint_path, commit_path, oldest_buildable
+from maintd.table.log import (
+    LAST_CHECKPOINT,
+    LOG_DIR,
+    TableLog,
+    checkpoint_path,
+    commit_path,
+    oldest_buildable,
+    parse_log_name,
+)
 
 
 def _log(root: Path, commits: range | list[int] = (), checkpoints: range | list[int] = (), *,
@@ -47,6 +55,15 @@ class LimitsStorage(OrderedStorage):
         self.limits.append(limit)
         assert len(self.limits) <= 5, f"listing without end: {self.limits}"
         return super().list_first(path, limit)
+
+
+# -- names -------------------------------------------------------------------------------------------------------------
+
+
+def test_a_log_name_is_read_from_the_last_segment_of_a_path_however_deep() -> None:
+    assert parse_log_name(f"warehouse/db/t/{commit_path(7)}") == ("commit", 7)
+    assert parse_log_name(f"s3://bucket/t/{checkpoint_path(20)}") == ("checkpoint", 20)
+    assert parse_log_name(commit_path(7).removeprefix("_log/")) == ("commit", 7)
 
 
 # -- oldest_buildable ------------------------------------------------------------------------------------------------
