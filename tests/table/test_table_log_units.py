@@ -66,6 +66,39 @@ def test_a_log_name_is_read_from_the_last_segment_of_a_path_however_deep() -> No
     assert parse_log_name(commit_path(7).removeprefix("_log/")) == ("commit", 7)
 
 
+def test_a_new_table_publishes_its_first_commit_in_the_format_of_protocol_2(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1)
+    header = json.loads((tmp_path / "t" / commit_path(0)).read_bytes().split(b"\n", 1)[0])
+    assert header["header"]["format"] == 2 == table.snapshot().protocol.min_writer_version  # docs/format.md
+
+
+@pytest.mark.parametrize(("commits", "checkpoints", "hint", "answer", "calls"), [
+    ([0, 1], [0], 0, True, {"exists": 1}),  # the hint is enough
+    ([5, 6], [5], 5, True, {"exists": 1}),  # also once commit 0 is reclaimed
+    ([0], [], None, True, {"exists": 2}),  # commit 0 is enough
+    ([5, 6], [], None, True, {"exists": 2, "list_dir": 1}),  # else the log is listed for a commit
+    ([], [5], None, False, {"exists": 2, "list_dir": 1}),  # a checkpoint alone is no table
+])
+def test_a_location_is_a_table_by_its_hint_its_first_commit_or_a_commit_listed(
+        tmp_path: Path, commits: list[int], checkpoints: list[int], hint: int | None, answer: bool,
+        calls: dict[str, int]) -> None:
+    _log(tmp_path, commits, checkpoints)
+    if hint is not None:
+        _hint(tmp_path, hint)
+    storage = CountingStorage(str(tmp_path))
+    assert TableLog(storage).is_table() is answer
+    assert storage.calls == calls
+
+
+def test_a_lookup_from_a_checkpoint_at_version_0_probes_from_it(tmp_path: Path) -> None:
+    _log(tmp_path, [0], [0])
+    _hint(tmp_path, 0)
+    storage = CountingStorage(str(tmp_path))
+    assert TableLog(storage).latest_version() == 0
+    # the hint; its checkpoint and commit; the commit the probe starts from; the next one
+    assert storage.calls == {"read": 1, "exists": 4}
+
+
 # -- oldest_buildable ------------------------------------------------------------------------------------------------
 
 
