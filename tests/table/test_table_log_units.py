@@ -90,6 +90,33 @@ def test_a_location_is_a_table_by_its_hint_its_first_commit_or_a_commit_listed(
     assert storage.calls == calls
 
 
+@pytest.mark.parametrize(("commits", "checkpoints", "known", "latest", "calls"), [
+    # no hint: commit 0 is there, so nothing was reclaimed: the probe starts at 0, or at the version known
+    ([0], [], None, 0, {"read": 1, "exists": 3}),
+    (range(10), [], None, 9, {"read": 1, "exists": 9}),
+    (range(10), [], 8, 9, {"read": 1, "exists": 5}),
+    # no hint and no commit 0: the newest commit listed
+    (range(5, 9), [5], None, 8, {"read": 1, "exists": 3, "list_dir": 1}),
+    (range(5, 9), [5], 6, 8, {"read": 1, "exists": 3, "list_dir": 1}),
+])
+def test_a_lookup_without_a_hint_starts_at_commit_0_or_the_version_known_else_at_the_newest_listed(
+        tmp_path: Path, commits: range | list[int], checkpoints: list[int], known: int | None, latest: int,
+        calls: dict[str, int]) -> None:
+    _log(tmp_path, commits, checkpoints)
+    storage = CountingStorage(str(tmp_path))
+    assert TableLog(storage).latest_version(hint=known) == latest
+    assert storage.calls == calls
+
+
+@pytest.mark.parametrize("hint", [None, 0])
+def test_a_known_version_that_is_gone_is_no_start_for_the_lookup(tmp_path: Path, hint: int | None) -> None:
+    """A process may know a version the location no longer has (the table was dropped and created again)."""
+    _log(tmp_path, range(4), [0])
+    if hint is not None:
+        _hint(tmp_path, hint)
+    assert TableLog(CountingStorage(str(tmp_path))).latest_version(hint=9) == 3
+
+
 def test_a_lookup_from_a_checkpoint_at_version_0_probes_from_it(tmp_path: Path) -> None:
     _log(tmp_path, [0], [0])
     _hint(tmp_path, 0)
