@@ -358,6 +358,18 @@ def test_a_version_past_a_gap_in_its_commits_cannot_be_read_naming_the_oldest_le
     assert str(err.value) == (f"table {table.uri}: version 7 cannot be read, its log was reclaimed; "
                               "the oldest retained version is 10")
     assert (err.value.oldest_retained, err.value.latest) == (10, 12)
+    starts: list[int] = []
+    fresh_start = TableLog._fresh_start
+
+    def counted(self: TableLog, target: int, interval: int) -> Any:
+        starts.append(target)
+        return fresh_start(self, target, interval)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TableLog, "_fresh_start", counted)
+        with pytest.raises(VersionNotFoundError):
+            log.load_snapshot(7)
+    assert starts == [7, 7]  # a second fresh start, in case reclamation moved meanwhile; no third
 
 
 def test_a_corrupt_checkpoint_is_skipped_for_the_commits_and_said_so(tmp_path: Path) -> None:
@@ -378,6 +390,23 @@ def test_a_corrupt_checkpoint_is_skipped_for_the_commits_and_said_so(tmp_path: P
     with pytest.raises(CorruptLogError) as err:
         TableLog(LocalStorage(table.uri)).load_snapshot(11)
     assert str(err.value).startswith(f"table {table.uri}: checkpoint {checkpoint_path(10)} (version 10) cannot be read")
+
+
+def test_a_fresh_start_probes_two_checkpoint_intervals_of_the_state_in_memory_else_of_ten(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1,
+                         properties={"log.checkpoint.interval": 50})
+    while table.version < 60:
+        table.new_transaction("NOOP").commit()
+    base = table.snapshot()
+    storage = CountingStorage(table.uri)
+    assert TableLog(storage).load_snapshot(45).version == 45
+    # the latest version (10 calls), then probes 45 .. 26 (two intervals of 10), lists the log for an older
+    # checkpoint (the hint, 50, is newer; there is none) and replays from commit 0
+    assert storage.calls["list_dir"] == 1 and storage.calls["exists"] == 10 + 20 + 1
+    storage.calls.clear()
+    assert TableLog(storage).load_snapshot(45, base=base).version == 45
+    # the latest version from the state in memory, then probes 45 .. 0 (two intervals of 50)
+    assert storage.calls["list_dir"] == 1 and storage.calls["exists"] == 51
 
 
 def test_a_load_from_a_state_in_memory_starts_from_it(tmp_path: Path) -> None:
