@@ -30,6 +30,7 @@ from maintd.table.log import (
     oldest_buildable,
     parse_log_name,
 )
+from maintd.table.snapshot import SnapshotBuilder
 
 
 def _log(root: Path, commits: range | list[int] = (), checkpoints: range | list[int] = (), *,
@@ -468,3 +469,24 @@ def test_a_table_for_a_newer_reader_is_refused_naming_the_table_once(tmp_path: P
         TableLog(LocalStorage(table.uri)).load_snapshot()
     assert str(err.value) == (f"table {table.uri}: commit file {commit_path(2)} is in format 99; this maintd reads up "
                               "to format 3: upgrade maintd to read this table")
+
+
+def test_a_log_without_metadata_is_corrupt_naming_the_table(tmp_path: Path) -> None:
+    log = TableLog(LocalStorage(str(tmp_path / "t")))
+    assert log.try_commit(0, [CommitInfo(operation="CREATE TABLE", timestamp=1, txn_id="t0")])
+    with pytest.raises(CorruptLogError) as err:
+        log.load_snapshot()
+    assert str(err.value) == f"table {log.storage.uri}: log has no metadata or protocol action before this version"
+
+
+def test_a_replay_from_a_commit_that_now_holds_another_transaction_is_refused(tmp_path: Path) -> None:
+    """The commit a replay started from was reclaimed and another writer published into its place: what was read
+    after it may stand in removed history."""
+    table = _table(tmp_path / "t", 3)
+    log = TableLog(LocalStorage(table.uri))
+    base = log.load_snapshot(1)
+    assert log._replay(SnapshotBuilder.from_snapshot(base), 3) is not None
+    assert log.delete_commit(1)
+    assert log.try_commit(1, [CommitInfo(operation="WRITE", timestamp=base.timestamp, txn_id="another")])
+    assert log._replay(SnapshotBuilder.from_snapshot(base), 3) is None
+    assert log._replay(SnapshotBuilder.from_snapshot(base), 1) is not None  # nothing read after it: nothing to doubt
