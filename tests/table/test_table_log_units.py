@@ -490,3 +490,13 @@ def test_a_replay_from_a_commit_that_now_holds_another_transaction_is_refused(tm
     assert log.try_commit(1, [CommitInfo(operation="WRITE", timestamp=base.timestamp, txn_id="another")])
     assert log._replay(SnapshotBuilder.from_snapshot(base), 3) is None
     assert log._replay(SnapshotBuilder.from_snapshot(base), 1) is not None  # nothing read after it: nothing to doubt
+
+
+def test_a_replay_from_version_0_checks_commit_0_too(tmp_path: Path) -> None:
+    table = _table(tmp_path / "t", 2)
+    log = TableLog(LocalStorage(table.uri))
+    first = log.load_snapshot(0)
+    assert log._replay(SnapshotBuilder.from_snapshot(first), 2) is not None
+    assert log.delete_commit(0)  # reclaimed while the commits after it were read
+    assert log._replay(SnapshotBuilder.from_snapshot(first), 2) is None
+    assert log._replay(SnapshotBuilder(), 0) is None  # a replay from nothing needs commit 0 itself
