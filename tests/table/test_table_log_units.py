@@ -500,3 +500,12 @@ def test_a_replay_from_version_0_checks_commit_0_too(tmp_path: Path) -> None:
     assert log.delete_commit(0)  # reclaimed while the commits after it were read
     assert log._replay(SnapshotBuilder.from_snapshot(first), 2) is None
     assert log._replay(SnapshotBuilder(), 0) is None  # a replay from nothing needs commit 0 itself
+
+
+def test_a_corrupt_checkpoint_is_skipped_for_an_older_one_when_the_first_commits_are_gone(tmp_path: Path) -> None:
+    table = _table(tmp_path / "t", 22, interval=10)  # checkpoints at 10 and 20
+    (tmp_path / "t" / checkpoint_path(20)).write_bytes(b"not parquet")
+    for v in range(10):
+        (tmp_path / "t" / commit_path(v)).unlink()
+    snapshot = TableLog(LocalStorage(table.uri)).load_snapshot(21)
+    assert snapshot.version == 21 and snapshot.base_checkpoint == 10 and len(snapshot.files) == 21
