@@ -6,6 +6,7 @@ each recorded change is committed alone and the commit's actions are read back f
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,14 @@ import pyarrow as pa
 import pytest
 
 import maintd.table.transaction as transaction
-from maintd import CommitRetriesExhaustedError, InvalidInputError, MetadataChangedError, RetryPolicy, Table
+from maintd import (
+    CommitRetriesExhaustedError,
+    InvalidInputError,
+    MetadataChangedError,
+    RetryPolicy,
+    Table,
+    UnsupportedProtocolError,
+)
 from maintd.table.actions import (
     READER_VERSION,
     WRITER_VERSION,
@@ -292,3 +300,54 @@ def test_a_write_prepared_on_a_cached_state_that_lost_to_a_data_change_lands_nex
     Table.open(table.uri).upsert(pa.table({"id": [3], "ds": ["a"], "name": ["z"]}))
     txn = Transaction(table, "UPSERT", read_snapshot=cached, unconfirmed_read=True)
     assert txn.commit() == 3 and txn.attempts == 2 and txn.conflicts_checked == 1
+
+
+def test_what_the_footprint_records_for_the_conflict_checks(tmp_path: Path) -> None:
+    table = partitioned(tmp_path / "t")
+    snapshot = table.snapshot()
+    txn = table.new_transaction("WRITE")
+    txn.set_app_transaction("ingest", 3)
+    txn.pin(Pin(id="p", version=1, created=1, expires=2))
+    txn.unpin("q")
+    txn.remove(file_in(snapshot, "a"))  # a data change by default
+    assert txn._footprint.app_ids == {"ingest"} and txn._footprint.pins == {1}
+    assert txn._unpins == [Unpin(id="q", reason="")]
+    assert txn._removes[file_in(snapshot, "a").path].data_change is True
+
+
+@pytest.mark.parametrize(("adds", "removes", "metadata", "data_change"), [
+    (True, None, False, True),  # a write
+    (False, False, False, False),  # a maintenance rewrite's removes
+    (False, True, False, True),  # a delete
+    (False, None, True, True),  # a schema or property change
+    (False, None, False, False),  # nothing
+])
+def test_a_commit_is_a_data_change_if_an_add_or_remove_is_or_the_metadata_changes(
+        tmp_path: Path, adds: bool, removes: bool | None, metadata: bool, data_change: bool) -> None:
+    table = partitioned(tmp_path / "t")
+    snapshot = table.snapshot()
+    txn = table.new_transaction("WRITE")
+    if adds:
+        txn.add(file_in(snapshot, "a").model_copy(update={"path": "ds=a/bucket-00000/new.parquet"}))
+    if removes is not None:
+        txn.remove(file_in(snapshot, "b"), data_change=removes)
+    if metadata:
+        txn.set_metadata(snapshot.metadata)
+    txn.commit()
+    assert txn._footprint.data_change is data_change
+
+
+def test_a_clean_commit_counts_no_ambiguous_publish(tmp_path: Path) -> None:
+    table = partitioned(tmp_path / "t")
+    txn = table.new_transaction("NOOP")
+    txn.commit()
+    assert (txn.attempts, txn.ambiguous, txn.conflicts_checked) == (1, 0, 0)
+
+
+def test_a_table_for_a_newer_writer_refuses_a_transaction_naming_the_table(tmp_path: Path) -> None:
+    table = partitioned(tmp_path / "t")
+    snapshot = table.snapshot()
+    newer = replace(snapshot, protocol=Protocol(min_reader_version=1, min_writer_version=WRITER_VERSION + 1))
+    with pytest.raises(UnsupportedProtocolError) as err:
+        Transaction(table, "WRITE", read_snapshot=newer)
+    assert str(err.value).startswith(f"table {table.uri} requires writer protocol version {WRITER_VERSION + 1}")
