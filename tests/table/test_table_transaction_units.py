@@ -351,3 +351,66 @@ def test_a_table_for_a_newer_writer_refuses_a_transaction_naming_the_table(tmp_p
     with pytest.raises(UnsupportedProtocolError) as err:
         Transaction(table, "WRITE", read_snapshot=newer)
     assert str(err.value).startswith(f"table {table.uri} requires writer protocol version {WRITER_VERSION + 1}")
+
+
+def test_a_commit_marks_its_version_as_the_latest_found_just_now(tmp_path: Path) -> None:
+    table = partitioned(tmp_path / "t")
+    v = table.new_transaction("NOOP").commit()
+    assert table.found_latest_within(v, transaction.FRESH_BASE_SECONDS)  # the next commit skips the base check
+
+
+class CountedPolicy(RetryPolicy):
+    """Records the attempt number of every backoff."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        object.__setattr__(self, "backoffs", [])
+
+    def delay(self, attempt: int, rng: Any) -> float:
+        self.backoffs.append(attempt)  # type: ignore[attr-defined]
+        return 0.0
+
+
+def test_storage_errors_between_attempts_are_retried_within_the_budget(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    table = partitioned(tmp_path / "t")
+    policy = CountedPolicy(max_attempts=3, base_delay=0.001, max_delay=0.001, total_timeout=3600)
+    txn = Transaction(table, "UPSERT", retry=policy)
+    failing = {"snapshot": 1, "check": 1}
+    snapshot, check = table.snapshot, Transaction._check_winners
+
+    def flaky_snapshot(*args: Any, **kwargs: Any) -> Snapshot:
+        if failing["snapshot"]:
+            failing["snapshot"] -= 1
+            raise OSError("connection reset")
+        return snapshot(*args, **kwargs)
+
+    def flaky_check(self: Transaction, *args: Any) -> Any:
+        if failing["check"]:
+            failing["check"] -= 1
+            raise OSError("connection reset")
+        return check(self, *args)
+
+    monkeypatch.setattr(Transaction, "_attempt", lambda self, *a: False)
+    monkeypatch.setattr(Transaction, "_check_winners", flaky_check)
+    monkeypatch.setattr(table, "snapshot", flaky_snapshot)
+    with pytest.raises(CommitRetriesExhaustedError, match="lost the race for a version 3 times"):
+        txn.commit()
+    # the lost races back off by their attempt (1, 2), the storage errors by the tries counted (2, 3)
+    assert policy.backoffs == [1, 2, 3, 2] and failing == {"snapshot": 0, "check": 0}
+
+
+def test_a_storage_error_checking_a_stale_base_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = partitioned(tmp_path / "t")
+    txn = table.new_transaction("NOOP")
+    exists = table.log.commit_exists
+    failures = [OSError("connection reset")]
+
+    def flaky(version: int) -> bool:
+        if failures:
+            raise failures.pop()
+        return exists(version)
+
+    monkeypatch.setattr(table, "found_latest_within", lambda *a: False)  # the base was looked up long ago
+    monkeypatch.setattr(table.log, "commit_exists", flaky)
+    assert txn.commit() == 2 and not failures
