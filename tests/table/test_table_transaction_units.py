@@ -414,3 +414,31 @@ def test_a_storage_error_checking_a_stale_base_is_retried(tmp_path: Path, monkey
     monkeypatch.setattr(table, "found_latest_within", lambda *a: False)  # the base was looked up long ago
     monkeypatch.setattr(table.log, "commit_exists", flaky)
     assert txn.commit() == 2 and not failures
+
+
+def test_an_attempt_found_landed_among_the_winners_is_the_commit_for_good(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    table = partitioned(tmp_path / "t")
+    attempt = Transaction._attempt
+
+    def answer_lost(self: Transaction, *args: Any) -> bool:
+        attempt(self, *args)
+        return False  # it landed, but this writer was told otherwise
+
+    monkeypatch.setattr(Transaction, "_attempt", answer_lost)
+    txn = table.new_transaction("NOOP")
+    assert txn.commit() == 2 and txn.commit() == 2
+    assert txn.attempts == 1 and table.version == 2
+
+
+def test_a_replace_that_lost_to_an_append_in_its_partition_removes_the_new_file_too(tmp_path: Path) -> None:
+    table = partitioned(tmp_path / "t")
+    snapshot = table.snapshot()
+    txn = table.new_transaction("OVERWRITE")
+    txn.replace([(("ds", "a"),)])
+    Table.open(table.uri).upsert(pa.table({"id": [5], "ds": ["a"], "name": ["w"]}))
+    appended = set(table.snapshot().files) - set(snapshot.files)
+    v = txn.commit()
+    assert v == 3 and len(appended) == 1
+    removed = {a.path for a in committed(table, v) if isinstance(a, RemoveFile)}
+    assert removed == {file_in(snapshot, "a").path} | appended
