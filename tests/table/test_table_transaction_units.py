@@ -12,16 +12,20 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from table_helpers import FailingAfterPublishStorage
 
+import maintd.table.retry as retry
 import maintd.table.transaction as transaction
 from maintd import (
     CommitRetriesExhaustedError,
+    CommitStateUnknownError,
     InvalidInputError,
     MetadataChangedError,
     RetryPolicy,
     Table,
     UnsupportedProtocolError,
 )
+from maintd.storage import LocalStorage
 from maintd.table.actions import (
     READER_VERSION,
     WRITER_VERSION,
@@ -442,3 +446,68 @@ def test_a_replace_that_lost_to_an_append_in_its_partition_removes_the_new_file_
     assert v == 3 and len(appended) == 1
     removed = {a.path for a in committed(table, v) if isinstance(a, RemoveFile)}
     assert removed == {file_in(snapshot, "a").path} | appended
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_a_stale_base_is_looked_up_before_the_publish_and_a_fresh_one_is_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh: bool) -> None:
+    table = partitioned(tmp_path / "t")
+    txn = table.new_transaction("NOOP")  # its base was found as the latest just now
+    asked: list[int] = []
+    exists = table.log.commit_exists
+    monkeypatch.setattr(table.log, "commit_exists", lambda v: asked.append(v) or exists(v))
+    if not fresh:
+        monkeypatch.setattr(table, "found_latest_within", lambda *a: False)
+    assert txn.commit() == 2
+    assert asked == ([] if fresh else [1])
+
+
+def test_an_attempt_on_a_stale_base_whose_commit_is_gone_publishes_nothing(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    table = partitioned(tmp_path / "t")
+    txn = table.new_transaction("NOOP")
+    monkeypatch.setattr(table, "found_latest_within", lambda *a: False)
+    assert table.log.delete_commit(1)  # reclaimed meanwhile
+    assert txn._attempt(2, [], txn.read_snapshot, transaction.Budget(txn.retry, txn._rng)) is False
+    assert not table.log.commit_exists(2)
+
+
+def test_a_publish_whose_answer_was_lost_is_settled_from_the_log_in_one_attempt(tmp_path: Path) -> None:
+    partitioned(tmp_path / "t")
+    table = Table(FailingAfterPublishStorage(str(tmp_path / "t")))
+    txn = table.new_transaction("NOOP")
+    assert txn.commit() == 2
+    assert (txn.attempts, txn.ambiguous) == (1, 1)
+
+
+class BrokenStorage(LocalStorage):
+    """Fails every read and publish once ``broken`` is set."""
+
+    broken = False
+
+    def read(self, path: str) -> bytes:
+        if self.broken:
+            raise OSError("connection reset")
+        return super().read(path)
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        if self.broken:
+            raise OSError("connection reset")
+        return super().put_if_absent(path, data)
+
+
+def test_a_commit_whose_landing_cannot_be_told_names_its_operation_and_transaction(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    partitioned(tmp_path / "t")
+    storage = BrokenStorage(str(tmp_path / "t"))
+    policy = RetryPolicy(max_attempts=2, base_delay=0.001, max_delay=0.001, total_timeout=3600)
+    table = Table(storage, retry=policy)
+    txn = table.new_transaction("NOOP")
+    slept: list[float] = []
+    monkeypatch.setattr(retry.time, "sleep", slept.append)
+    storage.broken = True
+    with pytest.raises(CommitStateUnknownError) as err:
+        txn.commit()
+    assert str(err.value).startswith(f"table {table.uri}: whether NOOP (transaction {txn.txn_id}) landed at version 2 "
+                                     "cannot be known: the storage kept failing (connection reset).")
+    assert len(slept) == 2  # the policy's attempts at reading the log back
