@@ -511,3 +511,31 @@ def test_a_commit_whose_landing_cannot_be_told_names_its_operation_and_transacti
     assert str(err.value).startswith(f"table {table.uri}: whether NOOP (transaction {txn.txn_id}) landed at version 2 "
                                      "cannot be known: the storage kept failing (connection reset).")
     assert len(slept) == 2  # the policy's attempts at reading the log back
+
+
+def test_the_base_of_version_1_is_looked_up_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1)
+    txn = table.new_transaction("NOOP")
+    asked: list[int] = []
+    exists = table.log.commit_exists
+    monkeypatch.setattr(table.log, "commit_exists", lambda v: asked.append(v) or exists(v))
+    monkeypatch.setattr(table, "found_latest_within", lambda *a: False)
+    assert txn.commit() == 1 and asked == [0]
+
+
+def test_the_lost_answers_of_every_attempt_are_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = partitioned(tmp_path / "t")
+    landed = iter([False, True])
+
+    class AnswerLostTwice:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.ambiguous = 0
+
+        def run(self) -> bool:
+            self.ambiguous = 1  # each publish raised; the log was read to settle it
+            return next(landed)
+
+    monkeypatch.setattr(transaction, "Attempt", AnswerLostTwice)
+    monkeypatch.setattr(transaction.time, "sleep", lambda s: None)
+    txn = table.new_transaction("NOOP")
+    assert txn.commit() == 2 and (txn.attempts, txn.ambiguous) == (2, 2)
