@@ -209,7 +209,8 @@ def test_a_clock_reading_is_in_whole_milliseconds(monkeypatch: pytest.MonkeyPatc
     assert transaction.now_ms() == 1234567
 
 
-@pytest.mark.parametrize(("before", "timestamp", "expected"), [(1, 77, (1, 77)), (None, None, (2, "ts"))])
+@pytest.mark.parametrize(("before", "timestamp", "expected"), [(1, 77, (1, 77)), (None, None, (2, "ts")),
+                                                             (1, None, (1, "ts"))])
 def test_an_expiry_is_an_expire_action_on_protocol_3_and_commit_parameters_below(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, before: int | None, timestamp: int | None,
         expected: tuple[int, Any]) -> None:
@@ -234,7 +235,7 @@ def test_an_expiry_is_an_expire_action_on_protocol_3_and_commit_parameters_below
     v = txn.commit()
     ts = info_of(committed(table, v)).timestamp
     (expire,) = [a for a in committed(table, v) if isinstance(a, Expire)]
-    assert (expire.before, expire.timestamp) == ((1, 77) if before else (3, ts))
+    assert (expire.before, expire.timestamp) == (before if before else 3, timestamp if timestamp else ts)
     assert info_of(committed(table, v)).operation_parameters == {}
 
 
@@ -539,3 +540,12 @@ def test_the_lost_answers_of_every_attempt_are_counted(tmp_path: Path, monkeypat
     monkeypatch.setattr(transaction.time, "sleep", lambda s: None)
     txn = table.new_transaction("NOOP")
     assert txn.commit() == 2 and (txn.attempts, txn.ambiguous) == (2, 2)
+
+
+def test_a_commit_says_its_isolation_level_and_whether_it_is_a_blind_append(tmp_path: Path) -> None:
+    table = partitioned(tmp_path / "t")
+    snapshot = table.snapshot()
+    txn = table.new_transaction("WRITE", isolation_level="Serializable")
+    txn.add(file_in(snapshot, "a").model_copy(update={"path": "ds=a/bucket-00000/new.parquet"}))
+    info = info_of(committed(table, txn.commit()))
+    assert (info.isolation_level, info.is_blind_append) == ("Serializable", True)
