@@ -19,6 +19,7 @@ import maintd.table.transaction as transaction
 from maintd import (
     CommitRetriesExhaustedError,
     CommitStateUnknownError,
+    ConcurrentDeleteDeleteError,
     InvalidInputError,
     MetadataChangedError,
     RetryPolicy,
@@ -549,3 +550,37 @@ def test_a_commit_says_its_isolation_level_and_whether_it_is_a_blind_append(tmp_
     txn.add(file_in(snapshot, "a").model_copy(update={"path": "ds=a/bucket-00000/new.parquet"}))
     info = info_of(committed(table, txn.commit()))
     assert (info.isolation_level, info.is_blind_append) == ("Serializable", True)
+
+
+def _winners_with_a_gap(table: Table, snapshot: Snapshot) -> None:
+    """Another writer removes the file of partition ``a`` at version 2 and commits twice more; reclamation then
+    deletes the commits up to 2, oldest first (a checkpoint at 4 stands for them)."""
+    other = Table.open(table.uri)
+    txn = other.new_transaction("DELETE")
+    txn.remove(file_in(snapshot, "a"))
+    assert txn.commit() == 2
+    other.new_transaction("NOOP").commit()
+    other.new_transaction("NOOP").commit()
+    other.log.write_checkpoint(other.snapshot(4))
+    for v in range(3):
+        assert other.log.delete_commit(v)
+
+
+def test_a_winner_whose_commit_is_gone_is_checked_from_the_two_states(tmp_path: Path) -> None:
+    table = partitioned(tmp_path / "t")
+    snapshot = table.snapshot()
+    txn = table.new_transaction("DELETE")
+    txn.remove(file_in(snapshot, "a"))
+    _winners_with_a_gap(table, snapshot)
+    with pytest.raises(ConcurrentDeleteDeleteError):
+        txn.commit()
+    assert txn.conflicts_checked == 1  # one check of the two states, not one per commit
+
+
+def test_a_transaction_elsewhere_lands_past_a_winner_whose_commit_is_gone(tmp_path: Path) -> None:
+    table = partitioned(tmp_path / "t")
+    snapshot = table.snapshot()
+    txn = table.new_transaction("DELETE")
+    txn.remove(file_in(snapshot, "b"))
+    _winners_with_a_gap(table, snapshot)
+    assert txn.commit() == 5 and txn.conflicts_checked == 1
