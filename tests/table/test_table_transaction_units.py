@@ -446,8 +446,13 @@ def test_a_replace_that_lost_to_an_append_in_its_partition_removes_the_new_file_
     appended = set(table.snapshot().files) - set(snapshot.files)
     v = txn.commit()
     assert v == 3 and len(appended) == 1
-    removed = {a.path for a in committed(table, v) if isinstance(a, RemoveFile)}
-    assert removed == {file_in(snapshot, "a").path} | appended
+    removed = {a.path: a for a in committed(table, v) if isinstance(a, RemoveFile)}
+    assert set(removed) == {file_in(snapshot, "a").path} | appended
+    (path,) = appended
+    new = table.snapshot(2).files[path]
+    taken = removed[path]
+    assert (taken.partition, taken.bucket, taken.bytes, taken.data_change) == ({"ds": "a"}, new.bucket, new.bytes, True)
+    assert taken.deletion_time == info_of(committed(table, v)).timestamp
 
 
 @pytest.mark.parametrize("fresh", [True, False])
