@@ -589,3 +589,12 @@ def test_a_transaction_elsewhere_lands_past_a_winner_whose_commit_is_gone(tmp_pa
     txn.remove(file_in(snapshot, "b"))
     _winners_with_a_gap(table, snapshot)
     assert txn.commit() == 5 and txn.conflicts_checked == 1
+
+
+def test_every_winner_is_checked_and_counted(tmp_path: Path) -> None:
+    table = partitioned(tmp_path / "t")
+    txn = table.new_transaction("NOOP")
+    other = Table.open(table.uri)
+    other.upsert(pa.table({"id": [7], "ds": ["a"], "name": ["w"]}))
+    other.upsert(pa.table({"id": [8], "ds": ["b"], "name": ["v"]}))
+    assert txn.commit() == 4 and txn.conflicts_checked == 2
