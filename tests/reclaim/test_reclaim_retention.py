@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
@@ -12,11 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reclaim_helpers import T0, Clock, History, build, data_files_on_disk, local_time_zone, orphan, rows
 
-from maintd import InvalidInputError, Table, VersionNotFoundError
+from maintd import InvalidInputError, StorageError, Table, VersionNotFoundError
 from maintd.execution import execute
 from maintd.execution.commit import commit_rewrites
 from maintd.planner import load_policy_file, plan
 from maintd.reclaim import engine, plan_reclamation, reclaim_table, retention
+from maintd.table import timeline
 from maintd.table.log import checkpoint_path, commit_path
 from maintd.table.timeline import to_epoch_ms
 
@@ -250,3 +252,23 @@ def test_a_reclamation_reports_its_time_from_its_start_planning_included(
     monkeypatch.setattr(retention, "time", clock)
     monkeypatch.setattr(engine, "time", clock)
     assert reclaim_table(table).seconds == 3600.0
+
+
+def test_a_plan_gives_up_after_the_log_changed_under_three_plans_in_a_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1)
+    listings: list[int] = []
+
+    def list_files(t: Table) -> engine.Listed:
+        listings.append(1)
+        return engine.list_files(t)
+
+    # the commit of the planned floor is gone whenever the plan looks it up (another run reclaimed it)
+    gone = SimpleNamespace(oldest_retained_version=timeline.oldest_retained_version, commit_time=lambda *a: None)
+    monkeypatch.setattr(retention, "list_files", list_files)
+    monkeypatch.setattr(retention, "timeline", gone)
+    with pytest.raises(StorageError) as err:
+        plan_reclamation(table)
+    assert str(err.value) == (f"table {table.uri}: the log changed under three reclamation plans in a row; "
+                              "retry later")
+    assert len(listings) == 3
