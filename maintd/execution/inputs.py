@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from maintd.execution.merge import key_at, restrict
 from maintd.storage import LocalStorage, Storage
 from maintd.table.actions import AddFile, Metadata
-from maintd.table.files import data_file_errors, file_schema, with_hidden_columns
+from maintd.table.files import data_file_errors, file_schema, map_in_runs, with_hidden_columns
 from maintd.table.keyranges import Key, KeyRange, key_value, sort_key
 from maintd.table.schema import OP_COLUMN, VERSION_COLUMN
 
@@ -102,12 +102,7 @@ def fetch_all(storage: Storage, files: Sequence[AddFile], threads: int) -> list[
         with data_file_errors(storage, f):
             return pq.ParquetFile(pa.py_buffer(get(f.path)), pre_buffer=False)
 
-    if threads > 1 and len(files) > 1:  # a run of the files per thread: a future per small file costs more
-        step = -(-len(files) // threads)  # than reading it from a local disk
-        with ThreadPoolExecutor(min(threads, len(files))) as pool:
-            runs = pool.map(lambda i: [open_one(f) for f in files[i:i + step]], range(0, len(files), step))
-            return [pf for run in runs for pf in run]
-    return [open_one(f) for f in files]
+    return map_in_runs(open_one, files, threads)
 
 
 class TooLargeError(Exception):

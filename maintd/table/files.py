@@ -19,9 +19,9 @@ import contextlib
 import functools
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +39,9 @@ if TYPE_CHECKING:
     import pyarrow.compute as pc
 else:
     pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.lazy
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 WRITE_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "write_statistics": True}
 """Parquet options of the files maintenance writes (level-1 and level-2 DeltaFiles, BaseFiles): zstd
@@ -140,6 +143,17 @@ WRITE_THREADS = 4
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
+
+
+def map_in_runs(fn: Callable[[_T], _R], items: Sequence[_T], threads: int) -> list[_R]:
+    """``fn`` of every item, in order, on up to ``threads`` threads that each take a run of consecutive items:
+    a future per small file costs more than reading it (reads of many small files)."""
+    if threads <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    step = -(-len(items) // threads)
+    with ThreadPoolExecutor(min(threads, len(items))) as pool:
+        runs = pool.map(lambda i: [fn(x) for x in items[i:i + step]], range(0, len(items), step))
+        return [r for run in runs for r in run]
 
 
 def _write_pool() -> ThreadPoolExecutor:

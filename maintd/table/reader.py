@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from maintd.storage import Storage
 from maintd.table.actions import AddFile, Metadata
-from maintd.table.files import read_data_file, with_hidden_columns
+from maintd.table.files import map_in_runs, read_data_file, with_hidden_columns
 from maintd.table.keyranges import sort_key
 from maintd.table.lazy import lazy_module
 from maintd.table.merge import latest_rows
@@ -75,16 +75,9 @@ def _read_files(storage: Storage, metadata: Metadata, files: Sequence[AddFile], 
     Level-0 files of one schema are concatenated as read and their version column, one constant per file,
     is added once for all of them: a bucket of hundreds of small files pays no per-file column building.
     """
-    def read(some: Sequence[AddFile]) -> list[pa.Table]:
-        threads = len(files) < _PARALLEL_FILES
-        return [read_data_file(storage, metadata, f, columns, threads=threads, hidden=False) for f in some]
-
-    if len(files) < _PARALLEL_FILES:
-        parts = read(files)
-    else:  # a run of the files per thread, in order: a future per file costs more than a small file's decode
-        step = -(-len(files) // _THREADS)
-        with ThreadPoolExecutor(_THREADS) as pool:
-            parts = [t for ts in pool.map(read, [files[i:i + step] for i in range(0, len(files), step)]) for t in ts]
+    few = len(files) < _PARALLEL_FILES  # a few files: one thread, each decoded on pyarrow's threads
+    parts = map_in_runs(lambda f: read_data_file(storage, metadata, f, columns, threads=few, hidden=False), files,
+                        1 if few else _THREADS)
     if all(f.kind == "delta" and f.level == 0 for f in files):
         with contextlib.suppress(pa.ArrowInvalid):  # raised when the files' schemas differ
             level0 = pa.concat_tables(parts)
