@@ -6,6 +6,7 @@ each run is a separate process with its own driver, so it never meets the shared
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -85,7 +86,8 @@ def test_maintd_run_on_a_standalone_cluster_completes_when_an_executor_is_killed
             executor = parent_of(executor)
         assert executor in spark_cluster.executor_pids(), "the held task does not run in an executor"
         for pid in [executor, *descendants(executor)]:  # the executor dies with its Python workers, as a pod does
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # a worker may exit on its own once the executor is gone
+                os.kill(pid, signal.SIGKILL)
         summary = _summary(proc)
     finally:
         if proc.poll() is None:
