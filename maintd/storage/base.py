@@ -74,6 +74,11 @@ class Storage(abc.ABC):
     def full_path(self, path: str) -> str:
         """The path of ``path`` as understood by :attr:`filesystem` (after :func:`check_path`)."""
 
+    def full_paths(self, paths: Sequence[str]) -> list[str]:
+        """:meth:`full_path` of each of ``paths``: a reader of many files asks once, and a storage may share
+        its checks between the files of one directory."""
+        return [self.full_path(p) for p in paths]
+
     @abc.abstractmethod
     def put_if_absent(self, path: str, data: bytes) -> bool:
         """Publish ``data`` at ``path`` atomically unless a file is there already.

@@ -68,6 +68,15 @@ def _no_link_below(root: Path, path: str, follow_last: bool) -> bool:
     return True
 
 
+def _is_link(path: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+    except OSError:  # cannot tell: take the careful path
+        return True
+
+
 class LocalStorage(Storage):
     """A table in a local (or locally mounted, POSIX) directory."""
 
@@ -114,6 +123,26 @@ class LocalStorage(Storage):
 
     def full_path(self, path: str) -> str:
         return str(self._contained(path))
+
+    def full_paths(self, paths: Sequence[str]) -> list[str]:
+        """As :meth:`full_path` of each, with the directories above the files looked at once per directory
+        and each file's own name once (a bucket of 200 files: 200 ``lstat`` calls, not 600, and no path
+        objects; under read threads that work holds the GIL)."""
+        root = str(self._root)
+        dirs: dict[str, bool] = {}
+        out = []
+        for path in paths:
+            check_path(path, root=self.uri)
+            directory = path.rpartition("/")[0]
+            clean = dirs.get(directory)
+            if clean is None:
+                clean = dirs[directory] = _no_link_below(self._root, path, follow_last=False)
+            full = os.path.join(root, path)
+            if clean and not _is_link(full):
+                out.append(full)
+            else:  # a link somewhere: resolved, and refused if it leads outside the table
+                out.append(self.full_path(path))
+        return out
 
     def _write_temp(self, target: Path, data: bytes) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -12,10 +12,10 @@ import pyarrow as pa
 
 from maintd.storage import Storage
 from maintd.table.actions import AddFile, Metadata
-from maintd.table.files import map_in_runs, read_data_file, with_hidden_columns
+from maintd.table.files import read_data_file, read_data_files, read_runs_of_files, with_hidden_columns
 from maintd.table.keyranges import sort_key
 from maintd.table.lazy import lazy_module
-from maintd.table.merge import latest_rows
+from maintd.table.merge import first_of_each_key_hashed, latest_rows
 from maintd.table.schema import HIDDEN_COLUMNS, OP_COLUMN, VERSION_COLUMN, to_arrow
 from maintd.table.snapshot import PartitionKey, Snapshot
 
@@ -57,12 +57,16 @@ def read_bucket(storage: Storage, metadata: Metadata, files: Sequence[AddFile], 
         t = pa.concat_tables([read_data_file(storage, metadata, f, need) for f in ordered])
     elif lone is not None and lone.level == 0 and lone.delete_rows == 0:
         t = read_data_file(storage, metadata, lone, need)  # a writer's file without deletes: keys appear once
+    elif all(f.kind == "delta" and f.level == 0 for f in files) and len(metadata.primary_key) == 1:
+        t = _newest_of_level0(storage, metadata, sorted(files, key=lambda f: -f.min_version), need)
     else:
         # level-0 files hold one version each: read newest first, and a stable sort by key settles them
         single = all(f.kind == "delta" and f.level == 0 for f in files)
         if single:
             files = sorted(files, key=lambda f: -f.min_version)
-        t = latest_rows(_read_files(storage, metadata, files, need), key_columns(metadata), newest_first=single)
+        # one (partition, bucket): the partition columns are the same in every row, so the primary key
+        # alone tells the rows of a key apart
+        t = latest_rows(_read_files(storage, metadata, files, need), list(metadata.primary_key), newest_first=single)
     if not keep_hidden:
         t = t.drop_columns([c for c in HIDDEN_COLUMNS if c in t.column_names])
     return t.select([*cols, *([c for c in HIDDEN_COLUMNS if c in t.column_names] if keep_hidden else [])])
@@ -76,14 +80,44 @@ def _read_files(storage: Storage, metadata: Metadata, files: Sequence[AddFile], 
     is added once for all of them: a bucket of hundreds of small files pays no per-file column building.
     """
     few = len(files) < _PARALLEL_FILES  # a few files: one thread, each decoded on pyarrow's threads
-    parts = map_in_runs(lambda f: read_data_file(storage, metadata, f, columns, threads=few, hidden=False), files,
-                        1 if few else _THREADS)
+    parts = read_data_files(storage, metadata, files, columns, 1 if few else _THREADS)
     if all(f.kind == "delta" and f.level == 0 for f in files):
-        with contextlib.suppress(pa.ArrowInvalid):  # raised when the files' schemas differ
-            level0 = pa.concat_tables(parts)
-            versions = np.repeat(np.array([f.min_version for f in files], dtype=np.int64),
-                                 [p.num_rows for p in parts])
-            return level0.append_column(pa.field(VERSION_COLUMN, pa.int64(), nullable=False), pa.array(versions))
+        return _with_versions(files, parts)
+    return pa.concat_tables([with_hidden_columns(p, f) for p, f in zip(parts, files, strict=True)],
+                            promote_options="default")
+
+
+def _newest_of_level0(storage: Storage, metadata: Metadata, files: Sequence[AddFile], columns: Sequence[str]
+                      ) -> pa.Table:
+    """The visible rows of one bucket of level-0 files given newest first, keyed by a one-column primary key
+    (the partition columns are the same in every row of a bucket), sorted by key.
+
+    Each thread reads a run of consecutive files and keeps the newest row of each key of its run, deletes
+    included (they hide the older runs' rows); the runs' survivors, newest run first, are settled the same
+    way. Half the deduplication runs on the reading threads, and the last one sees fewer rows.
+    """
+    key = metadata.primary_key[0]
+    threads = 1 if len(files) < _PARALLEL_FILES else _THREADS
+
+    def newest_of_run(run: Sequence[AddFile], parts: list[pa.Table]) -> pa.Table:
+        t = _with_versions(run, parts)
+        return t if threads == 1 else t.take(first_of_each_key_hashed(t, key, keep_deletes=True, in_key_order=False))
+
+    t = pa.concat_tables(read_runs_of_files(storage, metadata, files, columns, threads, newest_of_run),
+                         promote_options="default")
+    return t.take(first_of_each_key_hashed(t, key, keep_deletes=False))
+
+
+def _with_versions(files: Sequence[AddFile], parts: list[pa.Table]) -> pa.Table:
+    """The tables read from level-0 ``files`` concatenated, with the version column of each file.
+
+    Tables of one schema are concatenated as read and the version column, one constant per file, is added
+    once for all of them: a bucket of hundreds of small files pays no per-file column building.
+    """
+    with contextlib.suppress(pa.ArrowInvalid):  # raised when the files' schemas differ
+        level0 = pa.concat_tables(parts)
+        versions = np.repeat(np.array([f.min_version for f in files], dtype=np.int64), [p.num_rows for p in parts])
+        return level0.append_column(pa.field(VERSION_COLUMN, pa.int64(), nullable=False), pa.array(versions))
     return pa.concat_tables([with_hidden_columns(p, f) for p, f in zip(parts, files, strict=True)],
                             promote_options="default")
 

@@ -52,3 +52,44 @@ def test_replacing_a_hint_syncs_its_directory(tmp_path: Path, synced: list[str])
 def test_local_paths_and_file_uris_get_local_storage(tmp_path: Path) -> None:
     assert isinstance(storage_for_uri(str(tmp_path)), LocalStorage)
     assert storage_for_uri(f"file://{tmp_path}").uri == str(tmp_path)
+
+
+def test_full_paths_of_many_files_are_those_of_full_path(tmp_path: Path) -> None:
+    storage = LocalStorage(str(tmp_path))
+    (tmp_path / "p=1" / "bucket-00000").mkdir(parents=True)
+    (tmp_path / "p=1" / "bucket-00000" / "a.parquet").write_bytes(b"x")
+    paths = ["p=1/bucket-00000/a.parquet", "p=1/bucket-00000/gone.parquet", "top.parquet", "p=1/bucket-00001/b"]
+    assert storage.full_paths(paths) == [storage.full_path(p) for p in paths]
+    assert storage.full_paths(paths)[0] == str(tmp_path / "p=1" / "bucket-00000" / "a.parquet")
+
+
+@pytest.mark.parametrize("link", ["file", "directory"])
+def test_full_paths_refuse_a_link_leading_outside_the_table(tmp_path: Path, link: str) -> None:
+    from maintd.errors import PathOutsideTableError
+
+    root, outside = tmp_path / "t", tmp_path / "outside"
+    (root / "bucket-00000").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret.parquet").write_bytes(b"x")
+    (root / "bucket-00000" / "ok.parquet").write_bytes(b"x")
+    if link == "file":
+        (root / "bucket-00000" / "link.parquet").symlink_to(outside / "secret.parquet")
+        bad = "bucket-00000/link.parquet"
+    else:
+        (root / "linked").symlink_to(outside)
+        bad = "linked/secret.parquet"
+    storage = LocalStorage(str(root))
+    with pytest.raises(PathOutsideTableError, match="outside the table root"):
+        storage.full_paths(["bucket-00000/ok.parquet", bad])
+    with pytest.raises(PathOutsideTableError):
+        storage.full_paths(["../outside/secret.parquet"])
+
+
+def test_full_paths_follow_a_link_that_stays_inside_the_table(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "f.parquet").write_bytes(b"x")
+    (tmp_path / "alias").symlink_to(tmp_path / "real")
+    (tmp_path / "real" / "g.parquet").symlink_to(tmp_path / "real" / "f.parquet")
+    storage = LocalStorage(str(tmp_path))
+    assert storage.full_paths(["alias/f.parquet", "real/g.parquet"]) == [str(tmp_path / "alias" / "f.parquet"),
+                                                                          str(tmp_path / "real" / "g.parquet")]
