@@ -14,12 +14,14 @@
    log, not in the file) and ``__op`` = its op column; the peers read exactly these rows;
 4. SAMPLES times each, alternating: the DuckDB dedupe peer and the delta-rs optimize.compact peer on the
    exported files; maintd's clustering of every level-0 file and full compaction of the level-0 files,
-   each on a fresh copy of the ingested table (plan + execute + commit, on a warm local SparkSession as
-   in the daemon's long-lived session: workers started by ``warm_up``, then one untimed clustering of a
-   copy: the JVM compiles the task path's hot methods then), and compaction after clustering;
+   each on a fresh copy of the ingested table (plan + execute + commit, where the daemon would run it: in
+   its own process when the plan's input is within ``spark.maintd.inProcess.maxInputBytes``, default 64 MiB,
+   else on a warm local SparkSession as in the daemon's long-lived session: workers started by
+   ``warm_up``, then one untimed clustering of a copy: the JVM compiles the task path's hot methods then;
+   ``--in-process-max-bytes 0`` runs every step on Spark), and compaction after clustering;
 5. every step's samples, median and spread (min-max), and the ratios of the medians; read time of the
    table before and after, peak memory (sum of RSS over this process and its descendants), and Spark's
-   floor: runs of one empty job per core at once, which every maintd step pays before any work.
+   floor: runs of one empty job per core at once, which every maintd step on Spark pays before any work.
 
 ``--input-bytes``, ``--pack-threads``, ``--read-threads`` and ``--decode-threads`` override the execution options
 (defaults: 256 MiB of input per Spark task and at least one per core, one plan task at a time in each, 4 fetch
@@ -161,24 +163,29 @@ def full_plan(table, kind: str):  # type: ignore[no-untyped-def]
 
 
 def timed_maintenance(table, kind: str, spark, options) -> tuple[float, dict[str, int]]:  # type: ignore[no-untyped-def]
+    """One step as the daemon runs it: in its own process when the plan's input is within
+    ``options.in_process_max_bytes`` (``--in-process-max-bytes``), else on the Spark session."""
     from maintd.execution import commit_rewrites, execute
+    from maintd.execution.driver import runs_in_process
 
     t0 = time.monotonic()
     plan = full_plan(table, kind)
+    local = runs_in_process(plan, table.snapshot(plan.read_version), options)
     t1 = time.monotonic()
-    results = execute(plan, table, spark, options)
+    results = execute(plan, table, None if local else spark, options)
     t2 = time.monotonic()
     outcome = commit_rewrites(table, plan, results)
     dt = time.monotonic() - t0
     task_s = sum(r.seconds for r in results)
     phases = {p: sum(r.phases.get(p, 0.0) for r in results) for p in ("read", "merge", "write")}
-    print(f"  {kind}: plan {t1 - t0:.2f} s, execute {t2 - t1:.2f} s (task time {task_s:.1f} s: "
+    print(f"  {kind} ({'in process' if local else 'on Spark'}): plan {t1 - t0:.2f} s, execute {t2 - t1:.2f} s "
+          f"(task time {task_s:.1f} s: "
           + ", ".join(f"{p} {v:.1f} s" for p, v in phases.items())
           + f"), commit {time.monotonic() - t2:.2f} s", flush=True)
     assert outcome.version is not None and not outcome.failed, outcome
     modes = {m: sum(1 for r in results if r.mode == m) for m in {r.mode for r in results}}
-    return dt, {"tasks": len(results), "in": sum(len(r.inputs) for r in results),
-                "out": sum(len(r.adds) for r in results), **modes}
+    return dt, {"engine": "in-process" if local else "spark", "tasks": len(results),  # type: ignore[dict-item]
+                "in": sum(len(r.inputs) for r in results), "out": sum(len(r.adds) for r in results), **modes}
 
 
 def spark_floor(spark, options, cores: int) -> list[float]:  # type: ignore[no-untyped-def]
@@ -220,6 +227,9 @@ def main() -> None:
     ap.add_argument("--read-threads", type=int, default=4, help="file-fetching threads per plan task")
     ap.add_argument("--decode-threads", type=int, default=1, help="file-decoding threads per plan task")
     ap.add_argument("--samples", type=int, default=3, help="samples of every step (default 3)")
+    ap.add_argument("--in-process-max-bytes", default=None,
+                    help="plans up to this input run in this process, as in the daemon (default: the daemon's, "
+                         "64m); 0 runs every step on Spark")
     args = ap.parse_args()
     work = Path(args.dir or tempfile.mkdtemp(prefix="maintd-bench-"))
     wl = work / "wl"
@@ -233,8 +243,10 @@ def main() -> None:
     from maintd.execution import ExecutionOptions, spark_session, warm_up
     from maintd.execution.spark import parse_size
 
+    local_bytes = {} if args.in_process_max_bytes is None else {
+        "in_process_max_bytes": parse_size(args.in_process_max_bytes)}
     options = ExecutionOptions(task_input_bytes=parse_size(args.input_bytes), pack_threads=args.pack_threads,
-                               read_threads=args.read_threads, decode_threads=args.decode_threads)
+                               read_threads=args.read_threads, decode_threads=args.decode_threads, **local_bytes)
 
     base_uri = str(work / f"t_{args.layout}")
     shutil.rmtree(base_uri, ignore_errors=True)
@@ -305,7 +317,7 @@ def main() -> None:
     print("  " + stats_line(f"maintd compaction after clustering {rstats}", times["recompact"]))
     print(f"  first clustering of the session (untimed warm-up, a copy of the table): {first_s:.2f} s")
     print("  " + stats_line("Spark's floor (one empty job per core at once)", floor)
-          + "  (every maintd step above includes it)")
+          + "  (every maintd step run on Spark includes it)")
     print(f"  read: {read_before:.2f} s before, {read_after:.2f} s after ({read_before / read_after:.1f}x)")
     print(f"  peak memory (driver + JVM + Python workers): {rss.peak / 2**20:.0f} MiB")
     print(f"  ingest: {ingest_s:.1f} s for {commits} commits")

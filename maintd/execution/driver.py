@@ -10,6 +10,7 @@ on. A commit that fails for good stops the run: nothing more starts and running 
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from maintd.execution.specs import ExecutionOptions, PlanDoc, TaskResult
 from maintd.execution.units import combine, task_specs
 
 if TYPE_CHECKING:
-    from maintd.table import Table
+    from maintd.table import Snapshot, Table
 
 
 @dataclass
@@ -38,6 +39,22 @@ class ExecutionReport:
     """Units whose accepted result came from a retry (a lost executor or Python worker, a failed attempt)."""
     master: str | None = None
     app_id: str | None = None
+    engine: str | None = None
+    """Where the units ran: ``spark``, or ``in-process`` (threads of this process); None when nothing ran."""
+
+
+def runs_in_process(plan: Any, snapshot: Snapshot, options: ExecutionOptions) -> bool:
+    """Whether ``plan`` is small enough to execute in threads of this process rather than as Spark jobs: the
+    files it reads (sizes from ``snapshot``, the plan's read version) total at most
+    ``options.in_process_max_bytes`` (:class:`ExecutionOptions` says why)."""
+    doc = PlanDoc.of(plan)
+    size = sum(f.bytes for t in doc.tasks for p in t.inputs if (f := snapshot.files.get(p)) is not None)
+    return bool(doc.tasks) and size <= options.in_process_max_bytes
+
+
+def in_process_threads(options: ExecutionOptions) -> int:
+    """Units at once in process: ``options.in_process_threads``, or one per CPU this process may run on."""
+    return options.in_process_threads or len(os.sched_getaffinity(0)) or 1
 
 
 def execute(plan: Any, table: Table, spark: Any = None, options: ExecutionOptions | None = None) -> list[TaskResult]:
@@ -71,10 +88,11 @@ def run_plan(plan: Any, table: Table, spark: Any = None, options: ExecutionOptio
         return report
     snapshot = table.snapshot(doc.read_version)
     specs = task_specs(doc, snapshot, opts, storage=table.storage, run_id=uuid.uuid4().hex)
-    run = backend or (LocalBackend(pack_threads=opts.pack_threads) if spark is None else
+    run = backend or (LocalBackend(in_process_threads(opts), pack_threads=opts.pack_threads) if spark is None else
                       SparkBackend(spark, opts, f"maintd: {len(doc.tasks)} task(s) of {doc.table_uri}",
                                    table_uri=doc.table_uri))
     report.master, report.app_id = run.describe()
+    report.engine = "in-process" if isinstance(run, LocalBackend) else "spark"
     report.units = len(specs)
     committer = IncrementalCommitter(table, doc, max_tasks=opts.commit_max_tasks,
                                      interval_seconds=opts.commit_interval_seconds,

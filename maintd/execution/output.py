@@ -35,12 +35,36 @@ from maintd.storage import Storage
 from maintd.table.actions import AddFile, FileKind
 from maintd.table.files import WRITE_OPTIONS, data_file_path, file_schema
 from maintd.table.keyranges import Key
-from maintd.table.schema import OP_COLUMN, OP_DELETE
+from maintd.table.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
 
 OUTPUT_OPTIONS: dict[str, Any] = {**WRITE_OPTIONS, "dictionary_pagesize_limit": 64 << 10, "data_page_size": OWN_PAGE}
 """Parquet options of merge outputs: the format's (zstd 1, statistics), a 64 KiB dictionary page limit (a
 high-cardinality column falls back to plain encoding early instead of hashing 1 MiB of values first:
 faster, and smaller files after zstd) and 128 KiB data pages (cheap to stream)."""
+
+
+def output_options(schema: pa.Schema, kind: FileKind, level: int | None, key_columns: Sequence[str]) -> dict[str, Any]:
+    """:data:`OUTPUT_OPTIONS` for an output file of ``kind`` and ``level``.
+
+    * A DeltaFile keeps statistics for its key columns and hidden columns only. The statistics of its
+      other columns can never prune it: a row there may be hidden by a newer version of its key in another
+      file, which a filter on a value cannot see, so a reader must merge before it filters on them
+      (maintd's scans prune DeltaFiles by key only). Computing them cost 13% of the encoding of a
+      clustering output (a 238 k-row level-1 file: 30.5 against 34.9 ms), for the same file size.
+    * A level-1 DeltaFile is compressed with snappy, as level-0 files are; level 2 and BaseFiles keep zstd.
+      Level 1 is rewritten soon (into level 2 or a BaseFile), so the time to write and read it counts
+      more than its size, as in the per-level compression of LSM stores (RocksDB's
+      ``compression_per_level``, Paimon's ``file.compression.per.level``). On the same 238 k-row file:
+      encoding 26.0 against 30.7 ms, decoding 11.7 against 16.8 ms, 3.52 against 2.77 MB.
+    * BaseFiles, one version per key and long-lived, keep every column's statistics and zstd.
+    """
+    if kind == "base":
+        return OUTPUT_OPTIONS
+    kept = {*key_columns, OP_COLUMN, VERSION_COLUMN}
+    options = {**OUTPUT_OPTIONS, "write_statistics": [f.name for f in schema if f.name in kept]}
+    if level == 1:
+        options = {k: v for k, v in options.items() if k != "compression_level"} | {"compression": "snappy"}
+    return options
 
 
 def file_unique(token: str, attempt: int) -> str:
@@ -56,12 +80,12 @@ def name_prefix(kind: FileKind, level: int | None, token: str) -> str:
 class _File:
     """One output file being written."""
 
-    def __init__(self, storage: Storage, path: str, schema: pa.Schema) -> None:
+    def __init__(self, storage: Storage, path: str, schema: pa.Schema, options: dict[str, Any]) -> None:
         self.path = path
         self.storage = storage
         storage.makedirs(path.rsplit("/", 1)[0])
         self.sink = storage.filesystem.open_output_stream(storage.full_path(path))
-        self.writer = pq.ParquetWriter(self.sink, schema, **OUTPUT_OPTIONS)
+        self.writer = pq.ParquetWriter(self.sink, schema, **options)
         self.rows = 0
         self.deletes = 0
         self.index: list[Key] = []
@@ -111,6 +135,8 @@ class Outputs:
         self.kind: FileKind = "base" if spec.kind == "compact" else "delta"
         self.level = None if self.kind == "base" else spec.target_level
         self.schema = file_schema(spec.metadata, self.kind, self.level)
+        self.options = output_options(self.schema, self.kind, self.level,
+                                      [*spec.metadata.partition_by, *spec.metadata.primary_key])
         self.keys = list(spec.metadata.primary_key)
         self.row_group_rows = max(1, row_group_rows)
         self.attempt = attempt
@@ -157,7 +183,7 @@ class Outputs:
             s = self.spec
             path = data_file_path(s.metadata, s.partition, s.bucket, self.kind, self.level,
                                   unique=file_unique(s.token, self.attempt))
-            self._current = _File(self.storage, path, self.schema)
+            self._current = _File(self.storage, path, self.schema, self.options)
         self._current.write_group(group, self.keys, self.kind == "delta")
         if self.target is not None and self._current.size >= self.target:
             self._finish_current()

@@ -36,6 +36,7 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import tempfile
 import time
 import traceback
@@ -175,12 +176,15 @@ def _run_json(spec_json: str, unsynced: _Unsynced | None = None) -> TaskResult:
 
 
 def current_attempt() -> int:
-    """The Spark attempt number of the running task (0 outside Spark)."""
-    try:
-        from pyspark import TaskContext
-    except ImportError:  # pragma: no cover - pyspark is a dependency
+    """The Spark attempt number of the running task (0 outside Spark).
+
+    A Spark Python worker has imported pyspark before it runs any task; a process that has not is running
+    units itself (in process), and must not pay for importing pyspark (about a second) to learn that.
+    """
+    pyspark = sys.modules.get("pyspark")
+    if pyspark is None:
         return 0
-    ctx = TaskContext.get()
+    ctx = pyspark.TaskContext.get()
     return int(ctx.attemptNumber()) if ctx is not None else 0
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from loguru import logger
 
 from maintd.errors import MaintdError
-from maintd.execution.driver import run_plan
+from maintd.execution.driver import run_plan, runs_in_process
 from maintd.execution.spark import options_from_settings, spark_session
 from maintd.execution.specs import ExecutionOptions
 from maintd.table import RetryPolicy, Snapshot, Table
@@ -78,6 +78,9 @@ class TableRunSummary:
     """The planner's decision for every (partition, bucket): action, rule and message."""
     reclaim: dict[str, Any] | None = None
     """The reclamation that followed maintenance (a :class:`~maintd.reclaim.ReclaimReport`), if one ran."""
+    engine: str | None = None
+    """Where the run's rewrites executed: ``spark``, or ``in-process`` (threads of the process that planned
+    them: a plan of at most ``spark.maintd.inProcess.maxInputBytes``); None when nothing executed."""
     spark_master: str | None = None
     """The master URL of the Spark application that ran the tasks (None: none ran, or local threads)."""
     spark_app_id: str | None = None
@@ -199,11 +202,13 @@ class Runner:
             self._progress(uri, "done")
             return
         self._progress(uri, "executing")
-        report = run_plan(plan, table, self.spark if self._use_spark else None, self.options, commit=True,
+        local = not self._use_spark or runs_in_process(plan, snap, self.options)  # no session for a small plan
+        report = run_plan(plan, table, None if local else self.spark, self.options, commit=True,
                           before_commit=lambda: self._progress(uri, "committing"))
         results, outcome = report.results, report.outcome
         assert outcome is not None
         summary.spark_master, summary.spark_app_id = report.master, report.app_id
+        summary.engine = report.engine
         summary.spark_tasks, summary.commits = report.spark_tasks, list(outcome.versions)
         summary.spark_retries = report.retried
         summary.version, summary.conflicts = outcome.version, outcome.conflicts

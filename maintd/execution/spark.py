@@ -47,6 +47,10 @@ INPUT_BYTES_CONF = "spark.maintd.task.inputBytes"
 plan tasks packed up to it."""
 PACK_THREADS_CONF = "spark.maintd.task.packThreads"
 """Plan tasks run at once inside one Spark task (default 1)."""
+IN_PROCESS_BYTES_CONF = "spark.maintd.inProcess.maxInputBytes"
+"""Input of a run up to which it executes in threads of the daemon, not on Spark, e.g. ``64m`` (0: always Spark)."""
+IN_PROCESS_THREADS_CONF = "spark.maintd.inProcess.threads"
+"""Units at once when a run executes in the daemon's process (default 0: one per CPU it may run on)."""
 FAULTS_CONF = "spark.maintd.faults"
 """Fault injection for tests: JSON object of plan task id (or ``*``) to fault (:class:`ExecutionOptions`)."""
 MAX_FAILURES_CONF = "spark.task.maxFailures"
@@ -137,7 +141,8 @@ def spark_info(spark: Any) -> tuple[str | None, str | None]:
 
 def options_from_settings(spark_settings: Any = None, **overrides: Any) -> ExecutionOptions:
     """Execution options from ``spark.conf`` (``spark.maintd.task.memory``, ``...readThreads``,
-    ``...decodeThreads``, ``...inputBytes``, ``...packThreads``, ``spark.maintd.faults``)."""
+    ``...decodeThreads``, ``...inputBytes``, ``...packThreads``, ``spark.maintd.inProcess.maxInputBytes``,
+    ``...threads``, ``spark.maintd.faults``)."""
     conf = dict(getattr(spark_settings, "conf", {}) or {})
     values: dict[str, Any] = {}
     if TASK_MEMORY_CONF in conf:
@@ -150,6 +155,10 @@ def options_from_settings(spark_settings: Any = None, **overrides: Any) -> Execu
         values["task_input_bytes"] = parse_size(conf[INPUT_BYTES_CONF])
     if PACK_THREADS_CONF in conf:
         values["pack_threads"] = int(conf[PACK_THREADS_CONF])
+    if IN_PROCESS_BYTES_CONF in conf:
+        values["in_process_max_bytes"] = parse_size(conf[IN_PROCESS_BYTES_CONF])
+    if IN_PROCESS_THREADS_CONF in conf:
+        values["in_process_threads"] = int(conf[IN_PROCESS_THREADS_CONF])
     if FAULTS_CONF in conf:
         values["faults"] = json.loads(conf[FAULTS_CONF])
     return ExecutionOptions(**(values | overrides))

@@ -28,6 +28,9 @@ DEFAULT_TASK_MEMORY = 512 * 1024 * 1024
 """Memory one task may use (bytes): rows, read buffers and merge copies, above the worker's own footprint."""
 DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
 """Size of the BaseFiles a compaction writes, unless the plan says otherwise (``compaction.target_file_bytes``)."""
+DEFAULT_IN_PROCESS_BYTES = 64 * 1024 * 1024
+"""Input bytes up to which a run's plan executes in threads of the process that made it rather than as Spark
+jobs (:func:`maintd.execution.driver.runs_in_process`)."""
 DEFAULT_TASK_INPUT_BYTES = 256 * 1024 * 1024
 """Input bytes of one Spark task: large compactions are split into key ranges of about this size and small
 plan tasks are packed together up to it."""
@@ -92,6 +95,16 @@ class ExecutionOptions(_Model):
     packed up to it); a run has at least one Spark task per executor core when it has enough units."""
     pack_threads: int = Field(default=1, ge=1)
     """Plan tasks of one pack run at once (each holds up to ``task_memory_bytes``)."""
+    in_process_max_bytes: int = Field(default=DEFAULT_IN_PROCESS_BYTES, ge=0)
+    """A run whose plan reads at most this many bytes executes in threads of the process that planned it (the
+    daemon, ``maintd run``), not as Spark jobs, and starts no Spark session for it; 0: every run on Spark.
+
+    Every Spark job costs a fixed time before any work (a local session: about 0.15 s for one empty job per
+    core; a cluster with dynamic allocation: seconds while executors start), which is most of a small
+    rewrite. 64 MiB of small files take about half a second on two cores in process (docs/benchmarks.md).
+    Units run in process with the same memory budget per unit as on Spark, ``in_process_threads`` at once."""
+    in_process_threads: int = Field(default=0, ge=0)
+    """Units at once when a run executes in process; 0: one per CPU this process may run on."""
     commit_max_tasks: int = Field(default=64, ge=1)
     """A group of finished plan tasks is committed once it holds this many..."""
     commit_interval_seconds: float = Field(default=30.0, ge=0)

@@ -346,6 +346,7 @@ def _maintenance_metrics(summary: TableRunSummary, layout: dict[str, Any] | None
         "backlog_files": layout["backlog_files"] if layout else None,
         "backlog_bytes": layout["backlog_bytes"] if layout else None,
         "seconds": summary.seconds,
+        "engine": summary.engine,
         "spark_master": summary.spark_master,
         "spark_app_id": summary.spark_app_id,
         "spark_tasks": summary.spark_tasks,

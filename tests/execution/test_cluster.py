@@ -38,8 +38,10 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
 
 
 def _env(cluster: Cluster, tmp: Path, **conf: str) -> dict[str, str]:
+    # the tables here are small: without maxInputBytes 0 their runs would execute in maintd's own process
     spark_conf = {"spark.executor.memory": "512m", "spark.cores.max": "2", "spark.executor.cores": "2",
-                  "spark.executor.extraJavaOptions": QUICK_JVM, "spark.driver.extraJavaOptions": QUICK_JVM, **conf}
+                  "spark.executor.extraJavaOptions": QUICK_JVM, "spark.driver.extraJavaOptions": QUICK_JVM,
+                  "spark.maintd.inProcess.maxInputBytes": "0", **conf}
     return {**os.environ, "PYSPARK_PYTHON": sys.executable, "MAINTD_SPARK__MASTER": cluster.master_url,
             "MAINTD_SPARK__DRIVER_MEMORY": "512m", "MAINTD_SPARK__CONF": json.dumps(spark_conf),
             "MAINTD_STATE_DIR": str(tmp / "state"), "MAINTD_COMMIT__GROUP_INTERVAL_SECONDS": "0"}

@@ -350,10 +350,12 @@ def test_spark_tasks_in_flight_follow_the_cores_the_cluster_has_now(tmp_path: Pa
     assert backend.peak == {1: 2, 4: 8}
 
 
-def test_merge_outputs_are_zstd_while_their_level0_inputs_are_snappy(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("level", "codec"), [(1, "SNAPPY"), (2, "ZSTD")])
+def test_level2_outputs_are_zstd_while_level0_and_level1_files_are_snappy(tmp_path: Path, level: int,
+                                                                          codec: str) -> None:
     table, _ = make_table(tmp_path, commits=4, buckets=1)
     inputs = list(table.snapshot().files.values())
-    specs = task_specs(plan_all(table, "cluster", level=1), table.snapshot())
+    specs = task_specs(plan_all(table, "cluster", level=level), table.snapshot())
     (result,) = run_pack([s.model_dump_json() for s in specs])
 
     def codecs(path: str) -> set[str]:
@@ -362,7 +364,7 @@ def test_merge_outputs_are_zstd_while_their_level0_inputs_are_snappy(tmp_path: P
 
     assert result.ok and len(result.adds) == 1
     assert {c for f in inputs for c in codecs(f.path)} == {"SNAPPY"}
-    assert codecs(result.adds[0].path) == {"ZSTD"}
+    assert codecs(result.adds[0].path) == {codec}
 
 
 def test_a_pack_makes_its_units_outputs_durable_together_before_reporting(tmp_path: Path, monkeypatch: Any) -> None:

@@ -145,3 +145,52 @@ def test_a_task_whose_input_file_is_missing_fails_naming_the_file_and_writes_not
     assert not result.ok and not result.adds
     assert (result.error or "").startswith("DataFileMissingError") and gone in (result.error or "")
     assert {f.path for f in table.storage.walk()} == before
+
+
+@pytest.mark.parametrize("kind", ["cluster", "compact"])
+def test_a_delta_output_keeps_statistics_of_its_key_and_hidden_columns_only(tmp_path: Path, kind: str) -> None:
+    """A DeltaFile's other columns cannot prune it (a newer version elsewhere may hide a matching row), so
+    their statistics are not written; a BaseFile keeps every column's."""
+    table, model = make_table(tmp_path, commits=6)
+    plan = plan_all(table, kind)
+    results = execute(plan, table, None, ExecutionOptions())
+    assert commit_rewrites(table, plan, results).version is not None
+    outputs = [a for r in results for a in r.adds]
+    assert outputs and all(a.kind == ("delta" if kind == "cluster" else "base") for a in outputs)
+    for a in outputs:
+        meta = pq.ParquetFile(str(tmp_path / "t" / a.path)).metadata
+        group = meta.row_group(0)
+        with_stats = {group.column(i).path_in_schema for i in range(group.num_columns)
+                      if group.column(i).is_stats_set}
+        codecs = {group.column(i).compression for i in range(group.num_columns)}
+        if kind == "cluster":
+            assert with_stats == {"id", "_maintd_op", "_maintd_version"}
+            assert codecs == {"SNAPPY"}, "level 1 is rewritten soon: the time to write and read it counts"
+        else:
+            assert with_stats == {"id", "name", "amount", "_maintd_version"}
+            assert codecs == {"ZSTD"}
+    assert sorted_read(table).equals(model.table())
+
+
+def test_output_options_by_kind_and_level() -> None:
+    from maintd.execution.output import OUTPUT_OPTIONS, output_options
+
+    schema = pa.schema([("p", pa.string()), ("id", pa.int64()), ("v", pa.string()), ("_maintd_op", pa.int8()),
+                        ("_maintd_version", pa.int64())])
+    l1 = output_options(schema, "delta", 1, ["p", "id"])
+    l2 = output_options(schema, "delta", 2, ["p", "id"])
+    assert l1["compression"] == "snappy" and "compression_level" not in l1
+    assert l2["compression"] == "zstd" and l2["compression_level"] == 1
+    assert l1["write_statistics"] == l2["write_statistics"] == ["p", "id", "_maintd_op", "_maintd_version"]
+    assert output_options(schema, "base", None, ["p", "id"]) == OUTPUT_OPTIONS
+    assert OUTPUT_OPTIONS["write_statistics"] is True
+
+
+def test_the_attempt_is_zero_outside_spark_without_importing_pyspark() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from maintd.execution.rewrite import current_attempt; "
+            "print(current_attempt(), 'pyspark' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["0", "False"], "a process running units itself has no Spark task and needs no pyspark"

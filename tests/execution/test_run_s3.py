@@ -43,20 +43,27 @@ def test_tables_are_discovered_under_an_s3_root(s3_root: str) -> None:
 
 
 @pytest.mark.spark
-def test_maintd_run_through_spark_on_s3(s3_root: str, spark: Any, tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("engine", ["spark", "in-process"])
+def test_maintd_run_through_spark_on_s3(s3_root: str, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        engine: str) -> None:
     assert not any(k.startswith("AWS_ACCESS") for k in os.environ), "the options must reach Spark by the task"
-    table, model = s3_table(f"{s3_root}/wh/run")
+    table, model = s3_table(f"{s3_root}/wh/run-{engine}")
     files_before = len(table.snapshot().files)
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
     monkeypatch.setenv("MAINTD_STATE_DIR", str(tmp_path / "state"))
+    if engine == "spark":  # the table is small: it would run in process otherwise
+        monkeypatch.setenv("MAINTD_SPARK__CONF", json.dumps({"spark.maintd.inProcess.maxInputBytes": "0"}))
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(_app(), ["run", table.uri, "--policy", str(policy), "--json"])
     assert result.exit_code == 0, result.output
     [summary] = json.loads(result.stdout)
     assert summary["status"] == "ok" and summary["tasks_committed"] > 0, summary
-    assert summary["spark_app_id"].startswith("local-") and summary["spark_tasks"] >= 1
+    assert summary["engine"] == engine and summary["spark_tasks"] >= 1
+    if engine == "spark":
+        assert summary["spark_app_id"].startswith("local-")
+    else:
+        assert summary["spark_app_id"] is None
     fresh = Table.open(table.uri)
     assert len(fresh.snapshot().files) < files_before
     assert sorted_read(fresh).equals(model.table())

@@ -86,11 +86,13 @@ def test_maintd_run_prints_json_and_exits_non_zero_naming_failing_tables(tmp_pat
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
     monkeypatch.setenv("MAINTD_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("MAINTD_SPARK__CONF", json.dumps({"spark.maintd.inProcess.maxInputBytes": "0"}))
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(_app(), ["run", table.uri, "--policy", str(policy), "--json"])
     assert result.exit_code == 0, result.output
     [summary] = json.loads(result.stdout)
     assert summary["status"] == "ok" and summary["tasks_committed"] > 0
+    assert summary["engine"] == "spark", "with maxInputBytes 0 every run goes to Spark"
     assert summary["spark_master"] == spark.sparkContext.master and summary["spark_app_id"].startswith("local-")
     assert summary["spark_tasks"] >= 2 and summary["commits"] == [summary["version"]]
     assert summary["reclaim"]["oldest_retained_version"] <= summary["version"]
@@ -142,3 +144,69 @@ def test_a_table_of_a_newer_protocol_is_reported_and_nothing_is_written_into_it(
     assert s.status == "failed" and s.error_type == "UnsupportedProtocolError" and "writer protocol version 4" in (
         s.error or "")
     assert sorted(Path(table.uri).rglob("*")) == before
+
+
+def test_a_small_plan_runs_in_process_without_starting_spark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import maintd.execution.runner as runner_mod
+
+    def no_session(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a plan within spark.maintd.inProcess.maxInputBytes must not start Spark")
+
+    monkeypatch.setattr(runner_mod, "spark_session", no_session)
+    table, model = make_table(tmp_path, commits=10)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    [summary] = Runner(None, policy_path=policy, use_spark=True).run([table.uri])
+    assert summary.status == "ok" and summary.tasks_committed > 0, summary.error
+    assert summary.engine == "in-process" and summary.spark_master is None and summary.spark_app_id is None
+    assert sorted_read(table).equals(model.table())
+
+
+def test_a_plan_above_the_in_process_limit_asks_for_spark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import maintd.execution.runner as runner_mod
+    from maintd.execution.spark import options_from_settings
+
+    asked: list[object] = []
+
+    def session(*args: Any, **kwargs: Any) -> Any:
+        asked.append(args)
+        raise RuntimeError("no Spark here")
+
+    monkeypatch.setattr(runner_mod, "spark_session", session)
+    table, _ = make_table(tmp_path, commits=10)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    size = sum(f.bytes for f in table.snapshot().files.values())
+    conf = type("S", (), {"conf": {"spark.maintd.inProcess.maxInputBytes": str(size - 1)}})()
+    options = options_from_settings(conf)
+    assert options.in_process_max_bytes == size - 1
+    [summary] = Runner(None, policy_path=policy, use_spark=True, options=options).run([table.uri])
+    assert asked and summary.status == "failed" and "no Spark here" in (summary.error or "")
+    asked.clear()
+    options = options_from_settings(type("S", (), {"conf": {"spark.maintd.inProcess.maxInputBytes": str(size)}})())
+    [summary] = Runner(None, policy_path=policy, use_spark=True, options=options).run([table.uri])
+    assert not asked and summary.status == "ok" and summary.engine == "in-process"
+
+
+def test_runs_in_process_counts_the_plans_input_files(tmp_path: Path) -> None:
+    from maintd.execution.driver import in_process_threads, runs_in_process
+    from maintd.execution.specs import ExecutionOptions, PlanDoc, PlanTaskDoc
+
+    table, _ = make_table(tmp_path, commits=6)
+    snap = table.snapshot()
+    files = sorted(snap.files.values(), key=lambda f: f.path)
+    size = sum(f.bytes for f in files)
+    plan = PlanDoc(table_uri=table.uri, read_version=snap.version, tasks=(
+        PlanTaskDoc(task_id="a", kind="compact", partition={}, bucket=0, target_level=None,
+                    inputs=tuple(f.path for f in files[:3])),
+        PlanTaskDoc(task_id="b", kind="compact", partition={}, bucket=1, target_level=None,
+                    inputs=tuple(f.path for f in files[3:]))))
+    assert runs_in_process(plan, snap, ExecutionOptions(in_process_max_bytes=size))
+    assert not runs_in_process(plan, snap, ExecutionOptions(in_process_max_bytes=size - 1)), "both tasks count"
+    assert not runs_in_process(plan, snap, ExecutionOptions(in_process_max_bytes=0))
+    empty = PlanDoc(table_uri=table.uri, read_version=snap.version, tasks=())
+    assert not runs_in_process(empty, snap, ExecutionOptions()), "nothing to run: nowhere to run it"
+    assert in_process_threads(ExecutionOptions(in_process_threads=3)) == 3
+    import os
+
+    assert in_process_threads(ExecutionOptions()) == len(os.sched_getaffinity(0))
