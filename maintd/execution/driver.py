@@ -53,8 +53,24 @@ def runs_in_process(plan: Any, snapshot: Snapshot, options: ExecutionOptions) ->
 
 
 def in_process_threads(options: ExecutionOptions) -> int:
-    """Units at once in process: ``options.in_process_threads``, or one per CPU this process may run on."""
-    return options.in_process_threads or len(os.sched_getaffinity(0)) or 1
+    """Units at once in process: ``options.in_process_threads``, or one per CPU this process may use
+    (:func:`usable_cpus`)."""
+    return options.in_process_threads or usable_cpus()
+
+
+def usable_cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """The CPUs this process may run on, bounded by its container's CPU quota (cgroup v2 ``cpu.max``, as a
+    Kubernetes CPU limit sets it): a pod limited to 2 CPUs on a 64-CPU node runs 2 units at once, not 64."""
+    cpus = len(os.sched_getaffinity(0)) or 1
+    try:
+        with open(cpu_max) as fh:
+            fields = fh.read().split()
+    except OSError:  # no cgroup v2 quota file: no quota
+        return cpus
+    if len(fields) != 2 or fields[0] == "max" or not fields[0].isdigit() or not fields[1].isdigit():
+        return cpus
+    quota, period = int(fields[0]), int(fields[1])
+    return max(1, min(cpus, -(-quota // period))) if period > 0 else cpus
 
 
 def execute(plan: Any, table: Table, spark: Any = None, options: ExecutionOptions | None = None) -> list[TaskResult]:

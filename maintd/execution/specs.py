@@ -104,7 +104,8 @@ class ExecutionOptions(_Model):
     rewrite. 64 MiB of small files take about half a second on two cores in process (docs/benchmarks.md).
     Units run in process with the same memory budget per unit as on Spark, ``in_process_threads`` at once."""
     in_process_threads: int = Field(default=0, ge=0)
-    """Units at once when a run executes in process; 0: one per CPU this process may run on."""
+    """Units at once when a run executes in process; 0: one per CPU this process may run on, within its
+    container's CPU quota (:func:`maintd.execution.driver.usable_cpus`)."""
     commit_max_tasks: int = Field(default=64, ge=1)
     """A group of finished plan tasks is committed once it holds this many..."""
     commit_interval_seconds: float = Field(default=30.0, ge=0)

@@ -189,7 +189,7 @@ def test_a_plan_above_the_in_process_limit_asks_for_spark(tmp_path: Path, monkey
 
 
 def test_runs_in_process_counts_the_plans_input_files(tmp_path: Path) -> None:
-    from maintd.execution.driver import in_process_threads, runs_in_process
+    from maintd.execution.driver import in_process_threads, runs_in_process, usable_cpus
     from maintd.execution.specs import ExecutionOptions, PlanDoc, PlanTaskDoc
 
     table, _ = make_table(tmp_path, commits=6)
@@ -207,6 +207,20 @@ def test_runs_in_process_counts_the_plans_input_files(tmp_path: Path) -> None:
     empty = PlanDoc(table_uri=table.uri, read_version=snap.version, tasks=())
     assert not runs_in_process(empty, snap, ExecutionOptions()), "nothing to run: nowhere to run it"
     assert in_process_threads(ExecutionOptions(in_process_threads=3)) == 3
+    assert in_process_threads(ExecutionOptions()) == usable_cpus()
+
+
+@pytest.mark.parametrize(("cpu_max", "expected"), [
+    ("max 100000\n", None), ("150000 100000\n", 2), ("50000 100000\n", 1), ("100000000 100000\n", None),
+    ("garbage\n", None), (None, None)])
+def test_usable_cpus_follow_the_containers_cpu_quota(tmp_path: Path, cpu_max: str | None,
+                                                      expected: int | None) -> None:
     import os
 
-    assert in_process_threads(ExecutionOptions()) == len(os.sched_getaffinity(0))
+    from maintd.execution.driver import usable_cpus
+
+    cpus = len(os.sched_getaffinity(0))
+    path = tmp_path / "cpu.max"
+    if cpu_max is not None:
+        path.write_text(cpu_max)
+    assert usable_cpus(str(path)) == (min(expected, cpus) if expected is not None else cpus)
