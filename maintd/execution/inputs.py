@@ -16,9 +16,8 @@ Both restrict rows to the task's key range and add the hidden columns (``_maintd
 from __future__ import annotations
 
 import json
-import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -75,34 +74,32 @@ class Layout:
 # -- whole files --------------------------------------------------------------------------------------------------
 
 
-def fetch(storage: Storage) -> Callable[[str], bytes]:
-    """Read a whole data file by its table-relative path (plain ``open`` on local storage: no pathlib)."""
+def fetch_all(storage: Storage, files: Sequence[AddFile], threads: int) -> list[pq.ParquetFile]:
+    """Every file fetched with one read and opened from memory (its footer parsed): ``threads`` at once
+    where reads wait on storage (:attr:`Storage.parallel_reads`), one after the other on a local disk.
+
+    A local file is read with plain ``open`` (no pathlib), at the path :meth:`Storage.full_paths` checked.
+    """
     if isinstance(storage, LocalStorage):
-        root = str(storage.root)
+        paths = dict(zip((f.path for f in files), storage.full_paths([f.path for f in files]), strict=True))
 
-        def read_local(path: str) -> bytes:
-            with open(os.path.join(root, path), "rb") as fh:
+        def get(path: str) -> bytes:
+            with open(paths[path], "rb") as fh:
                 return fh.read()
+    else:
+        get = storage.read
 
-        return read_local
-    return storage.read
+    def open_one(f: AddFile) -> pq.ParquetFile:
+        with data_file_errors(storage, f):
+            return pq.ParquetFile(pa.py_buffer(get(f.path)), pre_buffer=False)
+
+    return map_in_runs(open_one, files, threads if storage.parallel_reads else 1)
 
 
 def decoded_bytes(pf: pq.ParquetFile) -> int:
     """The uncompressed size of a Parquet file's row groups, from its footer (a proxy of its Arrow size)."""
     md = pf.metadata
     return sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
-
-
-def fetch_all(storage: Storage, files: Sequence[AddFile], threads: int) -> list[pq.ParquetFile]:
-    """Every file fetched with one read (``threads`` at once) and opened from memory (its footer parsed)."""
-    get = fetch(storage)
-
-    def open_one(f: AddFile) -> pq.ParquetFile:
-        with data_file_errors(storage, f):
-            return pq.ParquetFile(pa.py_buffer(get(f.path)), pre_buffer=False)
-
-    return map_in_runs(open_one, files, threads)
 
 
 class TooLargeError(Exception):

@@ -59,6 +59,11 @@ class Storage(abc.ABC):
     #: (pyarrow's pre-buffering): what object stores want. A local disk reads them as it decodes (False),
     #: which costs a small file less (0.37 against 0.42 ms to read a 1,000-row file of 9 columns).
     coalesce_reads: bool = True
+    #: True when reading several files at once is faster than one after the other: an object store's reads
+    #: wait on the network. A local read is a copy from the page cache, for which threads only add their
+    #: start-up and GIL hand-offs (False): a compaction of 400 small files in the daemon's process took
+    #: 0.13 s fetching them one by one, 0.21 s on 4 threads per unit.
+    parallel_reads: bool = True
 
     @property
     @abc.abstractmethod

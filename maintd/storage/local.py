@@ -82,6 +82,7 @@ class LocalStorage(Storage):
 
     lists_in_order = False
     coalesce_reads = False
+    parallel_reads = False
 
     def __init__(self, uri: str) -> None:
         path = uri[len("file://") :] if uri.startswith("file://") else uri

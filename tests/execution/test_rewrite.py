@@ -194,3 +194,27 @@ def test_the_attempt_is_zero_outside_spark_without_importing_pyspark() -> None:
             "print(current_attempt(), 'pyspark' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["0", "False"], "a process running units itself has no Spark task and needs no pyspark"
+
+
+def test_fetching_inputs_refuses_a_link_out_of_the_table_and_reads_a_local_disk_on_one_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from maintd.errors import PathOutsideTableError
+    from maintd.execution import inputs
+    from maintd.storage import LocalStorage
+
+    table, _ = make_table(tmp_path, commits=3, buckets=1)
+    files = sorted(table.snapshot().files.values(), key=lambda f: f.path)
+    threads_asked: list[int] = []
+    real = inputs.map_in_runs
+    monkeypatch.setattr(inputs, "map_in_runs", lambda fn, items, n: (threads_asked.append(n), real(fn, items, n))[1])
+    opened = inputs.fetch_all(table.storage, files, 4)
+    assert [pf.metadata.num_rows for pf in opened] == [f.rows for f in files]
+    assert threads_asked == [1] and not LocalStorage.parallel_reads, "a page-cache copy gains nothing from threads"
+    # a data file replaced by a link to a file outside the table is refused, not read
+    outside = tmp_path / "outside.parquet"
+    target = tmp_path / "t" / files[0].path
+    outside.write_bytes(target.read_bytes())
+    target.unlink()
+    target.symlink_to(outside)
+    with pytest.raises(PathOutsideTableError, match="outside the table root"):
+        inputs.fetch_all(table.storage, files, 4)
