@@ -55,8 +55,9 @@ class Backend(Protocol):
     def slots(self) -> int:
         """Spark tasks to keep in flight now."""
 
-    def run(self, packs: Sequence[Sequence[str]]) -> list[str]:
-        """Run packs of unit specs (JSON), one task each, and return every unit's result JSON."""
+    def run(self, packs: Sequence[Sequence[TaskSpec]]) -> list[TaskResult]:
+        """Run packs of units, one task each, and return every unit's result (a backend that crosses a
+        process boundary carries them as JSON; one in this process passes the objects)."""
 
     def cancel(self) -> None:
         """Cancel what is running (best effort)."""
@@ -78,8 +79,8 @@ class LocalBackend:
     def slots(self) -> int:
         return self.threads  # nothing queues behind a thread: more in flight would only share the cores
 
-    def run(self, packs: Sequence[Sequence[str]]) -> list[str]:
-        return [r.model_dump_json() for p in packs for r in run_pack(list(p), self.pack_threads)]
+    def run(self, packs: Sequence[Sequence[TaskSpec]]) -> list[TaskResult]:
+        return [r for p in packs for r in run_pack(list(p), self.pack_threads)]
 
     def cancel(self) -> None:
         return None
@@ -109,12 +110,15 @@ class SparkBackend:
     def slots(self) -> int:
         return 2 * self.cores()  # a task queued per core: no core waits for the driver between two tasks
 
-    def run(self, packs: Sequence[Sequence[str]]) -> list[str]:
+    def run(self, packs: Sequence[Sequence[TaskSpec]]) -> list[TaskResult]:
+        wire = [[s.model_dump_json() for s in p] for p in packs]
         if self.connect:
-            return _run_connect(self.spark, [list(p) for p in packs], self.fn)
-        sc = self.spark.sparkContext
-        sc.setJobGroup(self.group, self.description, interruptOnCancel=True)
-        return list(sc.parallelize([list(p) for p in packs], numSlices=len(packs)).flatMap(self.fn).collect())
+            out = _run_connect(self.spark, wire, self.fn)
+        else:
+            sc = self.spark.sparkContext
+            sc.setJobGroup(self.group, self.description, interruptOnCancel=True)
+            out = sc.parallelize(wire, numSlices=len(wire)).flatMap(self.fn).collect()
+        return [TaskResult.model_validate_json(x) for x in out]
 
     def cancel(self) -> None:
         if not self.connect:
@@ -188,7 +192,7 @@ def run_units(specs: Sequence[TaskSpec], backend: Backend, options: ExecutionOpt
     packs = [[specs[i] for i in p] for p in pack_tasks(specs, pack_count(specs, options.task_input_bytes,
                                                                           backend.cores()))]
     queue = deque(packs)
-    running: dict[Future[list[str]], list[list[TaskSpec]]] = {}
+    running: dict[Future[list[TaskResult]], list[list[TaskSpec]]] = {}
     cancelled = False
     with ThreadPoolExecutor(MAX_JOBS, thread_name_prefix="maintd-job") as pool:
         while queue or running:
@@ -197,7 +201,7 @@ def run_units(specs: Sequence[TaskSpec], backend: Backend, options: ExecutionOpt
                 backend.cancel()
             while queue and not cancelled and _in_flight(running) < backend.slots():
                 batch = [queue.popleft() for _ in range(min(len(queue), _per_job(backend.slots())))]
-                running[pool.submit(backend.run, [[s.model_dump_json() for s in p] for p in batch])] = batch
+                running[pool.submit(backend.run, batch)] = batch
             if cancelled:
                 for p in queue:
                     _report_failed(p, "not started: the run was abandoned", on_result)
@@ -210,7 +214,7 @@ def run_units(specs: Sequence[TaskSpec], backend: Backend, options: ExecutionOpt
     return len(packs)
 
 
-def _in_flight(running: dict[Future[list[str]], list[list[TaskSpec]]]) -> int:
+def _in_flight(running: dict[Future[list[TaskResult]], list[list[TaskSpec]]]) -> int:
     return sum(len(b) for b in running.values())
 
 
@@ -218,11 +222,11 @@ def _per_job(slots: int) -> int:
     return max(1, math.ceil(slots / MAX_JOBS))
 
 
-def _finish(batch: list[list[TaskSpec]], fut: Future[list[str]], on_result: Callable[[TaskResult], None],
+def _finish(batch: list[list[TaskSpec]], fut: Future[list[TaskResult]], on_result: Callable[[TaskResult], None],
             storage: Storage | None) -> None:
     specs = [s for p in batch for s in p]
     try:
-        results = [TaskResult.model_validate_json(x) for x in fut.result()]
+        results = fut.result()
     except Exception as exc:  # the job failed: a task out of retries, or cancelled
         logger.warning("a Spark job of {} unit(s) failed: {}", len(specs), _first_line(exc))
         for p in batch:

@@ -315,14 +315,14 @@ class _GrowingCluster:
     def slots(self) -> int:
         return 2 * self.n_cores
 
-    def run(self, packs: Any) -> list[str]:
+    def run(self, packs: Any) -> list[TaskResult]:
         with self.lock:
             self.active += len(packs)
             self.peak[self.n_cores] = max(self.peak.get(self.n_cores, 0), self.active)
         assert self.release.wait(120), "never released"
         with self.lock:
             self.active -= len(packs)
-        return [r.model_dump_json() for p in packs for r in run_pack(list(p))]
+        return [r for p in packs for r in run_pack(list(p))]
 
     def cancel(self) -> None:
         self.release.set()
