@@ -108,7 +108,7 @@ def run_plan(plan: Any, table: Table, spark: Any = None, options: ExecutionOptio
                       SparkBackend(spark, opts, f"maintd: {len(doc.tasks)} task(s) of {doc.table_uri}",
                                    table_uri=doc.table_uri))
     report.master, report.app_id = run.describe()
-    report.engine = "in-process" if isinstance(run, LocalBackend) else "spark"
+    report.engine = getattr(run, "engine", None)
     report.units = len(specs)
     committer = IncrementalCommitter(table, doc, max_tasks=opts.commit_max_tasks,
                                      interval_seconds=opts.commit_interval_seconds,

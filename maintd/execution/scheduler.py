@@ -67,7 +67,9 @@ class Backend(Protocol):
 
 
 class LocalBackend:
-    """Packs run in threads of this process (tests, and tables too small to be worth a Spark job)."""
+    """Packs run in threads of this process (plans too small to be worth a Spark job, tests)."""
+
+    engine = "in-process"
 
     def __init__(self, threads: int = 2, pack_threads: int = 1) -> None:
         self.threads = threads
@@ -91,6 +93,8 @@ class LocalBackend:
 
 class SparkBackend:
     """Packs run as Spark jobs of a session (classic: ``parallelize``; Connect: ``mapInArrow``)."""
+
+    engine = "spark"
 
     def __init__(self, spark: Any, options: ExecutionOptions, description: str, table_uri: str | None = None) -> None:
         self.spark = spark

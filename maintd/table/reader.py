@@ -73,12 +73,8 @@ def read_bucket(storage: Storage, metadata: Metadata, files: Sequence[AddFile], 
 
 
 def _read_files(storage: Storage, metadata: Metadata, files: Sequence[AddFile], columns: Sequence[str]) -> pa.Table:
-    """The files of one bucket concatenated in the order given, with the hidden columns, decoded on threads
-    when there are many (pyarrow releases the GIL).
-
-    Level-0 files of one schema are concatenated as read and their version column, one constant per file,
-    is added once for all of them: a bucket of hundreds of small files pays no per-file column building.
-    """
+    """The files of one bucket concatenated in the order given, with the hidden columns (level-0 files' as
+    :func:`_with_versions` adds them), decoded on threads when there are many (pyarrow releases the GIL)."""
     few = len(files) < _PARALLEL_FILES  # a few files: one thread, each decoded on pyarrow's threads
     parts = read_data_files(storage, metadata, files, columns, 1 if few else _THREADS)
     if all(f.kind == "delta" and f.level == 0 for f in files):
