@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from maintd import InvalidInputError, Table
@@ -41,11 +42,12 @@ def new_table(root: Path) -> Table:
 def write(table: Table, rows: list[tuple[Any, ...]], *, kind: str = "delta", level: int | None = 0,
           version: int = 1) -> AddFile:
     """A data file of partition ``ds=a``, bucket 0. ``rows``: (id, name) for a level-0 file (all upserts) or a
-    BaseFile, (id, name, op) for a level-0 file with deletes, (id, name, op, version) for a level-1 file."""
+    BaseFile, (id, name, op) for a level-0 file with deletes, (id, name, op, version) for a level-1 file, whose
+    rows are sorted by key, then oldest version first (as clustering writes them)."""
     md = table.snapshot().metadata
     schema = file_schema(md, kind, level)  # type: ignore[arg-type]
     out = []
-    for r in sorted(rows, key=lambda r: (r[0], -(r[3] if len(r) > 3 else 0))):
+    for r in sorted(rows, key=lambda r: (r[0], r[3] if len(r) > 3 else 0)):
         row: dict[str, Any] = {"id": r[0], "ds": "a", "name": r[1]}
         if OP_COLUMN in schema.names:
             row[OP_COLUMN] = r[2] if len(r) > 2 else UPSERT
@@ -237,6 +239,14 @@ def test_a_snapshot_reads_its_partitions_and_buckets_in_order(tmp_path: Path) ->
     assert hidden.column_names == ["id", VERSION_COLUMN, OP_COLUMN] and hidden.num_rows == 8
 
 
+def test_a_snapshot_reads_its_partitions_in_the_order_of_their_keys_text(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), SCHEMA, primary_key="id", partition_by="ds", buckets=1)
+    table.upsert(pa.table({"id": [1, 2, 3], "ds": ["b", "it's", "a"], "name": ["b", "i", "a"]}))
+    # the text of (("ds", "it's"),) quotes the value with '"', which sorts before "'": neither the values' order
+    # nor their directories' (ds=a, ds=b, ds=it%27s)
+    assert rows_of(read_snapshot(table.storage, table.snapshot(), ["name"])) == [("i",), ("a",), ("b",)]
+
+
 def test_a_snapshot_without_files_or_groups_reads_as_no_rows_of_its_columns(tmp_path: Path) -> None:
     table = partitioned(tmp_path / "t")
     snapshot = table.snapshot()
@@ -298,3 +308,100 @@ def test_the_changes_between_two_snapshots_read_the_touched_groups_only(tmp_path
     assert rows_of(d) == [(1, "a", "x2", "update", 2), (2, "a", "y", "delete", None), (4, "a", "w", "insert", 2)]
     everything = changes_between(table.storage, before, after, set(after.by_bucket()))
     assert rows_of(everything)[-1] == (3, "b", "z2", "update", 2) and everything.num_rows == 4
+
+
+def test_basefiles_are_read_for_the_key_and_the_columns_asked_for_only(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64!,ds:string!,name:string,n:int64", primary_key="id",
+                         partition_by="ds", buckets=1)
+    md = metadata(table)
+    schema = file_schema(md, "base", None)
+    rows = pa.Table.from_pylist([{"id": 1, "ds": "a", "name": "x", "n": 7, VERSION_COLUMN: 1}], schema=schema)
+    f = write_data_file(table.storage, md, rows, partition={"ds": "a"}, bucket=0, kind="base", level=None)
+    asked: list[Any] = []
+    read_data_file = reader.read_data_file
+
+    def spy(storage: Any, md: Metadata, f: AddFile, columns: Any = None, **kw: Any) -> pa.Table:
+        asked.append(columns)
+        return read_data_file(storage, md, f, columns, **kw)
+
+    monkeypatch.setattr(reader, "read_data_file", spy)
+    assert rows_of(read_bucket(table.storage, md, [f], ["name"])) == [("x",)]
+    assert asked == [["ds", "id", "name"]]
+
+
+def test_writers_files_are_read_for_the_key_and_the_columns_asked_for_only(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64!,ds:string!,name:string,n:int64", primary_key="id",
+                         partition_by="ds", buckets=1)
+    md = metadata(table)
+    schema = file_schema(md, "delta", 0)
+
+    def level0(version: int, name: str) -> AddFile:
+        rows = pa.Table.from_pylist([{"id": 1, "ds": "a", "name": name, "n": 7, OP_COLUMN: UPSERT}], schema=schema)
+        return write_data_file(table.storage, md, rows, partition={"ds": "a"}, bucket=0, kind="delta", level=0,
+                               min_version=version, max_version=version)
+
+    older, newer = level0(1, "x"), level0(2, "y")
+    asked: list[Any] = []
+    read_data_file = reader.read_data_file
+
+    def spy(storage: Any, md: Metadata, f: AddFile, columns: Any = None, **kw: Any) -> pa.Table:
+        asked.append(columns)
+        return read_data_file(storage, md, f, columns, **kw)
+
+    monkeypatch.setattr(reader, "read_data_file", spy)
+    assert rows_of(read_bucket(table.storage, md, [older], ["name"])) == [("x",)]  # alone
+    assert rows_of(read_bucket(table.storage, md, [older, newer], ["name"])) == [("y",)]  # merged
+    assert asked == [["ds", "id", "name"]] * 3
+
+
+def test_writers_files_alone_are_merged_by_key_newest_file_first(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    table = new_table(tmp_path / "t")
+    v2 = write(table, [(1, "two", UPSERT)], version=2)
+    v5 = write(table, [(1, "five", UPSERT)], version=5)
+    merged_file = write(table, [(1, "m1", UPSERT, 1)], level=1)
+    calls: list[tuple[list[int], bool]] = []
+    hidden: list[str] = []
+    latest_rows, with_hidden_columns = reader.latest_rows, reader.with_hidden_columns
+
+    def spy(t: pa.Table, keys: Any, **kw: Any) -> pa.Table:
+        calls.append((t.column(VERSION_COLUMN).to_pylist(), kw["newest_first"]))
+        return latest_rows(t, keys, **kw)
+
+    def spy_hidden(t: pa.Table, f: AddFile) -> pa.Table:
+        hidden.append(f.path)
+        return with_hidden_columns(t, f)
+
+    monkeypatch.setattr(reader, "latest_rows", spy)
+    monkeypatch.setattr(reader, "with_hidden_columns", spy_hidden)
+    md = metadata(table)
+    assert rows_of(read_bucket(table.storage, md, [v2, v5], ["name"])) == [("five",)]
+    assert calls == [([5, 2], True)] and hidden == []  # the versions added once for all the writers' files
+    calls.clear()
+    assert rows_of(read_bucket(table.storage, md, [v2, merged_file, v5], ["name"])) == [("five",)]
+    assert calls == [([2, 1, 5], False)] and hidden == [v2.path, merged_file.path, v5.path]
+
+
+def test_merged_files_with_writers_files_are_merged_by_version(tmp_path: Path) -> None:
+    table = new_table(tmp_path / "t")
+    merged = write(table, [(1, "m1", UPSERT, 1), (2, "k1", UPSERT, 1), (2, "k2", UPSERT, 2)], level=1)
+    newer = write(table, [(1, "w5", UPSERT)], version=5)
+    t = read_bucket(table.storage, metadata(table), [merged, newer], ["name"], keep_hidden=True)
+    assert rows_of(t) == [("w5", 5, UPSERT), ("k2", 2, UPSERT)]
+
+
+def test_writers_files_of_different_layouts_are_merged_too(tmp_path: Path) -> None:
+    table = new_table(tmp_path / "t")
+    md = metadata(table)
+    ours = write(table, [(1, "x", UPSERT), (2, "y", UPSERT)], version=2)
+    # another writer's file: the same columns and types, but "name" declared not null
+    schema = file_schema(md, "delta", 0)
+    strict = schema.set(schema.get_field_index("name"), pa.field("name", pa.string(), nullable=False))
+    path = f"ds=a/bucket-00000/delta-L0-{'f' * 32}.parquet"
+    pq.write_table(pa.Table.from_pylist([{"id": 2, "ds": "a", "name": "z", OP_COLUMN: UPSERT}], schema=strict),
+                   tmp_path / "t" / path)
+    theirs = ours.model_copy(update={"path": path, "min_version": 3, "max_version": 3, "rows": 1})
+    t = read_bucket(table.storage, md, [ours, theirs], ["name"], keep_hidden=True)
+    assert rows_of(t) == [("x", 2, UPSERT), ("z", 3, UPSERT)]
