@@ -7,6 +7,7 @@ function is called on its own, on a small table or a hand-made plan, and its exa
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pyarrow as pa
 import pytest
 from loguru import logger
 
-from maintd import DataFileMissingError, InvalidInputError, StorageError, Table
+from maintd import DataFileMissingError, InvalidInputError, StorageError, Table, UnsupportedProtocolError
 from maintd.errors import VersionNotFoundError
 from maintd.reclaim import engine
 from maintd.reclaim.engine import (
@@ -31,6 +32,7 @@ from maintd.reclaim.engine import (
 from maintd.reclaim.files import PartitionFilter
 from maintd.reclaim.models import FileRef, ReclaimPlan
 from maintd.storage import FileInfo, LocalStorage
+from maintd.table.actions import WRITER_VERSION, Protocol
 from maintd.table.log import checkpoint_path, commit_path
 
 NOW = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
@@ -126,6 +128,8 @@ def test_the_oldest_listed_version_ends_its_run_at_the_newest_commit_listed_up_t
     assert oldest_listed(_listing([9], [3]), 4) == 4
     # names outside the log, or not log files, are not versions
     assert oldest_listed(_listing([4, 5], [], (commit_path(3).removeprefix("_log/"), "_log/x.json")), 5) == 4
+    # the latest is listed too: version 6 has no checkpoint, but the run up to 7 has one at 7
+    assert oldest_listed(_listing([6, 7], [7]), 7) == 7
 
 
 # -- a damaged table --------------------------------------------------------------------------------------------------
@@ -134,6 +138,8 @@ def test_the_oldest_listed_version_ends_its_run_at_the_newest_commit_listed_up_t
 @pytest.mark.parametrize(("missing", "shown"), [
     (1, "bucket-0/f0.parquet"),
     (5, "bucket-0/f0.parquet, bucket-0/f1.parquet, bucket-0/f2.parquet, bucket-0/f3.parquet, bucket-0/f4.parquet"),
+    (6, "bucket-0/f0.parquet, bucket-0/f1.parquet, bucket-0/f2.parquet, bucket-0/f3.parquet, bucket-0/f4.parquet "
+        "and 1 more"),
     (7, "bucket-0/f0.parquet, bucket-0/f1.parquet, bucket-0/f2.parquet, bucket-0/f3.parquet, bucket-0/f4.parquet "
         "and 2 more"),
 ])
@@ -162,6 +168,15 @@ def test_a_live_file_is_missing_only_once_committed_before_the_listing(tmp_path:
         check_intact(table, snapshot, Listed({}, live.modification_time + 10**6))
 
 
+def test_a_table_for_a_newer_writer_is_not_reclaimed_and_the_error_names_it(tmp_path: Path) -> None:
+    table = small_table(tmp_path / "t")
+    snapshot = table.snapshot()
+    newer = replace(snapshot, protocol=Protocol(min_reader_version=1, min_writer_version=WRITER_VERSION + 1))
+    with pytest.raises(UnsupportedProtocolError) as err:
+        check_intact(table, newer, list_files(table))
+    assert str(err.value).startswith(f"table {table.uri} requires writer protocol version {WRITER_VERSION + 1}")
+
+
 # -- the plan ---------------------------------------------------------------------------------------------------------
 
 
@@ -188,6 +203,47 @@ def test_a_plan_names_what_it_deletes_and_why(tmp_path: Path) -> None:
     none = build_plan(table, snapshot, listing, now=NOW, floor=0, floor_ms=0, oldest_available=0,
                       grace=timedelta(hours=1), where=PartitionFilter(()))
     assert none.log_files == () and not none.checkpoint_needed  # no log file to delete: no checkpoint needed
+
+
+def test_a_plan_deletes_the_maintd_files_no_version_references_once_older_than_the_grace(tmp_path: Path) -> None:
+    table = small_table(tmp_path / "t")
+    snapshot = table.snapshot()
+    listing = dict(list_files(table))
+    now_ms, grace_ms = engine.to_ms(NOW), 2 * 3600 * 1000
+
+    def orphan(name: str, age_ms: int) -> str:
+        path = f"bucket-00000/{name}"
+        listing[path] = FileInfo(path=path, size=len(name), mtime_ms=now_ms - age_ms)
+        return path
+
+    old = orphan(f"delta-L0-{'a' * 32}.parquet", grace_ms + 1)
+    orphan(f"delta-L0-{'b' * 32}.parquet", grace_ms)  # exactly as old as the grace: kept
+    orphan(f"base-{'c' * 32}.parquet", 5)
+    orphan("notes.txt", 10 * grace_ms)  # not a name maintd writes: kept, and counted
+    plan = build_plan(table, snapshot, listing, now=NOW, floor=0, floor_ms=0, oldest_available=0,
+                      grace=timedelta(hours=2), where=PartitionFilter(()))
+    assert plan.orphan_files == (FileRef(path=old, bytes=len(old.split("/")[1])),)
+    assert (plan.orphans_within_grace, plan.unknown_files) == (2, 1)
+
+
+def test_a_plan_names_its_partitions_the_live_pins_and_the_expired_ones(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64!,ds:string", primary_key="id", partition_by="ds", buckets=1)
+    table.upsert(pa.table({"id": [1, 2], "ds": ["a", "b"]}))
+    table.upsert(pa.table({"id": [3], "ds": ["a"]}))
+    short = table.pin(1, timedelta(hours=1))
+    table.pin(2, timedelta(days=3))
+    table.pin(1, timedelta(days=3))
+    snapshot = table.snapshot()
+    listing = list_files(table)
+    now = datetime.fromtimestamp(short.expires / 1000, UTC) + timedelta(minutes=1)  # the short pin has ended
+    where = PartitionFilter(("ds",), ({"ds": "a"},))
+    plan = build_plan(table, snapshot, listing, now=now, floor=1, floor_ms=0, oldest_available=0,
+                      grace=timedelta(hours=1), where=where)
+    assert plan.partitions == ({"ds": "a"},)
+    assert plan.pinned_versions == (1, 2) and plan.expired_pins == (short.id,)
+    before = build_plan(table, snapshot, listing, now=now - timedelta(minutes=2), floor=1, floor_ms=0,
+                        oldest_available=0, grace=timedelta(hours=1), where=where)
+    assert before.pinned_versions == (1, 1, 2) and before.expired_pins == ()
 
 
 def test_the_pinned_bytes_are_those_only_the_pins_keep(tmp_path: Path) -> None:
@@ -290,17 +346,19 @@ def test_a_failed_delete_marks_the_run_incomplete_and_the_log_stops_there(tmp_pa
 def test_a_run_whose_log_step_failed_deletes_no_data_files_and_leaves_the_watermark(tmp_path: Path) -> None:
     root = tmp_path / "t"
     small_table(root)
-    log_refs = files(root, {"_log/stray-1": 1})
+    log_refs = files(root, {"_log/stray-1": 1, "_log/stray-2": 2})
     data = files(root, {"x/d": 5})
     orphans = files(root, {"x/o": 9})
     table = Table(FailingDeletes(str(root), {"_log/stray-1"}))
     plan = plan_of(table, log_files=log_refs, data_files=data, orphan_files=orphans, oldest_retained_version=1,
                    retained_timestamp=123)
     report = execute_plan(table, plan)
+    assert (root / "_log/stray-2").exists()  # the log step stops at the first it cannot delete
     assert (root / "x/d").exists() and not (root / "x/o").exists()  # orphans still go
     assert (report.log_files_deleted, report.data_files_deleted, report.orphan_files_deleted) == (0, 0, 1)
-    assert (report.data_bytes_deleted, report.orphan_bytes_deleted) == (0, 9)
+    assert (report.log_bytes_deleted, report.data_bytes_deleted, report.orphan_bytes_deleted) == (0, 0, 9)
     assert not report.complete and table.log.reclaimed_watermark() is None
+    assert report.operation == "reclaim"  # the default
 
 
 def test_a_complete_run_reports_what_it_deleted_and_advances_the_watermark(tmp_path: Path,
@@ -373,3 +431,12 @@ def test_the_last_check_keeps_planned_orphans_the_newest_state_references_even_a
     orphans = (FileRef(path=live, bytes=1), FileRef(path=newer, bytes=1), *files(root, {"x/o": 9}))
     report = execute_plan(table, plan_of(table, orphan_files=orphans), advance_watermark=False)
     assert report.orphan_files_deleted == 1 and (root / live).exists() and (root / newer).exists()
+    assert report.orphan_bytes_deleted == 9  # the files kept are not counted
+
+
+def test_a_run_reports_the_seconds_since_the_start_it_is_given_to_the_millisecond(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = small_table(tmp_path / "t")
+    monkeypatch.setattr(engine.time, "monotonic", lambda: 100.0)
+    report = execute_plan(table, plan_of(table), advance_watermark=False, started=98.7654)
+    assert report.seconds == 1.235

@@ -598,3 +598,62 @@ def test_every_winner_is_checked_and_counted(tmp_path: Path) -> None:
     other.upsert(pa.table({"id": [7], "ds": ["a"], "name": ["w"]}))
     other.upsert(pa.table({"id": [8], "ds": ["b"], "name": ["v"]}))
     assert txn.commit() == 4 and txn.conflicts_checked == 2
+
+
+def test_winners_after_a_base_commit_published_into_again_are_checked_from_the_two_states(tmp_path: Path) -> None:
+    table = partitioned(tmp_path / "t")
+    txn = table.new_transaction("NOOP")  # built on version 1
+    base = committed(table, 1)
+    other = Table.open(table.uri)
+    other.new_transaction("NOOP").commit()
+    other.new_transaction("NOOP").commit()
+    # reclamation deletes the commits before 2; a writer far behind then publishes its own commit 1 into that
+    # removed history: the commits after it are all there, but the one the check starts from is another's
+    other.log.write_checkpoint(other.snapshot(2))
+    for v in range(2):
+        assert other.log.delete_commit(v)
+    assert other.log.try_commit(1, [info_of(base).model_copy(update={"txn_id": "far-behind"})])
+    assert txn.commit() == 4
+    assert txn.attempts == 2 and txn.conflicts_checked == 1  # one check of the two states, not one per commit
+
+
+def test_a_round_checked_from_the_two_states_adds_to_the_checks_of_the_rounds_before(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = partitioned(tmp_path / "t")
+    txn = table.new_transaction("NOOP")
+    other = Table.open(table.uri)
+    other.new_transaction("NOOP").commit()  # the first attempt loses to version 2, checked from its commit
+    check = Transaction._check_winners
+
+    def then_more_winners(self: Transaction, checked: Snapshot, newest: Snapshot) -> int | None:
+        done = check(self, checked, newest)
+        if self.attempts == 1:  # the second attempt loses to 3 and 4, whose commits reclamation then deletes
+            other.new_transaction("NOOP").commit()
+            other.new_transaction("NOOP").commit()
+            other.log.write_checkpoint(other.snapshot(4))
+            for v in range(4):
+                assert other.log.delete_commit(v)
+        return done
+
+    monkeypatch.setattr(Transaction, "_check_winners", then_more_winners)
+    assert txn.commit() == 5
+    assert txn.attempts == 3 and txn.conflicts_checked == 2
+
+
+def test_a_replace_that_lost_to_a_rewrite_of_its_partition_removes_the_output_and_not_the_rewritten_file(
+        tmp_path: Path) -> None:
+    table = partitioned(tmp_path / "t")
+    snapshot = table.snapshot()
+    old = file_in(snapshot, "a")
+    txn = table.new_transaction("OVERWRITE")
+    txn.replace([(("ds", "a"),)])
+    rewrite = Table.open(table.uri).new_transaction("OPTIMIZE")
+    rewrite.remove(old, data_change=False)
+    rewrite.add(old.model_copy(update={"path": "ds=a/bucket-00000/rewritten.parquet", "data_change": False}))
+    assert rewrite.commit() == 2
+    v = txn.commit()
+    assert v == 3
+    removed = {a.path: a for a in committed(table, v) if isinstance(a, RemoveFile)}
+    assert set(removed) == {"ds=a/bucket-00000/rewritten.parquet"}  # the rewritten file is gone already
+    assert removed["ds=a/bucket-00000/rewritten.parquet"].data_change
+    assert set(table.snapshot().files) == {file_in(snapshot, "b").path}
