@@ -189,25 +189,27 @@ def test_writers_and_merged_files_together_give_the_newest_row_of_each_key(tmp_p
 @pytest.mark.parametrize(("count", "threads"), [(7, 1), (8, 4)])
 def test_many_files_of_a_bucket_are_read_on_threads_a_few_on_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                    count: int, threads: int) -> None:
+    import maintd.table.files as files_mod
+
     table = new_table(tmp_path / "t")
     files = [write(table, [(i, f"n{v}"), (100 + v, "x")], version=v) for v, i in enumerate(range(count), start=1)]
     runs: list[int] = []
-    reads: list[bool] = []
-    map_in_runs, read_data_file = reader.map_in_runs, reader.read_data_file
+    decodes: list[bool] = []
+    read_runs, decode = reader.read_runs_of_files, files_mod._decode
 
-    def spy_map(fn: Any, items: Any, n: int) -> Any:
+    def spy_runs(storage: Any, md: Metadata, fs: Any, columns: Any, n: int, per_run: Any) -> Any:
         runs.append(n)
-        return map_in_runs(fn, items, n)
+        return read_runs(storage, md, fs, columns, n, per_run)
 
-    def spy_read(*a: Any, threads: bool = True, hidden: bool = True) -> Any:
-        reads.append(threads)
-        assert not hidden  # the versions are added once for all the files
-        return read_data_file(*a, threads=threads, hidden=hidden)
+    def spy_decode(storage: Any, f: AddFile, path: str, projection: Any, threads: bool) -> pa.Table:
+        decodes.append(threads)
+        return decode(storage, f, path, projection, threads)
 
-    monkeypatch.setattr(reader, "map_in_runs", spy_map)
-    monkeypatch.setattr(reader, "read_data_file", spy_read)
+    monkeypatch.setattr(reader, "read_runs_of_files", spy_runs)
+    monkeypatch.setattr(files_mod, "_decode", spy_decode)
     t = read_bucket(table.storage, metadata(table), files, ["name"], keep_hidden=True)
-    assert runs == [threads] and reads == [threads == 1] * count
+    # a few files: one run, each file decoded on pyarrow's threads; many: runs on threads, one thread per file
+    assert runs == [threads] and decodes == [threads == 1] * count
     expected = sorted([(i, f"n{v}", v) for v, i in enumerate(range(count), start=1)]
                       + [(100 + v, "x", v) for v in range(1, count + 1)])
     assert rows_of(t) == [(n, v, UPSERT) for _, n, v in expected]
@@ -344,16 +346,21 @@ def test_writers_files_are_read_for_the_key_and_the_columns_asked_for_only(tmp_p
 
     older, newer = level0(1, "x"), level0(2, "y")
     asked: list[Any] = []
-    read_data_file = reader.read_data_file
+    read_data_file, read_runs = reader.read_data_file, reader.read_runs_of_files
 
     def spy(storage: Any, md: Metadata, f: AddFile, columns: Any = None, **kw: Any) -> pa.Table:
         asked.append(columns)
         return read_data_file(storage, md, f, columns, **kw)
 
+    def spy_runs(storage: Any, md: Metadata, fs: Any, columns: Any, n: int, per_run: Any) -> Any:
+        asked.append(columns)
+        return read_runs(storage, md, fs, columns, n, per_run)
+
     monkeypatch.setattr(reader, "read_data_file", spy)
+    monkeypatch.setattr(reader, "read_runs_of_files", spy_runs)
     assert rows_of(read_bucket(table.storage, md, [older], ["name"])) == [("x",)]  # alone
     assert rows_of(read_bucket(table.storage, md, [older, newer], ["name"])) == [("y",)]  # merged
-    assert asked == [["ds", "id", "name"]] * 3
+    assert asked == [["ds", "id", "name"]] * 2
 
 
 def test_writers_files_alone_are_merged_by_key_newest_file_first(tmp_path: Path,
@@ -362,9 +369,15 @@ def test_writers_files_alone_are_merged_by_key_newest_file_first(tmp_path: Path,
     v2 = write(table, [(1, "two", UPSERT)], version=2)
     v5 = write(table, [(1, "five", UPSERT)], version=5)
     merged_file = write(table, [(1, "m1", UPSERT, 1)], level=1)
+    hashed: list[list[int]] = []
     calls: list[tuple[list[int], bool]] = []
     hidden: list[str] = []
-    latest_rows, with_hidden_columns = reader.latest_rows, reader.with_hidden_columns
+    first_of_each, latest_rows, with_hidden_columns = (reader.first_of_each_key_hashed, reader.latest_rows,
+                                                       reader.with_hidden_columns)
+
+    def spy_hashed(t: pa.Table, key: str, **kw: Any) -> pa.Array:
+        hashed.append(t.column(VERSION_COLUMN).to_pylist())
+        return first_of_each(t, key, **kw)
 
     def spy(t: pa.Table, keys: Any, **kw: Any) -> pa.Table:
         calls.append((t.column(VERSION_COLUMN).to_pylist(), kw["newest_first"]))
@@ -374,14 +387,16 @@ def test_writers_files_alone_are_merged_by_key_newest_file_first(tmp_path: Path,
         hidden.append(f.path)
         return with_hidden_columns(t, f)
 
+    monkeypatch.setattr(reader, "first_of_each_key_hashed", spy_hashed)
     monkeypatch.setattr(reader, "latest_rows", spy)
     monkeypatch.setattr(reader, "with_hidden_columns", spy_hidden)
     md = metadata(table)
     assert rows_of(read_bucket(table.storage, md, [v2, v5], ["name"])) == [("five",)]
-    assert calls == [([5, 2], True)] and hidden == []  # the versions added once for all the writers' files
-    calls.clear()
+    # writers' files only: newest file first, the first row of each key wins, the versions added once for all
+    assert hashed == [[5, 2]] and calls == [] and hidden == []
+    hashed.clear()
     assert rows_of(read_bucket(table.storage, md, [v2, merged_file, v5], ["name"])) == [("five",)]
-    assert calls == [([2, 1, 5], False)] and hidden == [v2.path, merged_file.path, v5.path]
+    assert hashed == [] and calls == [([2, 1, 5], False)] and hidden == [v2.path, merged_file.path, v5.path]
 
 
 def test_merged_files_with_writers_files_are_merged_by_version(tmp_path: Path) -> None:
