@@ -48,8 +48,13 @@ def runs_in_process(plan: Any, snapshot: Snapshot, options: ExecutionOptions) ->
     files it reads (sizes from ``snapshot``, the plan's read version) total at most
     ``options.in_process_max_bytes`` (:class:`ExecutionOptions` says why)."""
     doc = PlanDoc.of(plan)
+    if any(f.split(":", 1)[0] in _WORKER_FAULTS for f in options.faults.values()):
+        return False  # a fault that kills or holds its Python worker is meant for a Spark worker, not this process
     size = sum(f.bytes for t in doc.tasks for p in t.inputs if (f := snapshot.files.get(p)) is not None)
     return bool(doc.tasks) and size <= options.in_process_max_bytes
+
+
+_WORKER_FAULTS = frozenset({"kill_once", "hold_once"})
 
 
 def in_process_threads(options: ExecutionOptions) -> int:

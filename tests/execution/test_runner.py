@@ -204,6 +204,9 @@ def test_runs_in_process_counts_the_plans_input_files(tmp_path: Path) -> None:
     assert runs_in_process(plan, snap, ExecutionOptions(in_process_max_bytes=size))
     assert not runs_in_process(plan, snap, ExecutionOptions(in_process_max_bytes=size - 1)), "both tasks count"
     assert not runs_in_process(plan, snap, ExecutionOptions(in_process_max_bytes=0))
+    for fault in ("kill_once:/tmp/x", "hold_once:/tmp/x"):  # they would kill or hold this very process
+        assert not runs_in_process(plan, snap, ExecutionOptions(in_process_max_bytes=size, faults={"*": fault}))
+    assert runs_in_process(plan, snap, ExecutionOptions(in_process_max_bytes=size, faults={"*": "after_first_chunk"}))
     empty = PlanDoc(table_uri=table.uri, read_version=snap.version, tasks=())
     assert not runs_in_process(empty, snap, ExecutionOptions()), "nothing to run: nowhere to run it"
     assert in_process_threads(ExecutionOptions(in_process_threads=3)) == 3
