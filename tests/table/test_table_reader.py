@@ -144,10 +144,11 @@ def test_a_lone_writers_file_without_deletes_is_read_as_it_is(tmp_path: Path, mo
     table = new_table(tmp_path / "t")
     f = write(table, [(1, "x"), (2, "y")], version=3)
     merged: list[Any] = []
-    latest_rows = reader.latest_rows
+    latest_rows, first_of_each = reader.latest_rows, reader.first_of_each_key_hashed
     monkeypatch.setattr(reader, "latest_rows", lambda *a, **k: merged.append(a) or latest_rows(*a, **k))
+    monkeypatch.setattr(reader, "first_of_each_key_hashed", lambda *a, **k: merged.append(a) or first_of_each(*a, **k))
     t = read_bucket(table.storage, metadata(table), [f], None, keep_hidden=True)
-    assert rows_of(t) == [(1, "a", "x", 3, UPSERT), (2, "a", "y", 3, UPSERT)] and merged == []
+    assert rows_of(t) == [(1, "a", "x", 3, UPSERT), (2, "a", "y", 3, UPSERT)] and merged == []  # not deduplicated
 
 
 def test_a_lone_writers_file_with_deletes_drops_them(tmp_path: Path) -> None:
@@ -162,6 +163,11 @@ def test_a_lone_merged_file_keeps_the_newest_row_of_each_key(tmp_path: Path) -> 
     f = write(table, [(1, "old", UPSERT, 1), (1, "new", UPSERT, 4), (2, "y", UPSERT, 2), (3, None, DELETE, 5)],
               level=1)
     t = read_bucket(table.storage, metadata(table), [f], None, keep_hidden=True)
+    assert rows_of(t) == [(1, "a", "new", 4, UPSERT), (2, "a", "y", 2, UPSERT)]
+    # without deletes too: unlike a writer's file, a merged file holds several versions of a key
+    g = write(table, [(1, "old", UPSERT, 1), (1, "new", UPSERT, 4), (2, "y", UPSERT, 2)], level=1)
+    assert g.delete_rows == 0
+    t = read_bucket(table.storage, metadata(table), [g], None, keep_hidden=True)
     assert rows_of(t) == [(1, "a", "new", 4, UPSERT), (2, "a", "y", 2, UPSERT)]
 
 
@@ -195,7 +201,8 @@ def test_many_files_of_a_bucket_are_read_on_threads_a_few_on_one(tmp_path: Path,
     files = [write(table, [(i, f"n{v}"), (100 + v, "x")], version=v) for v, i in enumerate(range(count), start=1)]
     runs: list[int] = []
     decodes: list[bool] = []
-    read_runs, decode = reader.read_runs_of_files, files_mod._decode
+    hashed: list[tuple[int, bool, bool]] = []
+    read_runs, decode, first_of_each = reader.read_runs_of_files, files_mod._decode, reader.first_of_each_key_hashed
 
     def spy_runs(storage: Any, md: Metadata, fs: Any, columns: Any, n: int, per_run: Any) -> Any:
         runs.append(n)
@@ -205,11 +212,21 @@ def test_many_files_of_a_bucket_are_read_on_threads_a_few_on_one(tmp_path: Path,
         decodes.append(threads)
         return decode(storage, f, path, projection, threads)
 
+    def spy_hashed(t: pa.Table, key: str, **kw: Any) -> pa.Array:
+        # (rows, deletes kept, in key order) as the kernel reads its flags
+        hashed.append((t.num_rows, bool(kw["keep_deletes"]), bool(kw.get("in_key_order", True))))
+        return first_of_each(t, key, **kw)
+
     monkeypatch.setattr(reader, "read_runs_of_files", spy_runs)
     monkeypatch.setattr(files_mod, "_decode", spy_decode)
+    monkeypatch.setattr(reader, "first_of_each_key_hashed", spy_hashed)
     t = read_bucket(table.storage, metadata(table), files, ["name"], keep_hidden=True)
     # a few files: one run, each file decoded on pyarrow's threads; many: runs on threads, one thread per file
     assert runs == [threads] and decodes == [threads == 1] * count
+    # a few files: one dedupe of all their rows; many: each run of 2 files (4 rows, keys all different) deduped
+    # on its thread, deletes kept, in the rows' order (no sort), then the runs' survivors once, in key order
+    runs_deduped = [(4, True, False)] * 4 if threads > 1 else []
+    assert sorted(hashed) == sorted([*runs_deduped, (2 * count, False, True)])
     expected = sorted([(i, f"n{v}", v) for v, i in enumerate(range(count), start=1)]
                       + [(100 + v, "x", v) for v in range(1, count + 1)])
     assert rows_of(t) == [(n, v, UPSERT) for _, n, v in expected]
@@ -420,3 +437,60 @@ def test_writers_files_of_different_layouts_are_merged_too(tmp_path: Path) -> No
     theirs = ours.model_copy(update={"path": path, "min_version": 3, "max_version": 3, "rows": 1})
     t = read_bucket(table.storage, md, [ours, theirs], ["name"], keep_hidden=True)
     assert rows_of(t) == [("x", 2, UPSERT), ("z", 3, UPSERT)]
+
+
+@pytest.mark.parametrize(("count", "threads"), [(7, 1), (8, 4)])
+def test_writers_files_of_a_composite_key_are_merged_newest_file_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       count: int, threads: int) -> None:
+    """A primary key of two columns: the files are read for the key and the columns asked for (on one thread up to
+    7 files, on 4 from 8), their versions added once for all of them, and merged newest file first."""
+    table = Table.create(str(tmp_path / "t"), SCHEMA, primary_key=["ds", "id"], partition_by="ds", buckets=1)
+    md = metadata(table)
+    files = [write(table, [(0, f"n{v}", UPSERT), (v, f"k{v}", UPSERT), *([(1, None, DELETE)] if v == count else [])],
+                   version=v) for v in range(1, count + 1)]
+    read_files, latest_rows, with_hidden_columns = (reader.read_data_files, reader.latest_rows,
+                                                    reader.with_hidden_columns)
+    reads: list[tuple[Any, int]] = []
+    merges: list[tuple[list[str], list[int], bool]] = []
+    hidden: list[str] = []
+
+    def spy_read(storage: Any, md: Metadata, fs: Any, columns: Any, n: int) -> Any:
+        reads.append((columns, n))
+        return read_files(storage, md, fs, columns, n)
+
+    def spy_latest(t: pa.Table, keys: Any, **kw: Any) -> pa.Table:
+        merges.append((list(keys), t.column(VERSION_COLUMN).to_pylist(), kw["newest_first"]))
+        return latest_rows(t, keys, **kw)
+
+    def spy_hidden(t: pa.Table, f: AddFile) -> pa.Table:
+        hidden.append(f.path)
+        return with_hidden_columns(t, f)
+
+    monkeypatch.setattr(reader, "read_data_files", spy_read)
+    monkeypatch.setattr(reader, "latest_rows", spy_latest)
+    monkeypatch.setattr(reader, "with_hidden_columns", spy_hidden)
+    shuffled = files[1::2] + files[::2]
+    t = read_bucket(table.storage, md, shuffled, ["name"], keep_hidden=True)
+    assert rows_of(t) == [("n" + str(count), count, UPSERT)] + [(f"k{v}", v, UPSERT) for v in range(2, count + 1)]
+    assert t.schema.field(VERSION_COLUMN) == pa.field(VERSION_COLUMN, pa.int64(), nullable=False)
+    assert reads == [(["ds", "id", "name"], threads)] and hidden == []
+    newest_first = [v for v in range(count, 0, -1) for _ in range(3 if v == count else 2)]
+    assert merges == [(["ds", "id"], newest_first, True)]
+
+
+def test_writers_files_of_different_layouts_are_merged_on_threads_too(tmp_path: Path) -> None:
+    """Many writers' files: the two newest, of another writer's layout ("name" declared not null), make a run of
+    their own, whose rows are settled with the other runs' all the same."""
+    table = new_table(tmp_path / "t")
+    md = metadata(table)
+    files = [write(table, [(v, f"k{v}", UPSERT), (0, f"n{v}", UPSERT)], version=v) for v in range(1, 7)]
+    schema = file_schema(md, "delta", 0)
+    strict = schema.set(schema.get_field_index("name"), pa.field("name", pa.string(), nullable=False))
+    for v in (7, 8):
+        path = f"ds=a/bucket-00000/delta-L0-{str(v) * 32}.parquet"
+        pq.write_table(pa.Table.from_pylist([{"id": 0, "ds": "a", "name": f"n{v}", OP_COLUMN: UPSERT},
+                                             {"id": v, "ds": "a", "name": f"k{v}", OP_COLUMN: UPSERT}], schema=strict),
+                       tmp_path / "t" / path)
+        files.append(files[0].model_copy(update={"path": path, "min_version": v, "max_version": v, "rows": 2}))
+    t = read_bucket(table.storage, md, files, ["name"], keep_hidden=True)
+    assert rows_of(t) == [("n8", 8, UPSERT)] + [(f"k{v}", v, UPSERT) for v in range(1, 9)]
