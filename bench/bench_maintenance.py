@@ -126,8 +126,9 @@ def ingest(wl: Path, uri: str, layout: str) -> tuple[float, int]:
 
 
 def export_level0(table, out: Path) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
-    """The table's level-0 files in the peers' layout: ``__seq`` = the file's version (from the log)."""
-    from maintd.table.files import read_data_file
+    """The table's level-0 files in the peers' layout: ``__seq`` = the file's version (from the log), written
+    with maintd's level-0 Parquet options (``LEVEL0_OPTIONS``)."""
+    from maintd.table.files import LEVEL0_OPTIONS, read_data_file
 
     snap = table.snapshot()
     md = snap.metadata
@@ -141,7 +142,8 @@ def export_level0(table, out: Path) -> tuple[int, int, int]:  # type: ignore[no-
                       "qty": t.column("qty"), "note": t.column("note")})
         (out / f"bucket={bucket}").mkdir(parents=True, exist_ok=True)
         path = out / f"bucket={bucket}" / f"c{f.min_version:06d}-{f.bucket:03d}.parquet"
-        pq.write_table(t, path)
+        # encoded as maintd encodes its level-0 files, so that every contender decodes the same bytes
+        pq.write_table(t, path, **LEVEL0_OPTIONS, write_statistics=["pk", "__seq", "__op"])
         rows += t.num_rows
         nbytes += path.stat().st_size
     return len(snap.files), rows, nbytes

@@ -227,6 +227,13 @@ def _base_line(overhead: Mapping[str, int], merges: Iterable[MergeObservation], 
     return Line(overhead.get("base", 0), payload / rows), f"level-{top} files"
 
 
+_NEAREST = {"L0": ("L0", "merged", "base"), "merged": ("merged", "base", "L0"), "base": ("base", "merged", "L0")}
+"""For each layout, the layouts whose measured overhead stands in for its own when none of its files was read,
+nearest first. Maintenance writes merged DeltaFiles and BaseFiles alike (a version column, the key index in
+the footer), so each is the other's nearest; a writer's level-0 file has neither and keeps the statistics of
+its key columns only, so its footer is the smallest, and the last stand-in."""
+
+
 def learn_sizes(pattern: WritePattern, files: Iterable[AddFile], *, overheads: Mapping[str, int] | None = None,
                 sampled_overlap: float | None = None) -> SizeModel:
     """Learn the size model from the pattern's trace and merges and the table's live ``files``.
@@ -240,8 +247,7 @@ def learn_sizes(pattern: WritePattern, files: Iterable[AddFile], *, overheads: M
     files = list(files)
     sources: dict[str, str] = {}
     known = {k: v for k, v in (overheads or {}).items() if v > 0}
-    fallback = known.get("L0", next(iter(known.values()), 0))
-    overhead = {k: known.get(k, fallback) for k in LAYOUTS}
+    overhead = {k: next((known[n] for n in _NEAREST[k] if n in known), 0) for k in LAYOUTS}
     sources["overhead"] = "files" if known else "default"
     ups, dels, sources["row_bytes"] = _row_bytes(pattern, overhead["L0"])
     merge = _merge_lines(overhead, pattern.merges)

@@ -46,21 +46,34 @@ _R = TypeVar("_R")
 WRITE_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "write_statistics": True}
 """Parquet options of the files maintenance writes (level-1 and level-2 DeltaFiles, BaseFiles): zstd
 level 1 and column statistics; these files are large and long-lived, so their size is what counts."""
-LEVEL0_OPTIONS: dict[str, Any] = {"compression": "snappy", "write_statistics": True}
-"""Parquet options of a writer's level-0 DeltaFiles: snappy, and dictionaries for string columns only
-(:func:`level0_options`). A micro-batch file holds a few hundred rows and lives until clustering merges it,
-so what counts is the time to write and read it. zstd sets up a compression context per column chunk, which
-made such a file 2.5x slower to encode (0.68 against 0.27 ms for 125 rows of 21 columns) and slower to
-decode, for a file 8% smaller; a dictionary for a numeric column of a few hundred rows is built and then
-mostly thrown away (a 5,000-row file of 9 columns encoded in 0.62 ms with dictionaries for its strings
-only, against 1.21 ms with one for every column, and decoded as fast)."""
+LEVEL0_OPTIONS: dict[str, Any] = {"compression": "lz4", "use_dictionary": False}
+"""Parquet options of a writer's level-0 DeltaFiles: LZ4 (the Parquet ``LZ4_RAW`` codec), no dictionaries,
+and statistics for the key and hidden columns only (:func:`level0_options`). A micro-batch file holds a few
+hundred rows and lives until clustering merges it, so what counts is the time to write and read it:
+
+* zstd sets up a compression context per column chunk, which made such a file 2.5x slower to encode (0.68
+  against 0.27 ms for 125 rows of 21 columns) and slower to decode, for a file 8% smaller;
+* against snappy with dictionaries for the string columns, 96 files of 125 rows and 21 columns (a commit of
+  the writer benchmark) encoded in 24.0 against 28.1 ms and decoded in 15.2 against 17.5 ms, 1% larger; 200
+  files of about 1,000 rows and 9 columns (bench_reads' merge-on-read bucket) decoded in 23.4 against
+  30.4 ms: LZ4 decompresses faster than snappy, and a dictionary of a few hundred values is built, written
+  and decoded for little or nothing;
+* the statistics of a value column can never prune a DeltaFile (a newer row of its key in another file may
+  hide the row, so a reader merges before it filters on values; scans prune DeltaFiles by key only).
+
+Every engine that reads Parquet in maintd's world reads ``LZ4_RAW`` (Arrow, Spark 3.4 and later, DuckDB,
+delta-rs, Polars)."""
 
 
-def level0_options(schema: pa.Schema) -> dict[str, Any]:
-    """:data:`LEVEL0_OPTIONS` for files of ``schema``: a dictionary for each string or binary column."""
-    text = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
-            or pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)]
-    return {**LEVEL0_OPTIONS, "use_dictionary": text}
+def stats_columns(schema: pa.Schema, key_columns: Sequence[str]) -> list[str]:
+    """The columns of ``schema`` whose statistics a DeltaFile keeps: the key columns and the hidden ones."""
+    kept = {*key_columns, OP_COLUMN, VERSION_COLUMN}
+    return [f.name for f in schema if f.name in kept]
+
+
+def level0_options(schema: pa.Schema, key_columns: Sequence[str]) -> dict[str, Any]:
+    """:data:`LEVEL0_OPTIONS` for level-0 files of ``schema`` keyed by ``key_columns``."""
+    return {**LEVEL0_OPTIONS, "write_statistics": stats_columns(schema, key_columns)}
 
 
 def data_file_path(metadata: Metadata, partition: Mapping[str, str | None], bucket: int, kind: FileKind,
@@ -191,7 +204,8 @@ def write_data_files(storage: Storage, metadata: Metadata, contents: Sequence[Fi
             storage.makedirs(d)
         dirs[d] = storage.full_path(d) if d else storage.full_path(paths[0]).rpartition("/")[0]
     keys = metadata.primary_key
-    options = level0_options(schema) if kind == "delta" and level == 0 else WRITE_OPTIONS
+    options = (level0_options(schema, [*metadata.partition_by, *keys]) if kind == "delta" and level == 0
+               else WRITE_OPTIONS)
 
     def one(i: int) -> AddFile:
         data, partition, bucket = contents[i]

@@ -350,8 +350,8 @@ def test_spark_tasks_in_flight_follow_the_cores_the_cluster_has_now(tmp_path: Pa
     assert backend.peak == {1: 2, 4: 8}
 
 
-@pytest.mark.parametrize(("level", "codec"), [(1, "SNAPPY"), (2, "ZSTD")])
-def test_level2_outputs_are_zstd_while_level0_and_level1_files_are_snappy(tmp_path: Path, level: int,
+@pytest.mark.parametrize(("level", "codec"), [(1, "LZ4"), (2, "ZSTD")])
+def test_level2_outputs_are_zstd_while_level0_and_level1_files_are_lz4(tmp_path: Path, level: int,
                                                                           codec: str) -> None:
     table, _ = make_table(tmp_path, commits=4, buckets=1)
     inputs = list(table.snapshot().files.values())
@@ -363,7 +363,7 @@ def test_level2_outputs_are_zstd_while_level0_and_level1_files_are_snappy(tmp_pa
         return {md.row_group(g).column(c).compression for g in range(md.num_row_groups) for c in range(md.num_columns)}
 
     assert result.ok and len(result.adds) == 1
-    assert {c for f in inputs for c in codecs(f.path)} == {"SNAPPY"}
+    assert {c for f in inputs for c in codecs(f.path)} == {"LZ4"}
     assert codecs(result.adds[0].path) == {codec}
 
 

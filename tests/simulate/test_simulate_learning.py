@@ -120,3 +120,20 @@ def test_a_table_without_writes_has_no_pattern_to_learn(tmp_path: Path) -> None:
     t = Table.create(str(tmp_path / "empty"), "id:int64!,v:string", primary_key="id", buckets=2)
     with pytest.raises(InvalidInputError, match="has no writes in its retained history"):
         learn_pattern(t)
+
+
+def test_a_layout_never_read_takes_the_overhead_of_its_nearest_layout(tmp_path: Path) -> None:
+    from maintd.simulate.sizes import learn_sizes
+
+    t = _three_overlapping_writes(str(tmp_path / "t"))
+    pattern = learn_pattern(t)
+    files = list(t.snapshot().files.values())
+    # BaseFiles never seen: maintenance's merged DeltaFiles stand in (a version column and a key index in the
+    # footer, as BaseFiles have), not the writer's small level-0 footer
+    assert learn_sizes(pattern, files, overheads={"L0": 500, "merged": 1100}).overhead == {
+        "L0": 500, "merged": 1100, "base": 1100}
+    assert learn_sizes(pattern, files, overheads={"base": 1300}).overhead == {"L0": 1300, "merged": 1300, "base": 1300}
+    assert learn_sizes(pattern, files, overheads={"L0": 500}).overhead == {"L0": 500, "merged": 500, "base": 500}
+    assert learn_sizes(pattern, files, overheads={"L0": 500, "base": 1300}).overhead == {
+        "L0": 500, "merged": 1300, "base": 1300}
+    assert learn_sizes(pattern, files).overhead == {"L0": 0, "merged": 0, "base": 0}

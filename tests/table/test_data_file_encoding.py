@@ -1,5 +1,6 @@
-"""How data files are encoded (docs/format.md, "Data files"): a writer's level-0 files in snappy with
-dictionaries for string columns only, the files maintenance writes in zstd; a table mixing them reads as one."""
+"""How data files are encoded (docs/format.md, "Data files"): a writer's level-0 files in LZ4 without
+dictionaries, with statistics for the key and hidden columns only; the files maintenance writes in zstd; a table
+mixing them reads as one."""
 
 from __future__ import annotations
 
@@ -12,24 +13,27 @@ from table_helpers import groups, rewrite_bucket
 from maintd import Table
 
 
-def _encodings(table: Table, path: str) -> dict[str, tuple[str, bool]]:
-    """Per column of a data file: its codec and whether its first row group holds a dictionary page."""
+def _encodings(table: Table, path: str) -> dict[str, tuple[str, bool, bool]]:
+    """Per column of a data file: its codec, whether its first row group holds a dictionary page, and whether
+    it has statistics."""
     md = pq.ParquetFile(table.storage.full_path(path)).metadata
     rg = md.row_group(0)
-    return {rg.column(i).path_in_schema: (rg.column(i).compression, rg.column(i).has_dictionary_page)
+    return {rg.column(i).path_in_schema: (rg.column(i).compression, rg.column(i).has_dictionary_page,
+                                          rg.column(i).is_stats_set)
             for i in range(rg.num_columns)}
 
 
-def test_level0_files_are_snappy_with_dictionaries_for_strings_only(tmp_path: Path) -> None:
-    table = Table.create(str(tmp_path / "t"), "id:int64!,name:string,qty:int64,price:float64", primary_key="id",
-                         buckets=1)
-    table.upsert(pa.table({"id": list(range(200)), "name": ["a", "b"] * 100, "qty": [7] * 200,
+def test_level0_files_are_lz4_without_dictionaries_with_statistics_of_their_keys(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), "r:string,id:int64!,name:string,qty:int64,price:float64",
+                         primary_key="id", partition_by="r", buckets=1)
+    table.upsert(pa.table({"r": ["eu"] * 200, "id": list(range(200)), "name": ["a", "b"] * 100, "qty": [7] * 200,
                            "price": [1.5] * 200}))
     (f,) = table.snapshot().files.values()
     assert f.level == 0
     assert _encodings(table, f.path) == {
-        "id": ("SNAPPY", False), "name": ("SNAPPY", True), "qty": ("SNAPPY", False), "price": ("SNAPPY", False),
-        "_maintd_op": ("SNAPPY", False)}
+        "r": ("LZ4", False, True), "id": ("LZ4", False, True), "name": ("LZ4", False, False),
+        "qty": ("LZ4", False, False), "price": ("LZ4", False, False), "_maintd_op": ("LZ4", False, True)}
+    assert (f.key_min, f.key_max) == ((0,), (199,))
 
 
 def test_files_written_by_maintenance_are_zstd_and_a_table_mixing_both_reads_as_one(tmp_path: Path) -> None:
@@ -42,7 +46,7 @@ def test_files_written_by_maintenance_are_zstd_and_a_table_mixing_both_reads_as_
     table.upsert(pa.table({"id": [2, 4], "name": ["B", "d"]}))
     files = sorted(table.snapshot().files.values(), key=lambda f: f.kind)
     assert [(f.kind, f.level) for f in files] == [("base", None), ("delta", 0)]
-    assert {codec for codec, _ in _encodings(table, files[0].path).values()} == {"ZSTD"}
-    assert {codec for codec, _ in _encodings(table, files[1].path).values()} == {"SNAPPY"}
+    assert {codec for codec, *_ in _encodings(table, files[0].path).values()} == {"ZSTD"}
+    assert {codec for codec, *_ in _encodings(table, files[1].path).values()} == {"LZ4"}
     assert table.read().sort_by("id").to_pylist() == [
         {"id": 1, "name": "a"}, {"id": 2, "name": "B"}, {"id": 3, "name": "c"}, {"id": 4, "name": "d"}]
