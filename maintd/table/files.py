@@ -71,6 +71,12 @@ def stats_columns(schema: pa.Schema, key_columns: Sequence[str]) -> list[str]:
     return [f.name for f in schema if f.name in kept]
 
 
+def text_columns(schema: pa.Schema) -> list[str]:
+    """The string and binary columns of ``schema``: the ones a dictionary shrinks most for its cost."""
+    return [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+            or pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)]
+
+
 def level0_options(schema: pa.Schema, key_columns: Sequence[str]) -> dict[str, Any]:
     """:data:`LEVEL0_OPTIONS` for level-0 files of ``schema`` keyed by ``key_columns``."""
     return {**LEVEL0_OPTIONS, "write_statistics": stats_columns(schema, key_columns)}

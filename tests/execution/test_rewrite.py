@@ -179,7 +179,8 @@ def test_output_options_by_kind_and_level() -> None:
                         ("_maintd_version", pa.int64())])
     l1 = output_options(schema, "delta", 1, ["p", "id"])
     l2 = output_options(schema, "delta", 2, ["p", "id"])
-    assert l1["compression"] == "lz4" and "compression_level" not in l1
+    assert l1["compression"] == "lz4" and "compression_level" not in l1 and l1["use_dictionary"] == ["p", "v"]
+    assert "use_dictionary" not in l2 and "use_dictionary" not in OUTPUT_OPTIONS  # every column may take one
     assert l2["compression"] == "zstd" and l2["compression_level"] == 1
     assert l1["write_statistics"] == l2["write_statistics"] == ["p", "id", "_maintd_op", "_maintd_version"]
     assert output_options(schema, "base", None, ["p", "id"]) == OUTPUT_OPTIONS
