@@ -6,8 +6,9 @@ row of it (an upsert or a delete in a level-0 file) or took away a file holding 
 1. the *changed keys* are the keys of the files the data-changing commits of (start, end] added, and of
    the files they removed (only their key columns are read);
 2. for each (partition, bucket) group holding a changed key, the rows of those keys are read from the
-   group's files at ``start`` and at ``end`` (key columns first, then only the row groups that hold a
-   changed key; a file live at both versions is read once) and merged, greatest version per key;
+   group's files at ``start`` and at ``end`` (a file whose key range holds no changed key is skipped, and
+   of the others only the row groups whose key statistics enclose a changed key are decoded; a file live
+   at both versions is read once) and merged, greatest version per key;
 3. the two small states are diffed exactly as the full diff does (:func:`maintd.table.reader.diff_states`).
 
 Maintenance commits (``data_change=false``) move rows between files without changing any: their files

@@ -312,34 +312,61 @@ def _decode(storage: Storage, f: AddFile, full_path: str, projection: _Projectio
 def read_rows_of_keys(storage: Storage, metadata: Metadata, f: AddFile, keys: pa.Table) -> pa.Table:
     """The rows of ``f`` whose primary key is one of ``keys`` (every column, hidden ones filled).
 
-    Reads the key columns first, then only the row groups that hold a wanted key: the change feed's
-    read of the prior state of a few keys in a large BaseFile.
+    Only the row groups that may hold a wanted key are read: those whose leading key column's statistics
+    (minimum and maximum) enclose one of the wanted values, or every row group when the statistics cannot
+    tell (none written, a type they do not compare as). A file whose key range (``key_min``..``key_max``
+    in the log) holds no wanted key is not opened. The rows read are then filtered to the wanted keys.
+    The change feed's read of the prior state of some keys in a large file: files are sorted by key, so
+    changes that cluster in key space read a few row groups; changes spread over every row group read the
+    file once, with no separate pass over its key columns.
     """
     pk = list(metadata.primary_key)
     expected = file_schema(metadata, f.kind, f.level)
+    lead = keys.column(pk[0])
+    logged = pa.types.is_integer(lead.type) or pa.types.is_string(lead.type)  # kept as they are in the log
+    if keys.num_rows == 0 or (logged and f.key_min and f.key_max
+                              and not _any_between(lead, f.key_min[0], f.key_max[0])):
+        return with_hidden_columns(expected.empty_table(), f)
     where = f"table {storage.uri}: data file {f.path}"
     with data_file_errors(storage, f), storage.filesystem.open_input_file(storage.full_path(f.path)) as source:
         pf = pq.ParquetFile(source, pre_buffer=storage.coalesce_reads)
         _check_columns(where, f.path, expected, pf.schema_arrow, expected.names)
-        found = pf.read(columns=pk)
-        if len(pk) == 1:
-            hit = np.flatnonzero(pc.is_in(found.column(pk[0]), value_set=keys.column(pk[0])).to_numpy(
-                zero_copy_only=False))
-        else:
-            rows = found.append_column("__row", pa.array(np.arange(found.num_rows, dtype=np.int64)))
-            semi = rows.join(keys.select(pk), keys=pk, join_type="left semi", use_threads=False)
-            hit = np.sort(semi.column("__row").to_numpy())
-        if hit.size == 0:
-            return with_hidden_columns(expected.empty_table(), f)
         meta = pf.metadata
-        starts = np.cumsum([0] + [meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
-        groups = np.unique(np.searchsorted(starts, hit, side="right") - 1)
-        t = pf.read_row_groups(groups.tolist(), columns=expected.names)
-    # positions of the wanted rows within the row groups read, which are concatenated in order
-    shift = np.zeros(len(starts) - 1, dtype=np.int64)
-    shift[groups] = starts[groups] - np.concatenate([[0], np.cumsum(np.diff(starts)[groups])[:-1]])
-    local = hit - shift[np.searchsorted(starts, hit, side="right") - 1]
-    return with_hidden_columns(t.take(pa.array(local)), f)
+        at = meta.schema.names.index(pk[0]) if pk[0] in meta.schema.names else None
+        groups = [i for i in range(meta.num_row_groups)
+                  if at is None or _may_hold(lead, meta.row_group(i).column(at).statistics)]
+        if not groups:
+            return with_hidden_columns(expected.empty_table(), f)
+        t = pf.read_row_groups(groups, columns=expected.names)
+    if len(pk) == 1:
+        t = t.filter(pc.is_in(t.column(pk[0]), value_set=lead))
+    else:
+        rows = t.append_column("__row", pa.array(np.arange(t.num_rows, dtype=np.int64)))
+        semi = rows.join(keys.select(pk), keys=pk, join_type="left semi", use_threads=False)
+        t = t.take(pa.array(np.sort(semi.column("__row").to_numpy()), pa.int64()))
+    return with_hidden_columns(t, f)
+
+
+def _may_hold(values: pa.ChunkedArray | pa.Array, stats: pq.Statistics | None) -> bool:
+    """Whether a row group whose leading key column has ``stats`` may hold one of ``values``."""
+    if stats is None or not stats.has_min_max:
+        return True
+    return _any_between(values, stats.min, stats.max)
+
+
+def _any_between(values: pa.ChunkedArray | pa.Array, lo: Any, hi: Any) -> bool:
+    """Whether some of ``values`` lies in ``[lo, hi]``; True when that cannot be told: a bound unknown or not
+    comparable, or a null or NaN among ``values`` (statistics leave nulls and NaNs out of their range)."""
+    if lo is None or hi is None or values.null_count:
+        return True
+    try:
+        if pa.types.is_floating(values.type) and pc.any(pc.is_nan(values)).as_py():
+            return True
+        inside = pc.and_(pc.greater_equal(values, pa.scalar(lo, values.type)),
+                         pc.less_equal(values, pa.scalar(hi, values.type)))
+        return bool(pc.any(inside).as_py())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        return True
 
 
 @contextlib.contextmanager

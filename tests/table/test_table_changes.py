@@ -78,8 +78,9 @@ def test_incremental_changes_equal_the_full_diff_and_the_model(history: list[tup
 
 
 def test_changes_read_only_the_row_groups_of_changed_keys(tmp_path: Any, monkeypatch: Any) -> None:
-    """A change to a few keys of a compacted bucket reads its key column and one row group, not the file;
-    only the changed files themselves (every row of which is a changed row) are read whole."""
+    """A change to a few keys of a compacted bucket reads the row groups whose key statistics enclose a
+    changed key, never the whole file through the reader; only the changed files themselves (every row of
+    which is a changed row) are read whole."""
     import maintd.table.files as files
 
     table = Table.create(str(tmp_path / "t"), SCHEMA, primary_key="id", partition_by="ds", buckets=1)
@@ -129,3 +130,53 @@ def test_rows_of_keys_across_many_row_groups_equal_a_filter(tmp_path: Any) -> No
         got = read_rows_of_keys(table.storage, snap.metadata, f, pa.table({"id": keys}))
         want = data.filter(pc.is_in(data.column("id"), value_set=keys))
         assert got.select(["id", "name"]).to_pylist() == want.select(["id", "name"]).to_pylist()
+
+
+def test_rows_of_keys_skip_row_groups_and_files_by_key_statistics(tmp_path: Any, monkeypatch: Any) -> None:
+    """String and two-column keys: the rows read equal a filter of the file, only the row groups whose
+    leading-key statistics enclose a wanted value are decoded, and a file whose key range holds none is not
+    opened."""
+    import os
+
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from maintd.errors import DataFileMissingError
+    from maintd.table.files import read_rows_of_keys
+
+    table = Table.create(str(tmp_path / "t"), "a:string!,b:int64!,v:double", primary_key=["a", "b"], buckets=1)
+    a = [f"k{i:04d}" for i in range(500) for _ in range(2)]
+    b = [j for _ in range(500) for j in range(2)]
+    table.upsert(pa.table({"a": a, "b": b, "v": [float(i) for i in range(1000)]}))
+    snap = table.snapshot()
+    f = next(iter(snap.files.values()))
+    full = table.storage.full_path(f.path)
+    data = pq.read_table(full)
+    pq.write_table(data, full, row_group_size=100)  # row group i holds a = k{50i}..k{50i+49}
+    decoded: list[list[int]] = []
+    real = pq.ParquetFile.read_row_groups
+
+    def spy(self: Any, row_groups: Any, *args: Any, **kwargs: Any) -> pa.Table:
+        decoded.append(list(row_groups))
+        return real(self, row_groups, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", spy)
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        n = int(rng.integers(1, 12))
+        wanted = pa.table({"a": [f"k{i:04d}" for i in rng.integers(0, 600, n)],
+                           "b": pa.array(rng.integers(0, 3, n), pa.int64())})
+        decoded.clear()
+        got = read_rows_of_keys(table.storage, snap.metadata, f, wanted)
+        pairs = set(zip(wanted.column("a").to_pylist(), wanted.column("b").to_pylist(), strict=True))
+        want = [r for r in data.select(["a", "b", "v"]).to_pylist() if (r["a"], r["b"]) in pairs]
+        assert got.select(["a", "b", "v"]).to_pylist() == want
+        groups = {int(x[1:]) // 50 for x in wanted.column("a").to_pylist() if int(x[1:]) < 500}
+        assert decoded == ([sorted(groups)] if groups else [])
+    decoded.clear()
+    outside = pa.table({"a": ["k0600", "k0700"], "b": pa.array([0, 1], pa.int64())})
+    os.remove(full)  # not opened: its key range (k0000..k0499, in the log) holds no wanted key
+    assert read_rows_of_keys(table.storage, snap.metadata, f, outside).num_rows == 0
+    assert decoded == []
+    with pytest.raises(DataFileMissingError):  # one wanted key inside the range: the file is opened
+        read_rows_of_keys(table.storage, snap.metadata, f, pa.table({"a": ["k0600", "k0001"], "b": [0, 0]}))
