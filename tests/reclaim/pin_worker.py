@@ -1,10 +1,12 @@
 """A reader process for the pin race: pins a recent version, reads it three times (it must read, and the same),
-unpins; over and over.
+unpins; over and over, until PINS pins were acknowledged.
 
-Usage: ``python pin_worker.py URI ROUNDS OUT.json [GO]``: with GO, the rounds start once that file exists (the
-test creates it when reclamation has run once, so the pins race a reclamation that is under way). Writes counts
-of pins acknowledged, refused (the version had expired) and lost to a conflict, and every failure of a pinned
-version to read the same after its pin.
+Usage: ``python pin_worker.py URI PINS OUT.json [GO]``: with GO, the attempts start once that file exists (the
+test creates it when reclamation has run once, so the pins race a reclamation that is under way). Most attempts
+lose the race (reclamation, two hours ahead, expires every version but the latest), so the worker goes on until
+PINS pins were acknowledged, within 100 attempts per pin wanted and 240 seconds. Writes counts of pins
+acknowledged, refused (the version had expired) and lost to a conflict, and every failure of a pinned version to
+read the same after its pin.
 """
 
 from __future__ import annotations
@@ -18,14 +20,16 @@ from pathlib import Path
 from maintd import PinConflictError, Table, VersionNotFoundError
 
 
-def main(uri: str, rounds: int, out: str, go: str | None = None) -> None:
+def main(uri: str, pins: int, out: str, go: str | None = None) -> None:
     deadline = time.monotonic() + 120
     while go is not None and not Path(go).exists():
         if time.monotonic() > deadline:
             raise SystemExit(f"never told to start: {go} did not appear")
         time.sleep(0.01)
-    counts = {"acknowledged": 0, "refused": 0, "conflicts": 0, "unreadable": []}
-    for _ in range(rounds):
+    counts = {"acknowledged": 0, "refused": 0, "conflicts": 0, "attempts": 0, "unreadable": []}
+    deadline = time.monotonic() + 240
+    while counts["acknowledged"] < pins and counts["attempts"] < 100 * pins and time.monotonic() < deadline:
+        counts["attempts"] += 1
         table = Table.open(uri)
         version = max(0, table.version - 2)  # a version reclamation (running two hours ahead) wants to expire
         try:

@@ -276,13 +276,14 @@ def test_a_process_pinning_and_reading_while_another_writes_and_reclaims_never_l
         tmp_path: Path) -> None:
     """Free-running: a writer and reclamation in this process, a pinning reader in another. Retention is 1 hour
     and reclamation runs two hours ahead of the clock: it expires every version but the latest, while the
-    reader (by the clock) may pin any of the last hour's."""
+    reader (by the clock) may pin any of the last hour's. Most pins lose that race (refused or in conflict);
+    the reader tries until 5 were acknowledged, and each of those must read the same three times."""
     import threading
 
     table, _ = overwritten_table(tmp_path / "t", retain_hours=1)
     table.unpin(table.pin(4, timedelta(hours=1)).id)  # the first pin raises the protocol: a writer would conflict
     out, go = tmp_path / "pins.json", tmp_path / "go"
-    reader = subprocess.Popen([sys.executable, str(Path(__file__).with_name("pin_worker.py")), table.uri, "25",
+    reader = subprocess.Popen([sys.executable, str(Path(__file__).with_name("pin_worker.py")), table.uri, "5",
                                str(out), str(go)], stderr=subprocess.PIPE, text=True)
     stop = threading.Event()
     errors: list[BaseException] = []
@@ -312,8 +313,8 @@ def test_a_process_pinning_and_reading_while_another_writes_and_reclaims_never_l
     assert not errors, errors
     counts = json.loads(out.read_text())
     assert counts["unreadable"] == [], counts
-    assert counts["acknowledged"] + counts["refused"] + counts["conflicts"] == 25
-    assert counts["acknowledged"] > 0 and reclaims[0] > 0
+    assert counts["acknowledged"] + counts["refused"] + counts["conflicts"] == counts["attempts"]
+    assert counts["acknowledged"] == 5 and reclaims[0] > 0, counts  # the race happened: 5 pins held through it
     print(f"pin race: {counts}, {reclaims[0]} reclamations, {writes} writes")
     assert Table.open(table.uri).pins(include_expired=True) == []
 
