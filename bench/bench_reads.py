@@ -2,12 +2,15 @@
 
     .venv/bin/python bench/bench_reads.py [--rows 1000000 --changed 0.01 --files 200 --file-rows 5000 --samples 5]
 
-1. ``changes``: a table of ROWS rows (8 columns, 16 buckets, written as one commit: one file of about
-   62,500 rows per bucket), then 10 commits that together change CHANGED of the rows (80% updates of
-   existing keys, 10% deletes, 10% new keys). Timed: ``Table.changes(v1, v11)`` (the incremental feed) and
-   ``Table.full_changes(v1, v11)`` (the diff of two full reads of the touched buckets); their results are
-   checked equal. Also timed, as the floor of any incremental feed when changed keys fall in every row
-   group: decoding once every file of (v1, v11] and every file of the touched buckets at v1.
+1. ``changes``: a table of ROWS rows (8 columns, 16 buckets, ``changes.prior.rows`` set), written as one
+   commit and compacted (one BaseFile of about 62,500 rows per bucket), then 10 commits that together change
+   CHANGED of the rows (80% updates of existing keys, 10% deletes, 10% new keys). Timed:
+   ``Table.changes(s, e)`` (the incremental feed) and ``Table.full_changes(s, e)`` (the diff of two full
+   reads of the touched buckets) over those commits, results checked equal, and, as the floor of a feed
+   that must read the prior rows from the data files (changed keys fall in every row group), decoding once
+   every file of (s, e] and every file of the touched buckets at s. Three steps: (1) before the next
+   compaction, (2) that compaction, on copies of the table with the property on and off (what storing the
+   prior rows costs), (3) after it, when the feed reads the prior rows the compaction stored.
 2. merge-on-read: a one-bucket table of FILES level-0 files (one commit each, FILE_ROWS rows, keys drawn
    with repeats across files, 20% deletes). Timed: ``Table.read()`` against DuckDB reading the same files
    with the same dedupe: the version of each file comes from the table's log (it is not in the file), the
@@ -63,12 +66,29 @@ def report(title: str, times: dict[str, list[float]], ours: str, peer: str) -> N
           else f"  ratio {ours} / {peer}: {m_ours / m_peer:.3f}x")
 
 
+def compact(table) -> list:  # type: ignore[no-untyped-def,type-arg]
+    """Compact every bucket of ``table`` in process (as the daemon runs small tables), committed."""
+    from maintd.execution import PlanDoc, PlanTaskDoc, commit_rewrites, run_plan
+
+    snap = table.snapshot()
+    tasks = tuple(PlanTaskDoc(task_id=f"compact-{b}", kind="compact", partition=dict(part), bucket=b,
+                              inputs=tuple(sorted(f.path for f in files)))
+                  for (part, b), files in sorted(snap.by_bucket().items(), key=lambda kv: kv[0][1]))
+    plan = PlanDoc(table_uri=table.uri, read_version=snap.version, tasks=tasks)
+    results = run_plan(plan, table).results
+    assert all(r.ok for r in results) and commit_rewrites(table, plan, results).committed
+    return results
+
+
 def bench_changes(work: Path, nrows: int, changed: float, samples: int) -> None:
     from maintd import Table
 
     rng = np.random.default_rng(3)
-    table = Table.create(str(work / "changes"), SCHEMA, primary_key="pk", buckets=16)
-    start = table.upsert(rows(rng, np.arange(nrows)))
+    table = Table.create(str(work / "changes"), SCHEMA, primary_key="pk", buckets=16,
+                         properties={"changes.prior.rows": "true"})
+    table.upsert(rows(rng, np.arange(nrows)))
+    compact(table)  # the table as maintenance keeps it: one BaseFile per bucket
+    start = table.version
     n = int(nrows * changed)
     per = n // 10
     for _ in range(10):
@@ -77,16 +97,50 @@ def bench_changes(work: Path, nrows: int, changed: float, samples: int) -> None:
         table.upsert(rows(rng, np.concatenate([upd, new])))
         table.delete(pa.table({"pk": pa.array(rng.choice(nrows, per // 10, replace=False), pa.int64())}))
     end = table.version
+    print(f"changes: {nrows:,} rows in 16 buckets (one BaseFile each), {end - start} commits changing {n:,} rows "
+          f"({changed:.1%})")
+    feed_steps(table, start, end, samples, "1. before the next compaction: prior rows are in the BaseFiles")
+    compaction_cost(work, table, samples)
+    compact(table)
+    feed_steps(table, start, end, samples, "3. after it: prior rows stored by the compaction (changes.prior.rows)")
+
+
+def feed_steps(table, start: int, end: int, samples: int, title: str) -> None:  # type: ignore[no-untyped-def]
     a, b = table.changes(start, end), table.full_changes(start, end)
     assert a.sort_by("pk").equals(b.sort_by("pk")), "the change feed differs from the full diff"
-    print(f"changes: {nrows:,} rows in 16 buckets, {end - start} commits changing {n:,} rows "
-          f"({changed:.1%}); {a.num_rows:,} changed keys")
+    print(f"{title}; {a.num_rows:,} changed keys")
     times = sample({"changes (incremental)": lambda: table.changes(start, end),
                     "full diff": lambda: table.full_changes(start, end),
                     "decode once (floor)": lambda: decode_once(table, start, end)}, samples)
     report("", times, "changes (incremental)", "full diff")
     report("", {k: times[k] for k in ("changes (incremental)", "decode once (floor)")}, "changes (incremental)",
            "decode once (floor)")
+
+
+def compaction_cost(work: Path, table, samples: int) -> None:  # type: ignore[no-untyped-def]
+    """What storing prior rows costs the compaction that folds the changes: the same compaction of copies of
+    the table, with ``changes.prior.rows`` on and off (each sample on a fresh copy)."""
+    from maintd import Table
+
+    times: dict[str, list[float]] = {"compaction, prior rows": [], "compaction, none": []}
+    written: dict[str, int] = {}
+    for s in range(samples):
+        for name in (list(times) if s % 2 == 0 else list(reversed(times))):
+            copy = work / f"copy-{s}-{len(written)}-{name.split()[-1]}"
+            shutil.copytree(table.uri, copy)
+            t = Table.open(str(copy))
+            if name.endswith("none"):
+                t.set_properties({"changes.prior.rows": "false"})
+            t0 = time.perf_counter()
+            results = compact(t)
+            times[name].append(time.perf_counter() - t0)
+            written[name] = sum(a.bytes for r in results for a in r.adds)
+            written[name + " (prior rows)"] = sum(p.bytes for r in results for p in r.priors)
+            shutil.rmtree(copy, ignore_errors=True)
+    print(f"2. the compaction that folds them (in process), BaseFiles written "
+          f"{written['compaction, none'] / 1e6:.1f} MB; prior-rows files "
+          f"{written['compaction, prior rows (prior rows)'] / 1e6:.2f} MB")
+    report("", times, "compaction, prior rows", "compaction, none")
 
 
 def decode_once(table, start: int, end: int) -> None:  # type: ignore[no-untyped-def]

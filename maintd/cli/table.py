@@ -108,8 +108,10 @@ def describe(snap: Snapshot, pins: tuple[list[Pin], int] | None = None) -> dict[
         "partition_by": list(md.partition_by),
         "buckets": md.buckets,
         "properties": dict(sorted(md.properties.items())),
+        "protocol": {"reader": snap.protocol.min_reader_version, "writer": snap.protocol.min_writer_version},
         "files": len(snap.files),
         "bytes": snap.total_bytes(),
+        "prior_rows": {"files": len(snap.priors), "bytes": sum(p.bytes for p in snap.priors.values())},
         "layers": {k: layers[k] for k in sorted(layers)},
         "per_bucket": [
             {"partition": part, "bucket": bucket, **dict(sorted(c.items()))}
@@ -148,7 +150,11 @@ def describe_command(
     out.print(f"primary key: {', '.join(desc['primary_key'])}   partitioned by: "
               f"{', '.join(desc['partition_by']) or '(none)'}   buckets: {desc['buckets']}")
     out.print("properties: " + (", ".join(f"{k}={v}" for k, v in desc["properties"].items()) or "(none)"))
-    out.print(f"files: {desc['files']}, {fmt_bytes(desc['bytes'])}")
+    out.print(f"files: {desc['files']}, {fmt_bytes(desc['bytes'])}   protocol: reader {desc['protocol']['reader']}, "
+              f"writer {desc['protocol']['writer']}")
+    if desc["prior_rows"]["files"]:
+        out.print(f"prior-rows files (for the change feed): {desc['prior_rows']['files']}, "
+                  f"{fmt_bytes(desc['prior_rows']['bytes'])}")
     layers = RichTable("layer", "files", "bytes", "rows", title="files per kind and level")
     for name, s in desc["layers"].items():
         layers.add_row(name, str(s["files"]), fmt_bytes(s["bytes"]), str(s["rows"]))

@@ -99,6 +99,8 @@ def commit_group(table: Table, doc: PlanDoc, results: Sequence[TaskResult], outc
                     txn.remove(p, data_change=False)
                 for a in r.adds:
                     txn.add(a)
+                for prior in r.priors:
+                    txn.add_prior(prior)
             version = txn.commit(metrics=_metrics(pending), parameters=_parameters(doc, pending))
             outcome.version = version
             outcome.versions.append(version)
@@ -128,7 +130,7 @@ def commit_group(table: Table, doc: PlanDoc, results: Sequence[TaskResult], outc
             outcome.error, outcome.error_type = f"{type(exc).__name__}: {exc}", type(exc).__name__
             outcome.abandoned = True
             outcome.dropped += [r.task_id for r in pending]
-            left = [a.path for r in pending for a in r.adds]
+            left = [path for r in pending for path in r.written]
             outcome.outputs_left += left
             logger.error("table {}: maintenance commit failed, outcome unknown; {} output file(s) left for orphan "
                          "cleanup: {}", table.uri, len(left), exc)
@@ -140,8 +142,8 @@ def commit_group(table: Table, doc: PlanDoc, results: Sequence[TaskResult], outc
 def discard_outputs(table: Table, results: Sequence[TaskResult]) -> None:
     """Delete the outputs of tasks that will not be committed (their commit certainly did not land)."""
     for r in results:
-        for a in r.adds:
-            table.storage.delete(a.path)
+        for path in r.written:
+            table.storage.delete(path)
 
 
 def _discard(table: Table, lost: Sequence[TaskResult], outcome: CommitOutcome) -> None:
@@ -218,7 +220,7 @@ class IncrementalCommitter:
             self.outcome.error, self.outcome.error_type = f"{type(exc).__name__}: {exc}", type(exc).__name__
             self.outcome.abandoned = True
             self.outcome.dropped += [r.task_id for r in group]
-            self.outcome.outputs_left += [a.path for r in group for a in r.adds]
+            self.outcome.outputs_left += [path for r in group for path in r.written]
             logger.warning("table {}: {} finished task(s) not committed: {}", self.table.uri, len(group), exc)
             return
         self.groups += 1
@@ -240,7 +242,8 @@ def _metrics(results: Sequence[TaskResult]) -> dict[str, Any]:
         "rows_read": sum(r.rows_read for r in results),
         "rows_written": sum(r.rows_written for r in results),
         "task_seconds": round(sum(r.seconds for r in results), 3),
-    }
+    } | ({"prior_files": sum(len(r.priors) for r in results),
+          "prior_bytes": sum(p.bytes for r in results for p in r.priors)} if any(r.priors for r in results) else {})
 
 
 def _parameters(doc: PlanDoc, results: Sequence[TaskResult]) -> dict[str, Any]:

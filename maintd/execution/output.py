@@ -82,7 +82,7 @@ def name_prefix(kind: FileKind, level: int | None, token: str) -> str:
     return f"{'base' if kind == 'base' else f'delta-L{level}'}-{token}"
 
 
-class _File:
+class OutputFile:
     """One output file being written."""
 
     def __init__(self, storage: Storage, path: str, schema: pa.Schema, options: dict[str, Any]) -> None:
@@ -148,8 +148,8 @@ class Outputs:
         self.target = spec.target_file_bytes if self.kind == "base" else None
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
-        self._current: _File | None = None
-        self._done: list[tuple[_File, int]] = []
+        self._current: OutputFile | None = None
+        self._done: list[tuple[OutputFile, int]] = []
 
     @property
     def paths(self) -> list[str]:
@@ -188,7 +188,7 @@ class Outputs:
             s = self.spec
             path = data_file_path(s.metadata, s.partition, s.bucket, self.kind, self.level,
                                   unique=file_unique(s.token, self.attempt))
-            self._current = _File(self.storage, path, self.schema, self.options)
+            self._current = OutputFile(self.storage, path, self.schema, self.options)
         self._current.write_group(group, self.keys, self.kind == "delta")
         if self.target is not None and self._current.size >= self.target:
             self._finish_current()
@@ -206,7 +206,7 @@ class Outputs:
             self._finish_current()
         return tuple(self._add(f, size) for f, size in self._done)
 
-    def _add(self, f: _File, size: int) -> AddFile:
+    def _add(self, f: OutputFile, size: int) -> AddFile:
         s, ins = self.spec, self.spec.inputs
         return AddFile(path=f.path, partition=dict(s.partition), bucket=s.bucket, kind=self.kind, level=self.level,
                        rows=f.rows, bytes=size, min_version=min(i.min_version for i in ins),

@@ -60,6 +60,7 @@ from maintd.execution.inputs import (
 )
 from maintd.execution.merge import in_version_order, integer_key, merge_chunk, merge_streams
 from maintd.execution.output import Outputs
+from maintd.execution.prior import PriorWriter
 from maintd.execution.specs import TaskResult, TaskSpec
 from maintd.storage import Storage, storage_for_uri
 from maintd.table.actions import AddFile
@@ -141,7 +142,7 @@ class _Unsynced:
         """``results`` with the pending units' files made durable, or those units failed."""
         failed: dict[str, str] = {}
         for uri, storage in self.storages.items():
-            paths = [a.path for r in results if self.pending.get((r.task_id, r.unit)) == uri for a in r.adds]
+            paths = [path for r in results if self.pending.get((r.task_id, r.unit)) == uri for path in r.written]
             try:
                 storage.make_durable_many(paths)
             except Exception as exc:
@@ -150,10 +151,10 @@ class _Unsynced:
         for r in results:
             table = self.pending.get((r.task_id, r.unit))
             if table is not None and table in failed:
-                for a in r.adds:
+                for path in r.written:
                     with contextlib.suppress(Exception):  # else orphan cleanup takes it: no commit names it
-                        self.storages[table].delete(a.path)
-                r = r.model_copy(update={"ok": False, "adds": (), "error": failed[table]})
+                        self.storages[table].delete(path)
+                r = r.model_copy(update={"ok": False, "adds": (), "priors": (), "error": failed[table]})
             out.append(r)
         return out
 
@@ -203,6 +204,7 @@ def run_task(spec: TaskSpec, *, unsynced: _Unsynced | None = None) -> TaskResult
     started = time.monotonic()
     attempt = current_attempt()
     out: Outputs | None = None
+    prior: PriorWriter | None = None
     phases: dict[str, float] = {}
     common: dict[str, Any] = {"task_id": spec.task_id, "kind": spec.kind, "inputs": _paths(spec), "unit": spec.unit,
                               "units": spec.units, "token": spec.token, "attempt": attempt}
@@ -210,16 +212,23 @@ def run_task(spec: TaskSpec, *, unsynced: _Unsynced | None = None) -> TaskResult
         storage = storage_for_uri(spec.table_uri)
         out = Outputs(storage, spec, row_group_rows=_row_group_rows(spec), attempt=attempt,
                       durable=unsynced is None)
-        rows_read, mode = _rewrite(storage, spec, out, phases)
+        prior = PriorWriter(storage, spec, Layout(spec.metadata).schema, row_group_rows=_row_group_rows(spec),
+                            attempt=attempt, durable=unsynced is None)
+        rows_read, mode = _rewrite(storage, spec, out, prior, phases)
         adds = out.close()
+        written = prior.close()
+        priors = (written,) if written is not None else ()
         if unsynced is not None:
             unsynced.add(storage, spec)
     except Exception as exc:  # reported, not raised: one failing bucket must not fail the others
         if out is not None:
             out.discard()
+        if prior is not None:
+            prior.discard()
         return TaskResult(**common, ok=False, seconds=time.monotonic() - started,
                           error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}")
-    return TaskResult(**common, ok=True, adds=adds, bytes_read=sum(f.bytes for f in spec.inputs), rows_read=rows_read,
+    return TaskResult(**common, ok=True, adds=adds, priors=priors, bytes_read=sum(f.bytes for f in spec.inputs),
+                      rows_read=rows_read,
                       rows_written=sum(a.rows for a in adds), bytes_written=sum(a.bytes for a in adds),
                       seconds=time.monotonic() - started, mode=mode, phases=phases)  # type: ignore[arg-type]
 
@@ -243,8 +252,9 @@ def _row_group_rows(spec: TaskSpec) -> int:
 # -- the rewrite -------------------------------------------------------------------------------------------------
 
 
-def _rewrite(storage: Storage, spec: TaskSpec, out: Outputs, phases: dict[str, float]) -> tuple[int, str]:
-    """Merge the unit's inputs into ``out``; returns (rows read, mode)."""
+def _rewrite(storage: Storage, spec: TaskSpec, out: Outputs, prior: PriorWriter, phases: dict[str, float]
+             ) -> tuple[int, str]:
+    """Merge the unit's inputs into ``out`` (and their prior rows into ``prior``); returns (rows read, mode)."""
     keys = list(spec.metadata.primary_key)
     files, disjoint = in_version_order(spec.inputs)
     clock = _Clock(phases)
@@ -258,6 +268,11 @@ def _rewrite(storage: Storage, spec: TaskSpec, out: Outputs, phases: dict[str, f
         for chunk in chunks:
             clock.lap("read")
             rows_read += chunk.num_rows
+            if prior.enabled:
+                if stream is not None and stream.passes > 1:
+                    prior.disable()  # spilled runs hold BaseFile and DeltaFile rows merged already
+                prior.take(chunk)
+                clock.lap("prior")
             merged = merge_chunk(chunk, keys, spec.kind, version_ordered=disjoint)
             del chunk
             clock.lap("merge")

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from loguru import logger
 
 from maintd.execution.output import name_prefix
+from maintd.execution.prior import PRIOR_PREFIX
 from maintd.execution.rewrite import run_pack
 from maintd.execution.spark import is_connect, run_pack_in_worker
 from maintd.execution.specs import ExecutionOptions, TaskResult, TaskSpec
@@ -240,7 +241,7 @@ def _finish(batch: list[list[TaskSpec]], fut: Future[list[TaskResult]], on_resul
     for s in specs:
         r = by_key.get((s.task_id, s.unit)) or _lost(s, "no result came back for this unit")
         if storage is not None and (not r.ok or r.attempt > 0):
-            remove_attempts(storage, s, keep={a.path for a in r.adds})
+            remove_attempts(storage, s, keep=set(r.written))
         on_result(r)
 
 
@@ -268,12 +269,13 @@ def remove_attempts(storage: Storage, spec: TaskSpec, keep: set[str]) -> list[st
     level = None if kind == "base" else spec.target_level
     probe = data_file_path(spec.metadata, spec.partition, spec.bucket, kind, level, unique="0" * 32)  # type: ignore[arg-type]
     directory = probe.rsplit("/", 1)[0]
-    prefix = f"{directory}/{name_prefix(kind, level, spec.token)}"  # type: ignore[arg-type]
+    prefixes = (f"{directory}/{name_prefix(kind, level, spec.token)}",  # type: ignore[arg-type]
+                f"{directory}/{PRIOR_PREFIX}{spec.token}")
     removed = []
     try:
         for f in storage.list_dir(directory):
             path = f.path if "/" in f.path else f"{directory}/{f.path}"
-            if path.startswith(prefix) and path not in keep:
+            if path.startswith(prefixes) and path not in keep:
                 storage.delete(path)
                 removed.append(path)
     except Exception as exc:  # orphan cleanup will find them

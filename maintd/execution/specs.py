@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from maintd.table.actions import AddFile, KeyValue, Metadata
+from maintd.table.actions import AddFile, KeyValue, Metadata, PriorRows
 from maintd.table.keyranges import KeyRange
 
 TaskKind = Literal["cluster", "compact"]
@@ -147,6 +147,9 @@ class TaskSpec(_Model):
     read_threads: int = 4
     decode_threads: int = 1
     fault: str | None = None
+    prior_rows: bool = False
+    """A compaction of a table with ``changes.prior.rows``: also write the prior rows of the keys it folds
+    (:mod:`maintd.execution.prior`)."""
 
     @property
     def key_range(self) -> KeyRange:
@@ -161,6 +164,8 @@ class TaskResult(_Model):
     ok: bool
     inputs: tuple[str, ...]
     adds: tuple[AddFile, ...] = ()
+    priors: tuple[PriorRows, ...] = ()
+    """Prior-rows files of the BaseFiles a compaction folded (tables with ``changes.prior.rows``)."""
     unit: int = 0
     units: int = 1
     bytes_read: int = 0
@@ -177,6 +182,12 @@ class TaskResult(_Model):
     token: str = "0" * 16
     attempt: int = 0
     """The Spark attempt number of the attempt that produced this result (0: the first)."""
+
+
+    @property
+    def written(self) -> list[str]:
+        """Every file the unit (or task) wrote and reports: its data files and prior-rows files."""
+        return [a.path for a in self.adds] + [p.path for p in self.priors]
 
 
 def results_json(results: Iterable[TaskResult]) -> str:

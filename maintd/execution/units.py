@@ -101,7 +101,7 @@ def _units(uri: str, t: PlanTaskDoc, snapshot: Snapshot, groups: Mapping[tuple[P
                      key_lo=r.lo, key_hi=r.hi, target_file_bytes=t.target_file_bytes or DEFAULT_TARGET_FILE_BYTES,
                      token=unit_token(run_id, t.task_id, i), task_memory_bytes=opts.task_memory_bytes,
                      read_threads=opts.read_threads, decode_threads=opts.decode_threads,
-                     fault=opts.fault_of(t.task_id, i))
+                     fault=opts.fault_of(t.task_id, i), prior_rows=t.kind == "compact" and snapshot.stores_prior_rows)
             for i, (r, files) in enumerate(ranges)]
 
 
@@ -170,7 +170,8 @@ def combine(task: PlanTaskDoc, units: Sequence[TaskResult], input_bytes: int | N
         for k, v in r.phases.items():
             phases[k] = round(phases.get(k, 0.0) + v, 4)
     return TaskResult(task_id=task.task_id, kind=task.kind, ok=ok, inputs=task.inputs,
-                      adds=tuple(a for r in ordered for a in r.adds), unit=0, units=expected,
+                      adds=tuple(a for r in ordered for a in r.adds),
+                      priors=tuple(p for r in ordered for p in r.priors), unit=0, units=expected,
                       bytes_read=input_bytes if input_bytes is not None else sum(r.bytes_read for r in ordered),
                       rows_read=sum(r.rows_read for r in ordered),
                       rows_written=sum(r.rows_written for r in ordered),

@@ -255,7 +255,7 @@ def _still_orphans(table: Table, plan: ReclaimPlan) -> tuple[FileRef, ...]:
     if not plan.orphan_files:
         return ()
     latest = table.snapshot()
-    referenced = latest.files.keys() | latest.tombstones.keys()
+    referenced = latest.referenced()
     return tuple(f for f in plan.orphan_files if f.path not in referenced)
 
 

@@ -4,13 +4,14 @@ Three kinds of file are deleted, each for its own reason:
 
 * **log files** (``log``): commits and checkpoints of versions older than the oldest retained version;
 * **data files** (``data``): files removed by a commit at or before the oldest retained version, so no
-  retained version reads them (they are tombstones of the latest snapshot);
+  retained version reads them (they are tombstones of the latest snapshot), and the prior-rows files of
+  those of them that were BaseFiles (added by the commit that removed them, so they go at the same time);
 * **orphans** (``orphan``): files no log entry references (a writer or a job that crashed before its
   commit landed), once older than the grace period, because an in-flight writer's files look the same.
 
 Only files whose names maintd itself writes are ever deleted (data files ``base-<hex>.parquet`` and
-``delta-L<n>-<hex>.parquet``, temporary ``.tmp-<hex>`` files, and log names); anything else a user put
-in the table directory is counted and left alone.
+``delta-L<n>-<hex>.parquet``, prior-rows files ``prior-<hex>.parquet``, temporary ``.tmp-<hex>`` files, and
+log names); anything else a user put in the table directory is counted and left alone.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from urllib.parse import unquote
 from maintd.errors import InvalidInputError
 from maintd.reclaim.models import FileRef
 from maintd.storage import FileInfo
+from maintd.table.actions import PriorRows, RemoveFile
 from maintd.table.log import LAST_CHECKPOINT, LOG_DIR, RECLAIMED, parse_log_name
 from maintd.table.snapshot import Snapshot
 
-DATA_FILE_NAME = re.compile(r"(base|delta-L\d)-[0-9a-f]{32}\.parquet")
+DATA_FILE_NAME = re.compile(r"(base|delta-L\d|prior)-[0-9a-f]{32}\.parquet")
 TEMP_PREFIX = ".tmp-"
 _NULL = "__NULL__"
 
@@ -128,13 +130,15 @@ def missing_live_files(snapshot: Snapshot, listing: Listing, listed_ms: int) -> 
 
 
 def expired_data_files(snapshot: Snapshot, listing: Listing, cutoff_ms: int, where: PartitionFilter) -> list[FileRef]:
-    """Tombstones removed at or before ``cutoff_ms`` (a commit time) whose files are still on storage.
+    """Tombstones (and prior-rows files) removed at or before ``cutoff_ms`` (a commit time) whose files are still
+    on storage.
 
     Commit times strictly increase with the version, so "removed at or before the commit time of R" is
     "removed at a version <= R": no version from R on holds the file.
     """
     out = []
-    for path, tomb in snapshot.tombstones.items():
+    removed: list[tuple[str, RemoveFile | PriorRows]] = [*snapshot.tombstones.items(), *snapshot.priors.items()]
+    for path, tomb in removed:
         info = listing.get(path)
         if info is None or tomb.deletion_time > cutoff_ms or path in snapshot.files:
             continue
@@ -153,13 +157,13 @@ class Orphans:
 
 
 def find_orphans(snapshot: Snapshot, listing: Listing, now_ms: int, grace_ms: int, where: PartitionFilter) -> Orphans:
-    """Files no entry of ``snapshot`` references (live or tombstone), maintd's by name, older than the grace.
+    """Files no entry of ``snapshot`` references (live, tombstone, prior rows), maintd's by name, past the grace.
 
     ``listing`` must have been taken *before* ``snapshot`` was loaded: a file that a commit references is
     then either in the snapshot or was committed after it, by a writer that wrote it moments before,
     which the grace protects.
     """
-    referenced = snapshot.files.keys() | snapshot.tombstones.keys()
+    referenced = snapshot.referenced()
     old: list[FileRef] = []
     young = unknown = 0
     for path, info in listing.items():

@@ -23,16 +23,20 @@ KeyValue = int | float | str | bool | None
 
 FileKind = Literal["delta", "base"]
 IsolationLevel = Literal["WriteSerializable", "Serializable"]
-READER_VERSION = 3
-"""The newest reader protocol this code implements (2: self-verifying commit files; 3: pins, docs/format.md)."""
-WRITER_VERSION = 3
+READER_VERSION = 4
+"""The newest reader protocol this code implements (2: self-verifying commit files; 3: pins; 4: prior-row files,
+docs/format.md)."""
+WRITER_VERSION = 4
 """The newest writer protocol this code implements (2: also transaction records in checkpoints; 3: pins and
-expire records, which reclamation honours)."""
+expire records, which reclamation honours; 4: prior-row files, which reclamation deletes with their BaseFiles)."""
 BASE_VERSION = 2
 """The protocol tables are created at (and ``Table.upgrade_protocol`` raises older tables to)."""
 PINS_VERSION = 3
 """The protocol a table is raised to by its first pin: from then on only code that honours pins reads or
 writes it (older code refuses it with ``UnsupportedProtocolError``)."""
+PRIOR_ROWS_VERSION = 4
+"""The protocol of a table whose compactions store prior rows (property ``changes.prior.rows``): it may hold
+``prior`` actions, which older code does not know (it refuses the table by its protocol)."""
 LOG_DIR_PREFIX = "_log/"
 
 
@@ -152,6 +156,49 @@ class RemoveFile(_Action):
     bytes: int | None = None
 
 
+class PriorRows(_Action):
+    """A prior-rows file: what one compaction unit read for the keys the writers changed, kept for the change
+    feed (docs/format.md, "Prior rows"). Written by the compaction that removes BaseFiles ``of``, in its commit.
+
+    For every key of the unit's DeltaFile rows (its *keys*), the file holds the row BaseFiles ``of`` hold for
+    it at its version (``_maintd_version`` <= ``below``), or, if they hold none, a *marker* (the key,
+    ``_maintd_op`` = delete, version 0), and every row version of it in DeltaFiles ``deltas`` (versions above
+    ``below``). So the change feed can read a key's rows before and after the writers' changes from this
+    small file rather than from the BaseFiles, or from the many small DeltaFiles. It is never read as table
+    data. It lives exactly as long as its BaseFiles: reclamation deletes it with them (``deletion_time`` is
+    the commit time at which they were removed, as in their ``remove`` actions). Protocol 4 tables only.
+    """
+
+    path: LogPath
+    of: tuple[LogPath, ...] = Field(min_length=1)
+    """The BaseFiles the unit rewrote (all removed by the commit that adds this)."""
+    deltas: tuple[LogPath, ...] = Field(min_length=1)
+    """The DeltaFiles the unit read; their rows in ``key_lo..key_hi`` are all in the file."""
+    partition: dict[str, str | None] = Field(default_factory=dict)
+    bucket: int = Field(ge=0)
+    key_lo: tuple[KeyValue, ...] | None = None
+    """The unit's keys are ``key_lo <= key < key_hi`` (None: unbounded on that side)."""
+    key_hi: tuple[KeyValue, ...] | None = None
+    below: int = Field(ge=0)
+    """The greatest version BaseFiles ``of`` hold; every DeltaFile row is newer."""
+    keys: int = Field(ge=0)
+    """Keys the file answers for: the keys of the DeltaFile rows in the unit's range."""
+    rows: int = Field(ge=0)
+    """Rows of ``of`` it holds (markers excluded; at most ``keys``)."""
+    delta_rows: int = Field(ge=0)
+    """Rows of ``deltas`` it holds."""
+    bytes: int = Field(ge=0)
+    deletion_time: int = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> PriorRows:
+        if self.rows > self.keys:
+            raise ValueError("a prior-rows file holds at most one BaseFile row per key it answers for")
+        if self.path in self.of or self.path in self.deltas or set(self.of) & set(self.deltas):
+            raise ValueError("a prior-rows file, its BaseFiles and its DeltaFiles are different files")
+        return self
+
+
 class CommitInfo(_Action):
     """Who committed what, and under which read version and isolation level."""
 
@@ -226,7 +273,7 @@ class Expire(_Action):
     timestamp: int = 0
 
 
-Action = Protocol | Metadata | AddFile | RemoveFile | CommitInfo | Txn | Pin | Unpin | Expire
+Action = Protocol | Metadata | AddFile | RemoveFile | CommitInfo | Txn | Pin | Unpin | Expire | PriorRows
 
 EXPIRE_OPERATION = "EXPIRE"
 """The operation of reclamation's commit that records what it expires before it deletes anything."""
@@ -258,6 +305,7 @@ ACTION_KEYS: dict[type[_Action], str] = {
     Pin: "pin",
     Unpin: "unpin",
     Expire: "expire",
+    PriorRows: "prior",
 }
 KEY_ACTIONS: dict[str, type[_Action]] = {v: k for k, v in ACTION_KEYS.items()}
 

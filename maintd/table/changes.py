@@ -11,6 +11,12 @@ row of it (an upsert or a delete in a level-0 file) or took away a file holding 
    at both versions is read once) and merged, greatest version per key;
 3. the two small states are diffed exactly as the full diff does (:func:`maintd.table.reader.diff_states`).
 
+In tables with ``changes.prior.rows``, the *prior-rows files* of later compactions stand in for the data
+files (:mod:`maintd.table.priors`): when one compaction's files hold every row a group needs, steps 1 and 2
+read those files only; otherwise they stand in for the BaseFiles they answer for. Changes that reach every
+row group of a BaseFile then cost the changed rows rather than a decode of the bucket, and a range of many
+small commits costs one file per compaction unit rather than one per commit.
+
 Maintenance commits (``data_change=false``) move rows between files without changing any: their files
 are read for step 2 only. The result equals :func:`maintd.table.reader.changes_between` over the touched
 groups (the property tests check this on random histories), at the cost of the changed rows.
@@ -24,9 +30,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 
 from maintd.storage import Storage
-from maintd.table.actions import AddFile, Metadata
-from maintd.table.files import read_data_file, read_rows_of_keys
+from maintd.table.actions import AddFile, Metadata, PriorRows
+from maintd.table.files import read_data_files, read_rows_of_keys, rows_with_keys, with_hidden_columns
 from maintd.table.merge import latest_rows
+from maintd.table.priors import GroupPriors, record_states
 from maintd.table.reader import diff_states, key_columns, state_schema
 from maintd.table.schema import OP_COLUMN, VERSION_COLUMN
 from maintd.table.snapshot import PartitionKey, Snapshot, partition_key
@@ -51,45 +58,75 @@ def changed_files(before: Snapshot, added: Iterable[AddFile], removed: Iterable[
     return list(out.values())
 
 
-def incremental_changes(storage: Storage, before: Snapshot, after: Snapshot, changed: Sequence[AddFile]
-                        ) -> pa.Table:
+def incremental_changes(storage: Storage, before: Snapshot, after: Snapshot, changed: Sequence[AddFile],
+                        priors: Iterable[PriorRows] = ()) -> pa.Table:
     """Net changes from ``before`` to ``after``, given every file a data-changing commit between them
-    added or removed (:func:`changed_files`)."""
+    added or removed (:func:`changed_files`) and the prior-rows files the table holds (from its latest state:
+    those of compactions after ``after`` too)."""
     md = after.metadata
     pb = md.partition_by
     by_group: dict[Group, list[AddFile]] = {}
     for f in changed:
         by_group.setdefault((partition_key(f.partition, pb), f.bucket or 0), []).append(f)
     was, now = before.by_bucket(), after.by_bucket()
+    prior_groups: dict[Group, list[PriorRows]] = {}
+    for p in priors:
+        prior_groups.setdefault((partition_key(p.partition, pb), p.bucket), []).append(p)
     pk = list(md.primary_key)
     schema = state_schema(md)
     names = [*md.column_names, OP_COLUMN, VERSION_COLUMN]
+    ordered = sorted(by_group.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))
+    answers = {g: GroupPriors(storage, md, prior_groups.get(g, [])) for g, _ in ordered}
+
+    def record(item: tuple[Group, list[AddFile]]) -> list[PriorRows] | None:
+        group, sources = item
+        return answers[group].record(sources, {f.path for f in was.get(group, [])},
+                                     {f.path for f in now.get(group, [])})
+
+    with ThreadPoolExecutor(_THREADS) as pool:
+        records = dict(zip((g for g, _ in ordered), pool.map(record, ordered), strict=True))
+    # every row of a changed file is a row of a changed key: such a file is read once, whole, and serves both
+    # as a source of the changed keys and as its own rows in the states. They are read together first: many
+    # small level-0 files share the work of planning their reads (read_data_files)
+    every = [f for g, fs in ordered if records[g] is None for f in fs]
+    tables = read_data_files(storage, md, every, None, _THREADS)
+    whole = {f.path: with_hidden_columns(t, f).select(names) for f, t in zip(every, tables, strict=True)}
 
     def group_states(item: tuple[Group, list[AddFile]]) -> tuple[pa.Table, pa.Table]:
         group, sources = item
-        # every row of a changed file is a row of a changed key: such a file is read once, whole, and
-        # serves both as a source of the changed keys and as its own rows in the states
-        cache = {f.path: read_data_file(storage, md, f, threads=False).select(names) for f in sources}
+        cache = {f.path: whole[f.path] for f in sources}
         keys = pa.concat_tables([t.select(pk) for t in cache.values()], promote_options="default")
         keys = keys.group_by(pk, use_threads=False).aggregate([])
-        return (_state(storage, md, was.get(group, []), keys, cache, schema),
-                _state(storage, md, now.get(group, []), keys, cache, schema))
+        return (_state(storage, md, was.get(group, []), keys, cache, schema, answers[group]),
+                _state(storage, md, now.get(group, []), keys, cache, schema, answers[group]))
 
     with ThreadPoolExecutor(_THREADS) as pool:
-        states = list(pool.map(group_states, sorted(by_group.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))))
+        states = list(pool.map(group_states, [item for item in ordered if records[item[0]] is None]))
+    held = [answers[g].rows(rec, before.version, after.version) for g, _ in ordered if (rec := records[g])]
+    if held:  # the groups whose prior-rows files hold every row needed: one pass over all of their rows
+        a, b = record_states(held, before.version, after.version, key_columns(md))
+        states.append((a.select(schema.names).cast(schema), b.select(schema.names).cast(schema)))
     a = pa.concat_tables([s[0] for s in states]) if states else schema.empty_table()
     b = pa.concat_tables([s[1] for s in states]) if states else schema.empty_table()
     return diff_states(md, a, b)
 
 
 def _state(storage: Storage, md: Metadata, files: Sequence[AddFile], keys: pa.Table, cache: dict[str, pa.Table],
-           schema: pa.Schema) -> pa.Table:
+           schema: pa.Schema, answers: GroupPriors) -> pa.Table:
     """The visible rows of ``keys`` among ``files`` (one group), as :func:`diff_states` takes them."""
-    parts = []
+    usable = answers.usable({f.path for f in files})
+    held = answers.base_rows(usable, keys)
+    parts = [held] if held is not None else []
     for f in files:
-        if f.path not in cache:
-            cache[f.path] = read_rows_of_keys(storage, md, f, keys)
-        parts.append(cache[f.path])
+        answered = answers.listed(usable, f.path, keys)
+        if answered is None:
+            if f.path not in cache:
+                cache[f.path] = read_rows_of_keys(storage, md, f, keys)
+            parts.append(cache[f.path])
+            continue
+        rest = rows_with_keys(keys, md.primary_key, answered, keep=False)
+        if rest.num_rows:
+            parts.append(read_rows_of_keys(storage, md, f, rest))
     if not parts:
         return schema.empty_table()
     merged = latest_rows(pa.concat_tables(parts, promote_options="default"), key_columns(md))

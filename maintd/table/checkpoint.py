@@ -3,11 +3,12 @@
 A checkpoint is a Parquet file (zstd) with one string column ``action``: one JSON log line per action of
 the state (protocol, metadata, one ``add`` per live file, one ``remove`` per tombstone, one ``txn`` per
 application; in tables of protocol 3 one ``pin`` per pin and the latest ``expire`` record, so that pins survive
-the expiry of the commits that made them). Its key-value metadata holds (docs/format.md, "Checkpoints"):
+the expiry of the commits that made them; in tables of protocol 4 also one ``prior`` per prior-rows file). Its
+key-value metadata holds (docs/format.md, "Checkpoints"):
 
 * ``version``, ``timestamp``: the version it holds and that version's commit time;
-* ``format`` (2, or 3 in tables of protocol 3), ``actions`` (the row count) and ``sha256`` (of the rows joined
-  by ``\\n``): a damaged or cut checkpoint fails the check and loading falls back to an older one
+* ``format`` (2, or the protocol in tables of protocol 3 or 4), ``actions`` (the row count) and ``sha256`` (of
+  the rows joined by ``\\n``): a damaged or cut checkpoint fails the check and loading falls back to an older one
   (:mod:`maintd.table.log`);
 * ``txns``: ``{"from": v0, "records": [[txn_id, commit_time], ...]}``, the transaction id of every version
   from ``v0`` to ``version``. This is what answers "did my commit land at v?" once commit ``v`` is gone or
@@ -30,9 +31,9 @@ from maintd.table.actions import Expire, RemoveFile, Txn, action_to_json
 from maintd.table.commitfile import Where, decode_lines
 from maintd.table.snapshot import Snapshot, SnapshotBuilder
 
-FORMAT = 3
+FORMAT = 4
 """The newest checkpoint format: 3 for tables of protocol 3 (which may hold pins and expire records; older
-readers refuse it by its number), 2 for the others."""
+readers refuse it by its number), 4 for tables of protocol 4 (also prior-rows files), 2 for the others."""
 
 
 def encode_checkpoint(snapshot: Snapshot) -> bytes:
@@ -43,7 +44,8 @@ def encode_checkpoint(snapshot: Snapshot) -> bytes:
     lines += [action_to_json(Txn(app_id=a, version=v, last_updated=snapshot.timestamp))
               for a, v in snapshot.app_txns.items()]
     lines += [action_to_json(p) for p in snapshot.pins.values()]
-    fmt = FORMAT if snapshot.protocol.min_reader_version >= 3 else 2
+    lines += [action_to_json(p) for p in snapshot.priors.values()]
+    fmt = min(snapshot.protocol.min_reader_version, FORMAT) if snapshot.protocol.min_reader_version >= 3 else 2
     extra: dict[str, str] = {}
     if snapshot.expired is not None and fmt >= 3:
         lines.append(action_to_json(snapshot.expired))

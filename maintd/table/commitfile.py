@@ -22,15 +22,16 @@ from typing import Any
 from maintd.errors import CorruptLogError, UnsupportedProtocolError
 from maintd.table.actions import Action, CommitInfo, Protocol, action_from_dict, action_to_json
 
-FORMAT = 3
+FORMAT = 4
 """The newest commit file format this code reads and writes (3: as 2, in tables of protocol 3, which may hold
-pins; older readers refuse it by its number before they meet an action they do not know)."""
+pins; 4: in tables of protocol 4, which may hold prior-row files; older readers refuse a file by its number
+before they meet an action they do not know)."""
 HEADER_KEY = "header"
 RECOVER = "Restore the file from a backup, or see docs/operations.md 'Recover'"
 
 
 def format_for(protocol: Protocol) -> int:
-    """The commit file format of a table of ``protocol``: its writer version (1, 2 or 3)."""
+    """The commit file format of a table of ``protocol``: its writer version (1 to 4)."""
     return max(1, min(protocol.min_writer_version, FORMAT))
 
 

@@ -89,8 +89,17 @@ def data_file_path(metadata: Metadata, partition: Mapping[str, str | None], buck
     ``unique`` (32 lowercase hex digits) replaces the random part of the name, for writers that name
     their files so they can find them again (maintenance attempts); default: a random UUID.
     """
+    return _bucket_file_path(metadata, partition, bucket, "base" if kind == "base" else f"delta-L{level}", unique)
+
+
+def prior_file_path(metadata: Metadata, partition: Mapping[str, str | None], bucket: int, *, unique: str) -> str:
+    """A new relative path for a prior-rows file, beside the BaseFiles of its bucket (``prior-<hex>.parquet``)."""
+    return _bucket_file_path(metadata, partition, bucket, "prior", unique)
+
+
+def _bucket_file_path(metadata: Metadata, partition: Mapping[str, str | None], bucket: int, tag: str,
+                      unique: str | None) -> str:
     part = partition_path(partition, metadata.partition_by)
-    tag = "base" if kind == "base" else f"delta-L{level}"
     if unique is not None and (len(unique) != 32 or unique.strip("0123456789abcdef")):
         raise ValueError(f"unique part of a data file name must be 32 lowercase hex digits, got {unique!r}")
     name = f"bucket-{bucket:05d}/{tag}-{unique or uuid.uuid4().hex}.parquet"
@@ -338,13 +347,18 @@ def read_rows_of_keys(storage: Storage, metadata: Metadata, f: AddFile, keys: pa
         if not groups:
             return with_hidden_columns(expected.empty_table(), f)
         t = pf.read_row_groups(groups, columns=expected.names)
+    return with_hidden_columns(rows_with_keys(t, pk, keys), f)
+
+
+def rows_with_keys(t: pa.Table, pk: Sequence[str], keys: pa.Table, *, keep: bool = True) -> pa.Table:
+    """The rows of ``t`` whose primary key is one of ``keys`` (``keep=False``: is none of them), in order."""
     if len(pk) == 1:
-        t = t.filter(pc.is_in(t.column(pk[0]), value_set=lead))
-    else:
-        rows = t.append_column("__row", pa.array(np.arange(t.num_rows, dtype=np.int64)))
-        semi = rows.join(keys.select(pk), keys=pk, join_type="left semi", use_threads=False)
-        t = t.take(pa.array(np.sort(semi.column("__row").to_numpy()), pa.int64()))
-    return with_hidden_columns(t, f)
+        inside = pc.is_in(t.column(pk[0]), value_set=keys.column(pk[0]))
+        return t.filter(inside if keep else pc.invert(inside))
+    rows = t.select(pk).append_column("__row", pa.array(np.arange(t.num_rows, dtype=np.int64)))
+    kind = "left semi" if keep else "left anti"
+    picked = rows.join(keys.select(pk), keys=list(pk), join_type=kind, use_threads=False)
+    return t.take(pa.array(np.sort(picked.column("__row").to_numpy()), pa.int64()))
 
 
 def _may_hold(values: pa.ChunkedArray | pa.Array, stats: pq.Statistics | None) -> bool:

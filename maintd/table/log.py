@@ -248,12 +248,16 @@ class TableLog:
             self.storage.write_atomic(RECLAIMED, json.dumps(record).encode())
 
     def prune_tombstones(self, snapshot: Snapshot) -> Snapshot:
-        """``snapshot`` without the tombstones whose files reclamation has deleted (below the watermark)."""
+        """``snapshot`` without the tombstones whose files reclamation has deleted (below the watermark), nor
+        the prior-rows files it deleted with them (removed at the same commit time as their BaseFiles)."""
         mark = self.reclaimed_watermark()
-        if mark is None or not any(r.deletion_time <= mark for r in snapshot.tombstones.values()):
+        times = [r.deletion_time for r in snapshot.tombstones.values()]
+        times += [p.deletion_time for p in snapshot.priors.values()]
+        if mark is None or not any(t <= mark for t in times):
             return snapshot
         kept = {p: r for p, r in snapshot.tombstones.items() if r.deletion_time > mark}
-        return dataclasses.replace(snapshot, tombstones=MappingProxyType(kept))
+        priors = {p: r for p, r in snapshot.priors.items() if r.deletion_time > mark}
+        return dataclasses.replace(snapshot, tombstones=MappingProxyType(kept), priors=MappingProxyType(priors))
 
     def write_checkpoint(self, snapshot: Snapshot) -> Snapshot:
         """Write the full state at ``snapshot.version`` (with its transaction records), then advance the hint.

@@ -15,6 +15,9 @@ RETAIN_HOURS = "acid.data.retain.hours"
 BUCKET_NUM = "write.bucket.num"
 ISOLATION_LEVEL = "isolation.level"
 CHECKPOINT_INTERVAL = "log.checkpoint.interval"
+PRIOR_ROWS = "changes.prior.rows"
+"""``true``: compactions store the prior rows of the keys they fold (docs/format.md, "Prior rows"), so the change
+feed reads those instead of the BaseFiles. Setting it raises the table to protocol 4."""
 MAINTD_PREFIX = "maintd."
 ISOLATION_LEVELS = ("WriteSerializable", "Serializable")
 
@@ -70,10 +73,16 @@ def validate_properties(props: Mapping[str, object], *, table: str = "") -> dict
                     f"use one of {', '.join(ISOLATION_LEVELS)}"
                 )
             out[key] = value
+        elif key == PRIOR_ROWS:
+            if value.lower() not in ("true", "false"):
+                raise InvalidPropertyError(
+                    f"{where}property {key}={value!r} is not a boolean; use true or false (true: compactions "
+                    "store the prior rows of the keys they fold, for the change feed)")
+            out[key] = value.lower()
         elif key.startswith(MAINTD_PREFIX) and len(key) > len(MAINTD_PREFIX):
             out[key] = value
         else:
-            known = ", ".join(sorted([*INT_PROPERTIES, ISOLATION_LEVEL]))
+            known = ", ".join(sorted([*INT_PROPERTIES, ISOLATION_LEVEL, PRIOR_ROWS]))
             raise InvalidPropertyError(
                 f"{where}unknown property {key!r}; known properties are {known}, "
                 f"and maintd policy overrides under '{MAINTD_PREFIX}*'"
@@ -84,6 +93,11 @@ def validate_properties(props: Mapping[str, object], *, table: str = "") -> dict
 def get_int(props: Mapping[str, str], key: str) -> int:
     """The integer value of a known integer property, or its default."""
     return int(props.get(key, INT_PROPERTIES[key].default))
+
+
+def prior_rows(props: Mapping[str, str]) -> bool:
+    """True if compactions of the table store prior rows (:data:`PRIOR_ROWS`)."""
+    return props.get(PRIOR_ROWS, "false") == "true"
 
 
 def isolation_level(props: Mapping[str, str]) -> str:

@@ -11,6 +11,7 @@ from urllib.parse import quote
 from maintd.errors import UnsupportedProtocolError
 from maintd.table import properties as props
 from maintd.table.actions import (
+    PRIOR_ROWS_VERSION,
     READER_VERSION,
     WRITER_VERSION,
     Action,
@@ -19,6 +20,7 @@ from maintd.table.actions import (
     Expire,
     Metadata,
     Pin,
+    PriorRows,
     Protocol,
     RemoveFile,
     Txn,
@@ -80,6 +82,17 @@ class Snapshot:
     """Pins by id, expired ones too until a commit removes them (protocol 3 tables; docs/format.md, "Pins")."""
     expired: Expire | None = None
     """The newest ``expire`` record: versions before ``expired.before`` were expired by reclamation."""
+    priors: Mapping[str, PriorRows] = field(default_factory=dict)
+    """Prior-rows files by path (protocol 4 tables), kept as long as the tombstones of the BaseFiles they
+    answer for (docs/format.md, "Prior rows")."""
+
+    def priors_of(self, path: str) -> list[PriorRows]:
+        """The prior-rows files that answer for BaseFile ``path`` (none if it was never compacted away)."""
+        return [p for p in self.priors.values() if path in p.of]
+
+    def referenced(self) -> set[str]:
+        """Every data-area path an entry of this state names: live files, tombstones, prior-rows files."""
+        return {*self.files, *self.tombstones, *self.priors}
 
     @property
     def expired_before(self) -> int:
@@ -123,6 +136,11 @@ class Snapshot:
         return props.isolation_level(self.metadata.properties)
 
     @property
+    def stores_prior_rows(self) -> bool:
+        """Compactions of this table write prior-rows files (``changes.prior.rows`` set, protocol 4)."""
+        return props.prior_rows(self.metadata.properties) and self.protocol.min_writer_version >= PRIOR_ROWS_VERSION
+
+    @property
     def checkpoint_interval(self) -> int:
         return props.get_int(self.metadata.properties, props.CHECKPOINT_INTERVAL)
 
@@ -157,11 +175,12 @@ class SnapshotBuilder:
     base_checkpoint: int = -1
     pins: dict[str, Pin] = field(default_factory=dict)
     expired: Expire | None = None
+    priors: dict[str, PriorRows] = field(default_factory=dict)
 
     @classmethod
     def from_snapshot(cls, s: Snapshot) -> SnapshotBuilder:
         return cls(s.version, s.timestamp, s.protocol, s.metadata, dict(s.files), dict(s.tombstones),
-                   dict(s.app_txns), dict(s.txns), s.base_checkpoint, dict(s.pins), s.expired)
+                   dict(s.app_txns), dict(s.txns), s.base_checkpoint, dict(s.pins), s.expired, dict(s.priors))
 
     def apply(self, version: int, actions: Iterable[Action]) -> None:
         """Apply one commit's actions in order (an add after a remove of the same path revives it).
@@ -192,6 +211,8 @@ class SnapshotBuilder:
                 self.pins[a.id] = a
             elif isinstance(a, Unpin):
                 self.pins.pop(a.id, None)
+            elif isinstance(a, PriorRows):
+                self.priors[a.path] = a
         self.expire(expired_by(seen))
         self.txns[version] = (txn_id, self.timestamp)
         self.version = version
@@ -216,6 +237,7 @@ class SnapshotBuilder:
             base_checkpoint=self.base_checkpoint,
             pins=MappingProxyType(dict(self.pins)),
             expired=self.expired,
+            priors=MappingProxyType(dict(self.priors)),
         )
 
     def kept_txns(self) -> dict[int, TxnRecord]:

@@ -29,6 +29,7 @@ from maintd.table import interop, timeline
 from maintd.table import properties as props
 from maintd.table.actions import (
     BASE_VERSION,
+    PRIOR_ROWS_VERSION,
     Action,
     AddFile,
     CommitInfo,
@@ -123,7 +124,9 @@ class Table:
             raise TableExistsError(f"a table already exists at {storage.uri}; open it with Table.open")
         info = CommitInfo(operation="CREATE TABLE", timestamp=md.created_time, txn_id=uuid.uuid4().hex,
                           operation_parameters={"primary_key": list(pk), "partition_by": list(parts)})
-        if not table._create(info, [info, Protocol(), md]):
+        protocol = Protocol(min_reader_version=PRIOR_ROWS_VERSION, min_writer_version=PRIOR_ROWS_VERSION) \
+            if props.prior_rows(clean) else Protocol()
+        if not table._create(info, [info, protocol, md]):
             raise TableExistsError(f"a table was created concurrently at {storage.uri}")
         return table
 
@@ -354,6 +357,11 @@ class Table:
         md = snap.metadata.model_copy(update={"properties": {**snap.metadata.properties, **clean}})
         txn = self.new_transaction("SET PROPERTIES", read_snapshot=snap)
         txn.set_metadata(md)
+        p = snap.protocol
+        if props.prior_rows(md.properties) and min(p.min_reader_version, p.min_writer_version) < PRIOR_ROWS_VERSION:
+            # prior-rows files are actions older code does not know: it must refuse the table from now on
+            txn.set_protocol(Protocol(min_reader_version=max(p.min_reader_version, PRIOR_ROWS_VERSION),
+                                      min_writer_version=max(p.min_writer_version, PRIOR_ROWS_VERSION)))
         return txn.commit(parameters={"properties": clean})
 
     # -- pins ------------------------------------------------------------------------------
@@ -420,10 +428,7 @@ class Table:
 
         Maintenance commits (``data_change=false``) change no rows and contribute nothing.
         """
-        end = self.resolve_version(end_version)
-        start = self.resolve_version(start_version)
-        if start > end:
-            raise InvalidInputError(f"changes: start version {start} is after end version {end}")
+        start, end = self._change_range(start_version, end_version)
         before, after = self.snapshot(start), self.snapshot(end)
         added: list[AddFile] = []
         removed: list[str] = []
@@ -437,17 +442,30 @@ class Table:
             changed = changed_files(before, added, removed)
         except KeyError:  # a removed file of unknown origin (a damaged log?): fall back to the full diff
             return changes_between(self.storage, before, after, self.changed_groups(start, end))
-        return incremental_changes(self.storage, before, after, changed)
+        # prior-rows files of compactions after ``end`` answer too: the latest state knows them all
+        return incremental_changes(self.storage, before, after, changed, self.snapshot().priors.values())
 
     def full_changes(self, start_version: int, end_version: int | None = None) -> pa.Table:
         """:meth:`changes` computed by diffing two full reads of the touched buckets (the reference the
         incremental change feed is checked and measured against)."""
-        end = self.resolve_version(end_version)
-        start = self.resolve_version(start_version)
-        if start > end:
-            raise InvalidInputError(f"changes: start version {start} is after end version {end}")
+        start, end = self._change_range(start_version, end_version)
         return changes_between(self.storage, self.snapshot(start), self.snapshot(end),
                                self.changed_groups(start, end))
+
+    def _change_range(self, start_version: int, end_version: int | None) -> tuple[int, int]:
+        """(start, end) of a change feed, both checked against retained history.
+
+        The start is checked; an end at or after it (and at most the latest) is then retained too, since
+        retained history is every version from the oldest retained one on.
+        """
+        start = self.resolve_version(start_version)
+        latest = self.snapshot().version
+        end = latest if end_version is None else end_version
+        if not start <= end <= latest:
+            end = self.resolve_version(end_version)
+        if start > end:
+            raise InvalidInputError(f"changes: start version {start} is after end version {end}")
+        return start, end
 
     def changed_groups(self, start: int, end: int) -> set[tuple[PartitionKey, int]]:
         """The (partition, bucket) groups whose rows data-changing commits in (start, end] touched."""

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from maintd.errors import CommitRetriesExhaustedError, InvalidInputError
 from maintd.table.actions import (
+    PRIOR_ROWS_VERSION,
     Action,
     AddFile,
     CommitInfo,
@@ -34,6 +35,7 @@ from maintd.table.actions import (
     IsolationLevel,
     Metadata,
     Pin,
+    PriorRows,
     Protocol,
     RemoveFile,
     Txn,
@@ -97,6 +99,7 @@ class Transaction:
         self._pins: list[Pin] = []
         self._unpins: list[Unpin] = []
         self._expire: tuple[int | None, int | None] | None = None
+        self._priors: list[PriorRows] = []
         self._footprint = TxnFootprint(level, self.read_snapshot.metadata.partition_by)
         self._committed: int | None = None
         self._rng = random.Random()
@@ -122,6 +125,20 @@ class Transaction:
             )
         self._removes[path] = RemoveFile(path=path, deletion_time=0, data_change=data_change,
                                          partition=live.partition, bucket=live.bucket, bytes=live.bytes)
+
+    def add_prior(self, prior: PriorRows) -> None:
+        """Record a prior-rows file of BaseFiles this transaction removes (protocol 4 tables; docs/format.md,
+        "Prior rows"). Its ``deletion_time`` becomes this commit's time, as the removes' does.
+
+        Raises:
+            InvalidInputError: the table is below protocol 4, or the file answers for a BaseFile this
+                transaction does not remove (checked at commit).
+        """
+        if self.read_snapshot.protocol.min_writer_version < PRIOR_ROWS_VERSION:
+            raise InvalidInputError(
+                f"table {self.table.uri} is at writer protocol {self.read_snapshot.protocol.min_writer_version}; "
+                f"prior-rows files need protocol {PRIOR_ROWS_VERSION} (set the table property changes.prior.rows)")
+        self._priors.append(prior)
 
     def read_files(self, paths: Any) -> None:
         self._footprint.read_files.update(paths)
@@ -193,6 +210,11 @@ class Transaction:
         """
         if self._committed is not None:
             return self._committed
+        for prior in self._priors:
+            if not set(prior.of) <= self._removes.keys():
+                raise InvalidInputError(
+                    f"table {self.table.uri}: prior-rows file {prior.path} answers for "
+                    f"{sorted(set(prior.of) - self._removes.keys())}, which this commit does not remove")
         fp = self._footprint
         fp.removes = set(self._removes)
         fp.data_change = any(a.data_change for a in self._adds) or any(
@@ -326,6 +348,7 @@ class Transaction:
         if expire is not None:
             actions.append(expire)
         actions += [r.model_copy(update={"deletion_time": ts}) for r in self._removes.values()]
+        actions += [p.model_copy(update={"deletion_time": ts}) for p in self._priors]
         for a in self._adds:
             update: dict[str, Any] = {"modification_time": ts}
             if not a.carries_versions:

@@ -63,6 +63,8 @@ CASES: dict[str, Case] = {
                                                                            "--property", "novalue"],
     "table set-properties with an unknown property": lambda t: ["table", "set-properties", table(t),
                                                                 "--property", "no.such.property=1"],
+    "table set-properties with a prior-rows switch that is not a boolean": lambda t: [
+        "table", "set-properties", table(t), "--property", "changes.prior.rows=sometimes"],
     "read of a directory that is not a table": lambda t: ["read", not_a_table(t)],
     "read at a time that is not a time": lambda t: ["read", table(t), "--as-of", "yesterday-ish"],
     "read of a column that does not exist": lambda t: ["read", table(t), "--column", "nope"],

@@ -52,7 +52,7 @@ def _newer_protocol(t: Table) -> str:
     info = CommitInfo(operation="UPGRADE PROTOCOL", timestamp=2**41, txn_id="newer")
     (Path(t.uri) / commit_path(3)).write_bytes(encode_commit([info, Protocol(min_reader_version=5,
                                                                                min_writer_version=5)], version=3))
-    return "requires reader protocol version 5; this maintd reads up to version 3"
+    return "requires reader protocol version 5; this maintd reads up to version 4"
 
 
 def _outside_path(t: Table) -> str:

@@ -176,3 +176,24 @@ def test_version_flag_and_help_list_the_commands() -> None:
     assert code == 0
     for command in ("table", "read", "plan", "run", "gc", "purge", "demo", "daemon", "status", "history"):
         assert command in out
+
+
+def test_set_properties_switches_prior_rows_on_and_describe_shows_the_protocol_and_the_files(table_uri: str) -> None:
+    from maintd.execution import PlanDoc, PlanTaskDoc, commit_rewrites, run_plan
+
+    code, out, err = invoke("table", "set-properties", table_uri, "--property", "changes.prior.rows=true")
+    assert code == 0 and "changes.prior.rows=true" in out, err
+    table = Table.open(table_uri)
+    for _ in range(2):  # BaseFiles first, then a compaction that folds new rows into them
+        snap = table.snapshot()
+        tasks = tuple(PlanTaskDoc(task_id=f"c-{dict(p)}-{b}", kind="compact", partition=dict(p), bucket=b,
+                                  inputs=tuple(f.path for f in fs)) for (p, b), fs in snap.by_bucket().items())
+        plan = PlanDoc(table_uri=table.uri, read_version=snap.version, tasks=tasks)
+        assert commit_rewrites(table, plan, run_plan(plan, table).results).committed
+        table.upsert(pa.table({"id": [1, 50], "name": ["n", "m"], "ds": ["x", "x"]}))
+    desc = json.loads(invoke("table", "describe", table_uri, "--json")[1])
+    priors = table.snapshot().priors
+    assert desc["protocol"] == {"reader": 4, "writer": 4} and desc["prior_rows"]["files"] == len(priors) > 0
+    code, out, _ = invoke("table", "describe", table_uri)
+    assert code == 0 and "protocol: reader 4, writer 4" in out
+    assert f"prior-rows files (for the change feed): {len(priors)}" in out

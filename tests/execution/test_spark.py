@@ -10,13 +10,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from maintd.execution import ExecutionOptions, commit_rewrites, discard_outputs, execute, run_plan
 
-from .helpers import make_table, plan_all, sorted_read
+from .helpers import batch, make_table, plan_all, sorted_read
 
 pytestmark = pytest.mark.spark
 
@@ -41,6 +42,25 @@ def test_spark_tasks_write_what_local_tasks_write(tmp_path: Path, spark: Any) ->
     assert sorted_read(table).equals(model.table())
     for v, expected in before.items():
         assert sorted_read(table, v).equals(expected)
+
+
+def test_spark_tasks_store_prior_rows_that_the_change_feed_reads(tmp_path: Path, spark: Any) -> None:
+    table, _ = make_table(tmp_path, commits=10)
+    table.set_properties({"changes.prior.rows": "true"})
+    plan = plan_all(table, "compact")
+    assert commit_rewrites(table, plan, execute(plan, table, spark)).committed
+    start = table.version
+    rng = np.random.default_rng(2)
+    for _ in range(4):
+        table.write_changes(batch(rng, 60, 800), "op")
+    plan = plan_all(table, "compact")
+    results = execute(plan, table, spark)
+    assert all(r.ok and len(r.priors) == 1 for r in results), [(r.ok, r.error, r.priors, r.mode) for r in results]
+    assert commit_rewrites(table, plan, results).committed
+    assert set(table.snapshot().priors) == {r.priors[0].path for r in results}
+    got, want = table.changes(start), table.full_changes(start)
+    assert got.num_rows and got.sort_by([("id", "ascending"), ("_change", "ascending")]).equals(
+        want.sort_by([("id", "ascending"), ("_change", "ascending")]))
 
 
 def test_a_writer_in_another_process_and_maintenance_both_land(tmp_path: Path, spark: Any) -> None:
@@ -93,9 +113,18 @@ def test_the_spark_submit_job_runs_a_plan_from_json_and_commits(tmp_path: Path) 
 
 
 def test_a_killed_python_worker_costs_one_retry_not_the_run(tmp_path: Path, spark: Any) -> None:
-    """Local mode retries (local[N,F]); the killed attempt's partial output is deleted by the driver."""
+    """Local mode retries (local[N,F]); the killed attempt's partial output, prior-rows files too, is deleted by
+    the driver."""
     assert spark.sparkContext.master == "local[2,4]"
     table, model = make_table(tmp_path, commits=10, buckets=4)
+    table.set_properties({"changes.prior.rows": "true"})
+    first = plan_all(table, "compact")
+    assert commit_rewrites(table, first, execute(first, table)).committed  # BaseFiles, in process
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        b = batch(rng, 60, 600)
+        table.write_changes(b, "op")
+        model.apply(b)
     plan = plan_all(table, "compact")
     markers = tmp_path / "markers"
     report = run_plan(plan, table, spark, ExecutionOptions(faults={"*": f"kill_once:{markers}"}), commit=True)
@@ -106,7 +135,9 @@ def test_a_killed_python_worker_costs_one_retry_not_the_run(tmp_path: Path, spar
     assert report.retried >= 1
     snap = table.snapshot()
     on_disk = {f.path for f in table.storage.walk() if f.path.startswith("bucket-")}
-    assert on_disk == set(snap.files) | set(snap.tombstones), "the killed attempt's output was left behind"
+    assert len(snap.priors) == 4 and all(Path(p).name.startswith("prior-") for p in snap.priors)
+    assert on_disk == set(snap.files) | set(snap.tombstones) | set(snap.priors), \
+        "the killed attempt's output was left behind"
     assert sorted_read(table).equals(model.table())
 
 

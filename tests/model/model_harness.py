@@ -3,7 +3,8 @@ every retained version checked against a model of the rows, and the two promises
 
 One scenario (seeded):
 
-1. a table (partitioned, 2 buckets, retention 0 or 1 hour, a checkpoint every 2 to 5 versions);
+1. a table (partitioned, 2 buckets, retention 0 or 1 hour, a checkpoint every 2 to 5 versions; in every other
+   scenario with ``changes.prior.rows``, so compactions store prior rows);
 2. at once, in separate processes (:mod:`model_worker`): writers doing upserts, deletes, mixed
    changes and overwrites; a maintainer clustering or compacting buckets (the local executor, then
    ``commit_rewrites``); a reclaimer running reclamation (its expire commit, then the deletions) with its
@@ -16,8 +17,9 @@ One scenario (seeded):
    ``CommitError`` other than ``CommitStateUnknownError``, or any error of a writer) is anywhere in the
    history; every commit in the history is one
    some process made; every version that must be retained reads exactly as the model of the rows says
-   (replaying the data operations of the history in version order), acknowledged pins' versions too;
-   then, with the writers gone, a reclamation with no grace leaves exactly the data files the retained
+   (replaying the data operations of the history in version order), acknowledged pins' versions too; the
+   change feed between random retained versions equals the model's difference of their rows; then, with
+   the writers gone, a reclamation with no grace leaves exactly the data files the retained
    versions read, and the pinned versions still read.
 
 ``run(n, seed)`` returns the counts that ``scripts/model_check.py`` prints.
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 
@@ -44,6 +47,7 @@ from maintd import Table, VersionNotFoundError
 from maintd.reclaim import reclaim_table
 from maintd.storage.faulty import Fault, FaultPlan
 from maintd.table.actions import AddFile, RemoveFile
+from maintd.table.priors import GroupPriors
 from maintd.table.reader import read_snapshot
 
 WORKER = Path(__file__).with_name("model_worker.py")
@@ -51,6 +55,8 @@ WRITERS = 3
 WRITES = ("upsert", "delete", "changes", "overwrite")
 """Operations after whose commit nothing can raise: any error they raise means they did not land."""
 SCENARIO_TIMEOUT = 300.0
+FEEDS = 8
+"""Change feeds checked per scenario, between random retained versions."""
 Key = tuple[str, int]
 
 
@@ -147,7 +153,8 @@ def scenario(workers: Workers, root: Path, seed: int, uri: str | None = None) ->
     retain = int(rng.choice([0, 0, 1]))
     table = Table.create(uri, "id:int64!,name:string,ds:string", primary_key="id", partition_by="ds", buckets=2,
                          properties={"acid.data.retain.hours": retain,
-                                     "log.checkpoint.interval": int(rng.choice([2, 3, 5]))})
+                                     "log.checkpoint.interval": int(rng.choice([2, 3, 5])),
+                                     "changes.prior.rows": "true" if seed % 2 else "false"})
     created0 = table.log.read_commit_txn(0)
     commands: dict[str, dict[str, Any]] = {}
     for i, name in enumerate(workers.names):
@@ -177,6 +184,9 @@ class Checker:
         self.journal = journal
         self.mismatches: list[str] = []
         self.versions = 0
+        self.feeds = 0
+        self.feeds_from_prior_rows = 0
+        self.prior_files = 0
         self.ops = [r for r in journal if r["type"] == "op"]
         created: dict[int, list[tuple[int, str]]] = {0: [(0, created0 or "")]}
         for r in journal:
@@ -199,7 +209,9 @@ class Checker:
                 "ghosts": sum(1 for r in self.journal if r["type"] == "ghost"),
                 "purges": sum(1 for r in self.ops if r["kind"] == "purge" and r["outcome"] == "acked"),
                 "pins": len(self._pinned()),
-                "expires": sum(1 for r in self.ops if r["kind"] == "expire" and r.get("version") is not None)}
+                "expires": sum(1 for r in self.ops if r["kind"] == "expire" and r.get("version") is not None),
+                "feeds": self.feeds, "feeds_from_prior_rows": self.feeds_from_prior_rows,
+                "prior_files": self.prior_files}
 
     def check(self) -> None:
         table = Table.open(self.uri)
@@ -207,6 +219,7 @@ class Checker:
         self._check_promises(latest)
         states = self._model(latest)
         oldest = self._check_reads(table, latest, states, count=True)
+        self._check_feeds(table, oldest, latest, states)
         required = self._required_oldest()
         if oldest > required:
             self.fail(f"versions {required}..{oldest - 1} must be retained but cannot be read")
@@ -271,6 +284,38 @@ class Checker:
             v -= 1
         return v + 1
 
+    def _check_feeds(self, table: Table, oldest: int, latest: int, states: dict[int, dict[Key, dict[str, Any]]]
+                     ) -> None:
+        """The change feed between random retained versions against the model's difference of their rows (in
+        tables with prior rows too, whose feeds read what compactions stored)."""
+        self.prior_files = len(table.snapshot().priors)
+        rng = np.random.default_rng(self.seed)
+        # every readable version is checked, as the reads are: the retention check (the clock's, which the
+        # reclaimer ran ahead of) is tested elsewhere
+        table.resolve_version = lambda version=None, as_of=None, **_: latest if version is None else version
+        record, used = GroupPriors.record, []
+
+        def counted(self: GroupPriors, *args: Any) -> Any:
+            found = record(self, *args)
+            used.append(found is not None or bool(self.usable(args[1]) or self.usable(args[2])))
+            return found
+
+        for _ in range(FEEDS if latest > oldest else 0):
+            a = int(rng.integers(oldest, latest))
+            b = int(rng.integers(a + 1, latest + 1))
+            used.clear()
+            try:
+                with patch.object(GroupPriors, "record", counted):
+                    got = {(r["ds"], r["id"]): (r["_change"], r["name"]) for r in table.changes(a, b).to_pylist()}
+            except Exception as exc:
+                self.fail(f"changes({a}, {b}) failed: {type(exc).__name__}: {exc}")
+                return
+            want = model_changes(states[a], states[b])
+            if got != want:
+                self.fail(f"changes({a}, {b}) differ from the model: {_diff(got, want)}")
+            self.feeds += 1
+            self.feeds_from_prior_rows += any(used)
+
     def _required_oldest(self) -> int:
         """Every version from the newest oldest-retained version a reclamation planned (or a PURGE commit) on
         must read: nothing else may have removed history."""
@@ -285,7 +330,8 @@ class Checker:
         return [op["pinned"] for op in self.ops if op["kind"] == "pin" and op["outcome"] == "acked"]
 
     def _check_final_reclamation(self, states: dict[int, dict[Key, dict[str, Any]]]) -> None:
-        """No writer left: a reclamation without grace leaves exactly the files the retained versions read."""
+        """No writer left: a reclamation without grace leaves exactly the files the retained versions read (and
+        the prior-rows files of those that are BaseFiles)."""
         table = Table.open(self.uri)
         try:
             reclaim_table(table, now=datetime.now(UTC) + timedelta(minutes=1), orphan_grace=timedelta(0),
@@ -304,6 +350,8 @@ class Checker:
             self.fail(f"the final reclamation expired pinned version(s) {sorted(set(self._pinned()))}: the oldest "
                       f"readable version is {oldest}")
         needed = set().union(*(table.snapshot(v).files for v in range(oldest, table.version + 1)))
+        # a prior-rows file goes with its BaseFiles: kept exactly while they are
+        needed |= {p.path for p in table.snapshot().priors.values() if set(p.of) & needed}
         on_disk = {f.path for f in table.storage.walk() if not f.path.startswith("_log/")}
         if on_disk != needed:
             self.fail(f"after the final reclamation, files not needed: {sorted(on_disk - needed)[:3]}, "
@@ -332,6 +380,19 @@ def apply(rows: dict[Key, dict[str, Any]], op: dict[str, Any]) -> None:
             del rows[key]
         for r in op["rows"]:
             rows[(r["ds"], r["id"])] = dict(r)
+
+
+def model_changes(a: dict[Key, dict[str, Any]], b: dict[Key, dict[str, Any]]) -> dict[Key, tuple[str, Any]]:
+    """The net changes from rows ``a`` to rows ``b``: key -> (kind, the name after, or before a delete)."""
+    out: dict[Key, tuple[str, Any]] = {}
+    for k in a.keys() | b.keys():
+        if k not in a:
+            out[k] = ("insert", b[k]["name"])
+        elif k not in b:
+            out[k] = ("delete", a[k]["name"])
+        elif a[k]["name"] != b[k]["name"]:
+            out[k] = ("update", b[k]["name"])
+    return out
 
 
 def _diff(got: dict[Key, Any], want: dict[Key, Any]) -> str:

@@ -2,8 +2,9 @@
 
 Each scenario runs three writer processes, a maintainer and a reclaimer (short retention, expire commits,
 pins, PURGE) on a storage that fails, stalls and loses answers at random, then checks every retained version
-(pinned ones too) against the model of the rows, that every acknowledged commit stands at its version, and
-that no commit reported as not landed is in the history (``model_harness``). ``MAINTD_MODEL_SCENARIOS`` and
+(pinned ones too) and the change feed between random retained versions against the model of the rows (half
+the tables store prior rows), that every acknowledged commit stands at its version, and that no commit
+reported as not landed is in the history (``model_harness``). ``MAINTD_MODEL_SCENARIOS`` and
 ``MAINTD_MODEL_SEED`` change the count and the seed.
 """
 
@@ -28,3 +29,4 @@ def test_random_scenarios_of_writers_maintenance_and_reclamation_on_failing_stor
     assert result.scenarios == SCENARIOS and result.versions >= 3 * SCENARIOS
     assert result.stats["acked"] > 5 * SCENARIOS, result.stats
     assert result.stats["pins"] > 0 and result.stats["expires"] > 0, result.stats  # pins and expire commits raced
+    assert result.stats["feeds_from_prior_rows"] > 0, result.stats  # change feeds read what compactions stored

@@ -94,14 +94,19 @@ def test_changes_read_only_the_row_groups_of_changed_keys(tmp_path: Any, monkeyp
     changed = sorted(p for p in table.snapshot(end).files if p not in table.snapshot(start).files)
     assert len(changed) == 1
     full_reads: list[str] = []
-    real = files.read_data_file
+    real, real_many = files.read_data_file, files.read_data_files
 
     def spy(storage: Any, metadata: Any, f: Any, columns: Any = None, **kwargs: Any) -> pa.Table:
         if columns is None or set(columns) - {"id"}:
             full_reads.append(f.path)
         return real(storage, metadata, f, columns, **kwargs)
 
-    monkeypatch.setattr("maintd.table.changes.read_data_file", spy)
+    def spy_many(storage: Any, metadata: Any, fs: Any, columns: Any, threads: int) -> list[pa.Table]:
+        if columns is None or set(columns) - {"id"}:
+            full_reads.extend(f.path for f in fs)
+        return real_many(storage, metadata, fs, columns, threads)
+
+    monkeypatch.setattr("maintd.table.changes.read_data_files", spy_many)
     monkeypatch.setattr("maintd.table.reader.read_data_file", spy)
     got = sorted_rows(table.changes(start, end), KEYS)
     assert [(r["id"], r["_change"]) for r in got] == [(5, "update"), (2000, "insert")]

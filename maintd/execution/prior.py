@@ -1,0 +1,163 @@
+"""Prior rows: what a compaction unit stores, beside its BaseFiles, for the change feed.
+
+The change feed of (a, b] needs, for every key a commit in between wrote, the key's row at ``a`` and at
+``b``. A key's row at a version is in that version's DeltaFiles (many small files, each read whole) or in
+its BaseFiles, which hold every key of the bucket: changes spread over the keys put a changed key in every
+row group, so reading those few rows costs a decode of the whole bucket. A compaction has exactly those rows
+at hand: it merges the BaseFiles it rewrites with every DeltaFile of the bucket, and the DeltaFiles' keys
+are the keys the writers changed since the BaseFiles were written. So, in tables with
+``changes.prior.rows``, each compaction unit also writes a *prior-rows file*: for every key of its DeltaFile
+rows, the row its BaseFiles hold for that key, or a marker (the key, ``_maintd_op`` = delete, version 0)
+when they hold none, and every row version of the key in its DeltaFiles. The feed then reads that one file
+instead of the BaseFiles and the DeltaFiles (:mod:`maintd.table.changes`), as Paimon's changelog producers
+and Delta's change data files store what a later reader would have to recompute. Its cost is paid once, by
+the compaction: about twice the size of the changed rows.
+
+The file is an answer about the BaseFiles' content, which never changes, so it is right whether or not its
+commit lands; its commit names it (a ``prior`` action, protocol 4) so that reclamation deletes it with its
+BaseFiles and orphan cleanup knows it. A unit that merges through spilled runs writes none: a run merges
+BaseFile and DeltaFile rows before the unit could tell them apart (the feed then reads the BaseFiles).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from maintd.execution.output import OutputFile, file_unique, output_options
+from maintd.execution.specs import TaskSpec
+from maintd.storage import Storage
+from maintd.table.actions import PriorRows
+from maintd.table.files import prior_file_path
+from maintd.table.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
+
+PRIOR_PREFIX = "prior-"
+"""How prior-rows file names start; the unit's token follows, as in its data files' names."""
+
+
+class PriorWriter:
+    """The prior-rows file of one compaction unit, fed the unit's unmerged chunks as they pass.
+
+    ``below``: the greatest version any of the unit's BaseFiles holds; every DeltaFile row is newer (a
+    compaction takes every DeltaFile of its bucket, so the DeltaFiles left afterwards were all committed
+    after it read). A unit whose versions do not separate so, or without BaseFiles or DeltaFiles, writes
+    nothing: there is nothing to answer for.
+    """
+
+    def __init__(self, storage: Storage, spec: TaskSpec, schema: pa.Schema, *, row_group_rows: int, attempt: int,
+                 durable: bool) -> None:
+        self.storage = storage
+        self.spec = spec
+        self.keys = list(spec.metadata.primary_key)
+        fixed = {*self.keys, OP_COLUMN, VERSION_COLUMN}  # a marker's other columns, partition ones too, are null
+        self.schema = pa.schema([f if f.name in fixed else f.with_nullable(True) for f in schema])
+        self.row_group_rows = max(1, row_group_rows)
+        self.attempt = attempt
+        self.durable = durable
+        bases = [f for f in spec.inputs if f.kind == "base"]
+        deltas = [f for f in spec.inputs if f.kind != "base"]
+        self.of = tuple(f.path for f in bases)
+        self.deltas = tuple(f.path for f in deltas)
+        self.below = max((f.max_version for f in bases), default=0)
+        self.enabled = (spec.prior_rows and spec.kind == "compact" and bool(bases) and bool(deltas)
+                        and self.below < min(f.min_version for f in deltas))
+        self.file: OutputFile | None = None
+        self.key_count = 0
+        self.row_count = 0
+        self.delta_count = 0
+
+    def disable(self) -> None:
+        """Write no file (the unit merges through spilled runs); what was written is deleted."""
+        self.discard()
+        self.enabled = False
+
+    def take(self, chunk: pa.Table) -> None:
+        """Record the rows of the keys of ``chunk``'s DeltaFile rows (a chunk holds every row of its keys)."""
+        if not self.enabled or chunk.num_rows == 0:
+            return
+        newer = pc.greater(chunk.column(VERSION_COLUMN), self.below)
+        if not pc.any(newer).as_py():
+            return
+        held, missing = self._split(chunk, newer)
+        markers = _markers(missing, self.schema)
+        delta = chunk.filter(newer)
+        out = pa.concat_tables([t.select(self.schema.names).cast(self.schema) for t in (held, markers, delta)])
+        out = out.take(pc.sort_indices(out, sort_keys=[*((k, "ascending") for k in self.keys),
+                                                        (VERSION_COLUMN, "ascending")]))
+        self.key_count += held.num_rows + markers.num_rows
+        self.row_count += held.num_rows
+        self.delta_count += delta.num_rows
+        for start in range(0, out.num_rows, self.row_group_rows):
+            self._write(out.slice(start, self.row_group_rows))
+
+    def _split(self, chunk: pa.Table, newer: pa.ChunkedArray | pa.Array) -> tuple[pa.Table, pa.Table]:
+        """(BaseFile rows of the keys DeltaFile rows hold, those keys that no BaseFile row holds)."""
+        older = pc.invert(newer)
+        if len(self.keys) == 1:
+            k = self.keys[0]
+            changed = pc.unique(chunk.filter(newer).column(k))
+            held = chunk.filter(pc.and_(older, pc.is_in(chunk.column(k), value_set=changed)))
+            absent = changed.filter(pc.invert(pc.is_in(changed, value_set=held.column(k))))
+            return held, pa.table({k: absent})
+        keyed = chunk.select(self.keys)
+        changed = keyed.filter(newer).group_by(self.keys, use_threads=False).aggregate([])
+        rows = keyed.append_column("__row", pa.array(np.arange(chunk.num_rows, dtype=np.int64))).filter(older)
+        semi = rows.join(changed, keys=self.keys, join_type="left semi", use_threads=False)
+        held = chunk.take(pa.array(np.sort(semi.column("__row").to_numpy()), pa.int64()))
+        absent = changed.join(held.select(self.keys), keys=self.keys, join_type="left anti", use_threads=False)
+        return held, absent
+
+    def _write(self, group: pa.Table) -> None:
+        if self.file is None:
+            self._open()
+        assert self.file is not None
+        self.file.write_group(group, self.keys, count_deletes=False)
+
+    def _open(self) -> None:
+        s = self.spec
+        path = prior_file_path(s.metadata, s.partition, s.bucket, unique=file_unique(s.token, self.attempt))
+        options = output_options(self.schema, "delta", 1, [*s.metadata.partition_by, *self.keys])
+        self.file = OutputFile(self.storage, path, self.schema, options)
+
+    def close(self) -> PriorRows | None:
+        """Finish the file and describe it (None: the unit stores none). A unit whose range holds no DeltaFile
+        row writes an empty file all the same: the files of a compaction's units together cover its keys."""
+        if not self.enabled:
+            return None
+        if self.file is None:
+            self._open()
+        assert self.file is not None
+        size = self.file.close(durable=self.durable)
+        s = self.spec
+        return PriorRows(path=self.file.path, of=self.of, deltas=self.deltas, partition=dict(s.partition),
+                         bucket=s.bucket, key_lo=s.key_lo, key_hi=s.key_hi, below=self.below, keys=self.key_count,
+                         rows=self.row_count, delta_rows=self.delta_count, bytes=size)
+
+    def discard(self) -> None:
+        """Delete the file (a failed unit)."""
+        if self.file is not None:
+            self.file.abort()
+            with contextlib.suppress(Exception):
+                self.storage.delete(self.file.path)
+        self.file = None
+        self.key_count = self.row_count = self.delta_count = 0
+
+
+def _markers(keys: pa.Table, schema: pa.Schema) -> pa.Table:
+    """One row per key of ``keys``: the key, ``_maintd_op`` = delete, version 0, every other column null."""
+    n = keys.num_rows
+    cols: list[pa.Array | pa.ChunkedArray] = []
+    for field in schema:
+        if field.name in keys.column_names:
+            cols.append(keys.column(field.name).cast(field.type))
+        elif field.name == OP_COLUMN:
+            cols.append(pa.repeat(pa.scalar(OP_DELETE, field.type), n))
+        elif field.name == VERSION_COLUMN:
+            cols.append(pa.repeat(pa.scalar(0, field.type), n))
+        else:
+            cols.append(pa.nulls(n, field.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+

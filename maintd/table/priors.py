@@ -1,0 +1,144 @@
+"""Prior-rows files as the change feed reads them (docs/format.md, "Prior rows").
+
+A compaction unit of a table with ``changes.prior.rows`` stores, for the keys of its DeltaFile rows, the rows
+its BaseFiles hold (or a marker: none) and every row version of those keys in its DeltaFiles
+(:mod:`maintd.execution.prior`). The feed of one (partition, bucket) group over (start, end] uses them in two
+ways:
+
+* **a whole record**: the files of one compaction whose units cover every key (contiguous key ranges, both
+  ends open), whose BaseFiles are all live at ``start`` and at ``end``, and whose DeltaFiles include every
+  file the data-changing commits of (start, end] added to the group. Then the group's changed keys are the
+  keys of their DeltaFile rows of versions in (start, end], and the key's state at either version is its
+  newest row of at most that version among their rows: the BaseFiles live at both versions are theirs, and
+  every DeltaFile row live at either version is in one of their DeltaFiles (a row leaves the bucket's
+  DeltaFiles only into a BaseFile, or by an overwrite, which would have removed their BaseFiles too). No
+  other file is read.
+* **BaseFile answers**: otherwise, for a state in which all BaseFiles of a file are live, its BaseFile rows and
+  markers stand in for reading those BaseFiles, for the keys it lists.
+
+A file that cannot be read is not used (a warning), and the feed reads the data files instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from loguru import logger
+
+from maintd.storage import Storage
+from maintd.table.actions import AddFile, Metadata, PriorRows
+from maintd.table.files import rows_with_keys
+from maintd.table.keyranges import sort_key
+from maintd.table.lazy import lazy_module
+from maintd.table.merge import latest_rows
+from maintd.table.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
+
+if TYPE_CHECKING:
+    import pyarrow.compute as pc
+else:
+    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.lazy
+
+
+class GroupPriors:
+    """The prior-rows files of one (partition, bucket), each read once (whole: they hold the changed rows only)."""
+
+    def __init__(self, storage: Storage, md: Metadata, priors: Sequence[PriorRows]) -> None:
+        self.storage, self.md = storage, md
+        self.pk = list(md.primary_key)
+        self.priors = priors
+        self._read: dict[str, tuple[pa.Table, pa.Table] | None] = {}
+
+    # -- a whole record ------------------------------------------------------------------------------------
+    def record(self, changed: Sequence[AddFile], was: set[str], now: set[str]) -> list[PriorRows] | None:
+        """The files of one compaction that hold every row the feed needs (see the module), or None.
+
+        ``changed``: the group's files added or removed by the data-changing commits of the range; ``was``,
+        ``now``: the paths of the group's live files at its start and end.
+        """
+        by_commit: dict[int, list[PriorRows]] = defaultdict(list)
+        for p in self.priors:
+            by_commit[p.deletion_time].append(p)
+        need = {f.path for f in changed}
+        for ps in by_commit.values():
+            of = {path for p in ps for path in p.of}
+            deltas = {path for p in ps for path in p.deltas}
+            if of <= was and of <= now and need <= deltas and _cover(ps) and all(self._parts(p) for p in ps):
+                return ps
+        return None
+
+    def rows(self, record: Sequence[PriorRows], start: int, end: int) -> pa.Table:
+        """Every row ``record`` holds of the keys the writers changed in (start, end]: BaseFile rows and
+        DeltaFile rows (markers, which stand for no row and carry no partition values, left out)."""
+        parts = [x for p in record if (x := self._parts(p)) is not None]
+        deltas = pa.concat_tables([d for _, d in parts])
+        bases = pa.concat_tables([b for b, _ in parts])
+        rows = pa.concat_tables([bases.filter(pc.not_equal(bases.column(OP_COLUMN), OP_DELETE)), deltas])
+        v = deltas.column(VERSION_COLUMN)
+        if not deltas.num_rows or (pc.min(v).as_py() > start and pc.max(v).as_py() <= end):
+            return rows  # (start, end] holds every DeltaFile row: every key it answers for changed
+        changed = deltas.filter(pc.and_(pc.greater(v, start), pc.less_equal(v, end))).select(self.pk)
+        return rows_with_keys(rows, self.pk, changed.group_by(self.pk, use_threads=False).aggregate([]))
+
+    # -- BaseFile answers ----------------------------------------------------------------------------------
+    def usable(self, live: set[str]) -> list[PriorRows]:
+        """The files whose BaseFiles are all live in a state whose live files are ``live`` (and readable)."""
+        return [p for p in self.priors if set(p.of) <= live and self._parts(p) is not None]
+
+    def base_rows(self, usable: Sequence[PriorRows], keys: pa.Table) -> pa.Table | None:
+        """The BaseFile rows (markers left out) the ``usable`` files hold for ``keys`` (None: none usable)."""
+        found = [x[0] for p in usable if (x := self._parts(p)) is not None]
+        if not found:
+            return None
+        t = rows_with_keys(pa.concat_tables(found), self.pk, keys)
+        return t.filter(pc.not_equal(t.column(OP_COLUMN), OP_DELETE))
+
+    def listed(self, usable: Sequence[PriorRows], path: str, keys: pa.Table) -> pa.Table | None:
+        """Those of ``keys`` that the ``usable`` files answer for BaseFile ``path`` (None: none of them does)."""
+        found = [x[0].select(self.pk) for p in usable if path in p.of and (x := self._parts(p)) is not None]
+        if not found:
+            return None
+        return rows_with_keys(pa.concat_tables(found), self.pk, keys)
+
+    # -- reading -------------------------------------------------------------------------------------------
+    def _parts(self, p: PriorRows) -> tuple[pa.Table, pa.Table] | None:
+        """(BaseFile rows and markers, DeltaFile rows) of ``p``; None if it cannot be read."""
+        if p.path not in self._read:
+            self._read[p.path] = self._load(p)
+        return self._read[p.path]
+
+    def _load(self, p: PriorRows) -> tuple[pa.Table, pa.Table] | None:
+        names = [*self.md.column_names, OP_COLUMN, VERSION_COLUMN]
+        try:
+            with self.storage.filesystem.open_input_file(self.storage.full_path(p.path)) as source:
+                t = pq.ParquetFile(source, pre_buffer=self.storage.coalesce_reads).read(columns=names)
+        except (pa.ArrowInvalid, OSError, KeyError) as exc:
+            logger.warning("table {}: prior-rows file {} cannot be read ({}); the change feed reads the data files "
+                           "instead", self.storage.uri, p.path, " ".join(str(exc).split()))
+            return None
+        older = pc.less_equal(t.column(VERSION_COLUMN), p.below)
+        return t.filter(older), t.filter(pc.invert(older))
+
+
+def record_states(rows: Sequence[pa.Table], start: int, end: int, keys: Sequence[str]) -> tuple[pa.Table, pa.Table]:
+    """The visible rows at ``start`` and at ``end`` (newest row of each key, deletes dropped; ``keys``: the columns
+    a row is identified by) from the rows of whole records (:meth:`GroupPriors.rows`) of any number of groups."""
+    t = pa.concat_tables(rows)
+    v = t.column(VERSION_COLUMN)
+    return (latest_rows(t.filter(pc.less_equal(v, start)), keys),
+            latest_rows(t.filter(pc.less_equal(v, end)), keys))
+
+
+def _cover(ps: Sequence[PriorRows]) -> bool:
+    """Whether the units' key ranges of ``ps`` are contiguous from the lowest key to the highest."""
+    ranges = sorted(((p.key_lo, p.key_hi) for p in ps), key=lambda r: (r[0] is not None, sort_key(r[0] or ())))
+    if ranges[0][0] is not None or ranges[-1][1] is not None:
+        return False
+    return all(hi is not None and hi == lo for (_, hi), (lo, _) in itertools.pairwise(ranges))
+
+
+__all__ = ["GroupPriors", "record_states"]
