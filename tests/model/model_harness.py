@@ -163,7 +163,8 @@ def scenario(workers: Workers, root: Path, seed: int, uri: str | None = None) ->
         if name.startswith("writer"):
             cmd |= {"role": "writer", "ops": int(rng.integers(4, 11)), "offset": i}
         elif name == "maintainer":
-            cmd |= {"role": "maintainer", "rounds": int(rng.integers(1, 4))}
+            # in tables with prior rows, more rounds: a compaction after a compaction stores them
+            cmd |= {"role": "maintainer", "rounds": int(rng.integers(3, 7) if seed % 2 else rng.integers(1, 4))}
         else:
             cmd |= {"role": "reclaimer", "rounds": int(rng.integers(2, 7))}
         commands[name] = cmd
