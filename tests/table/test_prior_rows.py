@@ -31,6 +31,8 @@ from maintd.execution import (
     task_specs,
 )
 from maintd.reclaim import reclaim_table
+from maintd.reclaim.engine import list_files
+from maintd.reclaim.files import PartitionFilter, expired_data_files, find_orphans
 from maintd.table import changes as feed
 from maintd.table.actions import PRIOR_ROWS_VERSION, PriorRows
 from maintd.table.checkpoint import decode_checkpoint, encode_checkpoint
@@ -364,6 +366,9 @@ def test_reclamation_deletes_a_prior_rows_file_with_its_base_files_and_not_befor
 
     reclaim_table(table, now=now)  # within retention: everything stays, the prior-rows file is no orphan
     assert (root / prior).exists() and all((root / b).exists() for b in bases)
+    # no grace at all: a file no entry references would go now; the prior-rows file is referenced
+    report = reclaim_table(table, now=now + timedelta(minutes=30), orphan_grace=timedelta(0), force_short_grace=True)
+    assert (root / prior).exists() and report.orphan_files_deleted == 0
     assert _keyed(table.changes(start, end)).equals(_keyed(table.full_changes(start, end)))
 
     report = reclaim_table(table, now=now + timedelta(hours=2))
@@ -420,3 +425,22 @@ def test_a_compaction_that_loses_to_a_concurrent_one_deletes_its_prior_rows_file
     outcome = commit_rewrites(table, plan, second)
     assert outcome.dropped == ["compact-0"] and outcome.conflicts == 1
     assert _prior_files(table) == set(table.snapshot().priors) == {first[0].priors[0].path}
+
+
+def test_the_plan_of_a_reclamation_names_prior_rows_files_as_data_with_their_base_files_never_as_orphans(
+        tmp_path: Path) -> None:
+    """Each layer on its own: the listing's prior-rows file is not an orphan however old, and it is a data file
+    to delete exactly when its BaseFiles' tombstones are."""
+    table, *_ = _changed_after_compaction(tmp_path / "t")
+    _compact(table)
+    snap = table.snapshot()
+    (prior,) = snap.priors.values()
+    listing = list_files(table)
+    everything = PartitionFilter(snap.metadata.partition_by)
+    far = listing.at_ms + 10**9
+    assert prior.path in listing and prior.path not in {f.path for f in find_orphans(snap, listing, far, 0,
+                                                                                         everything).files}
+    ours = {prior.path, *prior.of}
+    before = {f.path for f in expired_data_files(snap, listing, prior.deletion_time - 1, everything)}
+    after = {f.path for f in expired_data_files(snap, listing, prior.deletion_time, everything)}
+    assert not before & ours and after >= ours
