@@ -14,7 +14,7 @@ and the DuckDB, Polars and pandas adapters of :mod:`maintd.table.interop`), and 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 
 from maintd.errors import InvalidInputError
 from maintd.storage import Storage
-from maintd.table.actions import AddFile, Metadata
+from maintd.table.actions import AddFile, Metadata, PriorRows
+from maintd.table.changes import incremental_changes
 from maintd.table.files import file_schema, read_data_file, with_hidden_columns
 from maintd.table.filters import RowFilter
 from maintd.table.merge import latest_rows
@@ -234,18 +235,33 @@ class TableScan:
 
 @dataclass(frozen=True)
 class ChangeUnit:
-    """The files of one (partition, bucket) before and after a range of versions, for its net changes."""
+    """The files of one (partition, bucket) before and after a range of versions, for its net changes: its
+    live files at both versions, the files the data-changing commits between them added or removed
+    (``changed``; None: not known, the unit is diffed whole) and the table's prior-rows files of the group."""
 
     partition: Mapping[str, str | None]
     bucket: int
     before: tuple[AddFile, ...]
     after: tuple[AddFile, ...]
+    changed: tuple[AddFile, ...] | None = None
+    priors: tuple[PriorRows, ...] = ()
 
 
-def plan_changes(before: Snapshot, after: Snapshot, touched: set[tuple[Any, int]]) -> list[ChangeUnit]:
-    """One unit per (partition, bucket) that a data-changing commit between the two versions touched."""
+def plan_changes(before: Snapshot, after: Snapshot, touched: set[tuple[Any, int]],
+                 changed: Sequence[AddFile] | None = None, priors: Iterable[PriorRows] = ()) -> list[ChangeUnit]:
+    """One unit per (partition, bucket) that a data-changing commit between the two versions touched, with its
+    share of ``changed`` (:meth:`Table.changed_files`) and of ``priors`` (the latest state's prior-rows files)."""
     was, now = before.by_bucket(), after.by_bucket()
-    return [ChangeUnit(dict(part), bucket, tuple(was.get((part, bucket), ())), tuple(now.get((part, bucket), ())))
+    pb = after.metadata.partition_by
+    mine: dict[tuple[Any, int], list[AddFile]] = {}
+    for f in changed or ():
+        mine.setdefault((partition_key(f.partition, pb), f.bucket), []).append(f)
+    held: dict[tuple[Any, int], list[PriorRows]] = {}
+    for p in priors:
+        held.setdefault((partition_key(p.partition, pb), p.bucket), []).append(p)
+    return [ChangeUnit(dict(part), bucket, tuple(was.get((part, bucket), ())), tuple(now.get((part, bucket), ())),
+                       None if changed is None else tuple(mine.get((part, bucket), ())),
+                       tuple(held.get((part, bucket), ())))
             for part, bucket in sorted(touched, key=lambda g: (str(g[0]), g[1]))]
 
 
@@ -257,4 +273,6 @@ def read_change_unit(storage: Storage, before: Snapshot, after: Snapshot, unit: 
     group = {(partition_key(unit.partition, after.metadata.partition_by), unit.bucket)}
     was = replace(before, files={f.path: f for f in unit.before}, tombstones={})
     now = replace(after, files={f.path: f for f in unit.after}, tombstones={})
-    return changes_between(storage, was, now, group)
+    if unit.changed is None:
+        return changes_between(storage, was, now, group)
+    return incremental_changes(storage, was, now, unit.changed, unit.priors)

@@ -430,20 +430,27 @@ class Table:
         """
         start, end = self._change_range(start_version, end_version)
         before, after = self.snapshot(start), self.snapshot(end)
+        changed = self.changed_files(before, end)
+        if changed is None:  # a removed file of unknown origin (a damaged log?): fall back to the full diff
+            return changes_between(self.storage, before, after, self.changed_groups(start, end))
+        # prior-rows files of compactions after ``end`` answer too: the latest state knows them all
+        return incremental_changes(self.storage, before, after, changed, self.snapshot().priors.values())
+
+    def changed_files(self, before: Snapshot, end: int) -> list[AddFile] | None:
+        """Every file the data-changing commits of (``before.version``, end] added or removed
+        (:func:`~maintd.table.changes.changed_files`); None if one removed was never added (a damaged log)."""
         added: list[AddFile] = []
         removed: list[str] = []
-        for v in range(start + 1, end + 1):
+        for v in range(before.version + 1, end + 1):
             for a in self.log.read_commit(v) or []:
                 if isinstance(a, AddFile) and a.data_change:
                     added.append(a)
                 elif isinstance(a, RemoveFile) and a.data_change:
                     removed.append(a.path)
         try:
-            changed = changed_files(before, added, removed)
-        except KeyError:  # a removed file of unknown origin (a damaged log?): fall back to the full diff
-            return changes_between(self.storage, before, after, self.changed_groups(start, end))
-        # prior-rows files of compactions after ``end`` answer too: the latest state knows them all
-        return incremental_changes(self.storage, before, after, changed, self.snapshot().priors.values())
+            return changed_files(before, added, removed)
+        except KeyError:
+            return None
 
     def full_changes(self, start_version: int, end_version: int | None = None) -> pa.Table:
         """:meth:`changes` computed by diffing two full reads of the touched buckets (the reference the

@@ -125,8 +125,9 @@ class ChangeFeedReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         table = Table.open(self.uri)
-        units = plan_changes(table.snapshot(self.start), table.snapshot(self.end),
-                             table.changed_groups(self.start, self.end))
+        before = table.snapshot(self.start)
+        units = plan_changes(before, table.snapshot(self.end), table.changed_groups(self.start, self.end),
+                             table.changed_files(before, self.end), table.snapshot().priors.values())
         return [InputPartition(u) for u in units]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
