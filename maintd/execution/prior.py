@@ -75,39 +75,47 @@ class PriorWriter:
         self.enabled = False
 
     def take(self, chunk: pa.Table) -> None:
-        """Record the rows of the keys of ``chunk``'s DeltaFile rows (a chunk holds every row of its keys)."""
+        """Record the rows of the keys of ``chunk``'s DeltaFile rows (a chunk holds every row of its keys).
+
+        The rows are gathered from the chunk once, in (key, version) order, so the unit's memory grows by one
+        copy of them at most (found on the key and version columns alone); a chunk's markers, keys only,
+        follow them in their own row group.
+        """
         if not self.enabled or chunk.num_rows == 0:
             return
         newer = pc.greater(chunk.column(VERSION_COLUMN), self.below)
         if not pc.any(newer).as_py():
             return
         held, missing = self._split(chunk, newer)
-        markers = _markers(missing, self.schema)
-        delta = chunk.filter(newer)
-        out = pa.concat_tables([t.select(self.schema.names).cast(self.schema) for t in (held, markers, delta)])
-        out = out.take(pc.sort_indices(out, sort_keys=[*((k, "ascending") for k in self.keys),
-                                                        (VERSION_COLUMN, "ascending")]))
-        self.key_count += held.num_rows + markers.num_rows
-        self.row_count += held.num_rows
-        self.delta_count += delta.num_rows
-        for start in range(0, out.num_rows, self.row_group_rows):
-            self._write(out.slice(start, self.row_group_rows))
+        wanted = pa.concat_arrays([held, pc.indices_nonzero(newer).cast(pa.int64())])
+        keyed = chunk.select([*self.keys, VERSION_COLUMN]).take(wanted)
+        order = pc.sort_indices(keyed, sort_keys=[*((k, "ascending") for k in self.keys),
+                                                  (VERSION_COLUMN, "ascending")])
+        rows = chunk.take(wanted.take(order)).select(self.schema.names).cast(self.schema)
+        self.key_count += len(held) + missing.num_rows
+        self.row_count += len(held)
+        self.delta_count += rows.num_rows - len(held)
+        for start in range(0, rows.num_rows, self.row_group_rows):
+            self._write(rows.slice(start, self.row_group_rows))
+        if missing.num_rows:
+            self._write(_markers(missing, self.schema))
 
-    def _split(self, chunk: pa.Table, newer: pa.ChunkedArray | pa.Array) -> tuple[pa.Table, pa.Table]:
-        """(BaseFile rows of the keys DeltaFile rows hold, those keys that no BaseFile row holds)."""
+    def _split(self, chunk: pa.Table, newer: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, pa.Table]:
+        """(the indices of the BaseFile rows of the keys DeltaFile rows hold, those keys no BaseFile row holds)."""
         older = pc.invert(newer)
         if len(self.keys) == 1:
             k = self.keys[0]
-            changed = pc.unique(chunk.filter(newer).column(k))
-            held = chunk.filter(pc.and_(older, pc.is_in(chunk.column(k), value_set=changed)))
-            absent = changed.filter(pc.invert(pc.is_in(changed, value_set=held.column(k))))
-            return held, pa.table({k: absent})
+            column = chunk.column(k)
+            changed = pc.unique(column.filter(newer))
+            held = pc.indices_nonzero(pc.and_(older, pc.is_in(column, value_set=changed)))
+            absent = changed.filter(pc.invert(pc.is_in(changed, value_set=column.take(held))))
+            return held.cast(pa.int64()), pa.table({k: absent})
         keyed = chunk.select(self.keys)
         changed = keyed.filter(newer).group_by(self.keys, use_threads=False).aggregate([])
         rows = keyed.append_column("__row", pa.array(np.arange(chunk.num_rows, dtype=np.int64))).filter(older)
         semi = rows.join(changed, keys=self.keys, join_type="left semi", use_threads=False)
-        held = chunk.take(pa.array(np.sort(semi.column("__row").to_numpy()), pa.int64()))
-        absent = changed.join(held.select(self.keys), keys=self.keys, join_type="left anti", use_threads=False)
+        held = pa.array(np.sort(semi.column("__row").to_numpy()), pa.int64())
+        absent = changed.join(keyed.take(held), keys=self.keys, join_type="left anti", use_threads=False)
         return held, absent
 
     def _write(self, group: pa.Table) -> None:

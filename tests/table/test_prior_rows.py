@@ -103,8 +103,8 @@ def test_a_compaction_stores_the_base_rows_of_the_changed_keys_and_markers_for_n
     assert [(r["id"], r["v"], r[OP_COLUMN], r[VERSION_COLUMN]) for r in rows] == [
         (2, 2.0, 0, 1), (2, 20.0, 0, v1), (2, 21.0, 0, v3),  # the BaseFile's row, then every DeltaFile row
         (3, 3.0, 0, 1), (3, None, OP_DELETE, v2),
-        (9, None, OP_DELETE, 0), (9, 90.0, 0, v1),  # no BaseFile row: a marker
-        (11, None, OP_DELETE, 0), (11, None, OP_DELETE, v2)]
+        (9, 90.0, 0, v1), (11, None, OP_DELETE, v2),
+        (9, None, OP_DELETE, 0), (11, None, OP_DELETE, 0)]  # no BaseFile row: markers, after the chunk's rows
     snap = table.snapshot()
     assert set(snap.priors) == {prior.path} and snap.priors[prior.path].deletion_time == snap.timestamp
     assert snap.priors_of(base) == [snap.priors[prior.path]] and prior.path in snap.referenced()
