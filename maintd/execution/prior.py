@@ -77,9 +77,10 @@ class PriorWriter:
     def take(self, chunk: pa.Table) -> None:
         """Record the rows of the keys of ``chunk``'s DeltaFile rows (a chunk holds every row of its keys).
 
-        The rows are gathered from the chunk once, in (key, version) order, so the unit's memory grows by one
-        copy of them at most (found on the key and version columns alone); a chunk's markers, keys only,
-        follow them in their own row group.
+        The rows are gathered from the chunk once, in (key, version) order (found on the key and version
+        columns alone), and written before the merge copies the chunk: one copy of at most the chunk's rows,
+        freed before the merge's own, so the unit's peak memory stays the merge's. A chunk's markers, keys
+        only, follow them in their own row group.
         """
         if not self.enabled or chunk.num_rows == 0:
             return
