@@ -133,7 +133,8 @@ class PriorWriter:
 
     def close(self) -> PriorRows | None:
         """Finish the file and describe it (None: the unit stores none). A unit whose range holds no DeltaFile
-        row writes an empty file all the same: the files of a compaction's units together cover its keys."""
+        row writes an empty file all the same: the feed knows a compaction's files complete when every unit
+        of its task wrote one."""
         if not self.enabled:
             return None
         if self.file is None:
@@ -142,7 +143,8 @@ class PriorWriter:
         size = self.file.close(durable=self.durable)
         s = self.spec
         return PriorRows(path=self.file.path, of=self.of, deltas=self.deltas, partition=dict(s.partition),
-                         bucket=s.bucket, key_lo=s.key_lo, key_hi=s.key_hi, below=self.below, keys=self.key_count,
+                         bucket=s.bucket, key_lo=s.key_lo, key_hi=s.key_hi, unit=s.unit, units=s.units,
+                         below=self.below, keys=self.key_count,
                          rows=self.row_count, delta_rows=self.delta_count, bytes=size)
 
     def discard(self) -> None:

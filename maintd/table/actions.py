@@ -179,6 +179,10 @@ class PriorRows(_Action):
     key_lo: tuple[KeyValue, ...] | None = None
     """The unit's keys are ``key_lo <= key < key_hi`` (None: unbounded on that side)."""
     key_hi: tuple[KeyValue, ...] | None = None
+    unit: int = Field(default=0, ge=0)
+    """Which of its compaction task's ``units`` key ranges the unit was: the files of all of them together hold
+    every DeltaFile row the task read."""
+    units: int = Field(default=1, ge=1)
     below: int = Field(ge=0)
     """The greatest version BaseFiles ``of`` hold; every DeltaFile row is newer."""
     keys: int = Field(ge=0)
@@ -196,6 +200,8 @@ class PriorRows(_Action):
             raise ValueError("a prior-rows file holds at most one BaseFile row per key it answers for")
         if self.path in self.of or self.path in self.deltas or set(self.of) & set(self.deltas):
             raise ValueError("a prior-rows file, its BaseFiles and its DeltaFiles are different files")
+        if self.unit >= self.units:
+            raise ValueError("unit must be below units")
         return self
 
 

@@ -5,8 +5,8 @@ its BaseFiles hold (or a marker: none) and every row version of those keys in it
 (:mod:`maintd.execution.prior`). The feed of one (partition, bucket) group over (start, end] uses them in two
 ways:
 
-* **a whole record**: the files of one compaction whose units cover every key (contiguous key ranges, both
-  ends open), whose BaseFiles are all live at ``start`` and at ``end``, and whose DeltaFiles include every
+* **a whole record**: the files of one compaction, one from every unit of its task (so they hold every
+  DeltaFile row it read), whose BaseFiles are all live at ``start`` and at ``end``, and whose DeltaFiles include every
   file the data-changing commits of (start, end] added to the group. Then the group's changed keys are the
   keys of their DeltaFile rows of versions in (start, end], and the key's state at either version is its
   newest row of at most that version among their rows: the BaseFiles live at both versions are theirs, and
@@ -21,7 +21,6 @@ A file that cannot be read is not used (a warning), and the feed reads the data 
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -33,7 +32,6 @@ from loguru import logger
 from maintd.storage import Storage
 from maintd.table.actions import AddFile, Metadata, PriorRows
 from maintd.table.files import rows_with_keys
-from maintd.table.keyranges import sort_key
 from maintd.table.lazy import lazy_module
 from maintd.table.merge import latest_rows
 from maintd.table.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
@@ -67,7 +65,7 @@ class GroupPriors:
         for ps in by_commit.values():
             of = {path for p in ps for path in p.of}
             deltas = {path for p in ps for path in p.deltas}
-            if of <= was and of <= now and need <= deltas and _cover(ps) and all(self._parts(p) for p in ps):
+            if of <= was and of <= now and need <= deltas and _complete(ps) and all(self._parts(p) for p in ps):
                 return ps
         return None
 
@@ -133,12 +131,11 @@ def record_states(rows: Sequence[pa.Table], start: int, end: int, keys: Sequence
             latest_rows(t.filter(pc.less_equal(v, end)), keys))
 
 
-def _cover(ps: Sequence[PriorRows]) -> bool:
-    """Whether the units' key ranges of ``ps`` are contiguous from the lowest key to the highest."""
-    ranges = sorted(((p.key_lo, p.key_hi) for p in ps), key=lambda r: (r[0] is not None, sort_key(r[0] or ())))
-    if ranges[0][0] is not None or ranges[-1][1] is not None:
-        return False
-    return all(hi is not None and hi == lo for (_, hi), (lo, _) in itertools.pairwise(ranges))
+def _complete(ps: Sequence[PriorRows]) -> bool:
+    """Whether ``ps`` (of one commit and group) are the files of every unit of one compaction task. Its units'
+    key ranges hold every row of its DeltaFiles (a compaction rewrites them all); the ranges they leave out
+    are those of BaseFiles it keeps, which hold none of their keys."""
+    return len(ps) == ps[0].units and sorted(p.unit for p in ps) == list(range(ps[0].units))
 
 
 __all__ = ["GroupPriors", "record_states"]

@@ -448,3 +448,30 @@ def test_the_plan_of_a_reclamation_names_prior_rows_files_as_data_with_their_bas
     before = {f.path for f in expired_data_files(snap, listing, prior.deletion_time - 1, everything)}
     after = {f.path for f in expired_data_files(snap, listing, prior.deletion_time, everything)}
     assert not before & ours and after >= ours
+
+
+def test_a_compaction_that_keeps_base_files_still_gives_the_feed_a_whole_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Changes to the lowest keys only: the compaction rewrites the first BaseFile and keeps the others (as the
+    planner chooses, docs/policies.md), its one unit covers the keys below the first kept one; its prior-rows
+    file is complete all the same, and the feed reads no data file."""
+    table = _create(tmp_path / "t", composite=False, buckets=1)
+    rng = np.random.default_rng(6)
+    table.write_changes(_batch(rng, 6000, 6000, False, deletes=0), "op")
+    _compact(table, target_file_bytes=1500)
+    start = table.version
+    table.upsert(pa.table({"id": pa.array(rng.integers(0, 30, 8), pa.int64()), "v": rng.random(8)}))
+    table.delete(pa.table({"id": pa.array([3, 29], pa.int64())}))
+    end = table.version
+    snap = table.snapshot()
+    first = min((f for f in snap.files.values() if f.kind == "base"), key=lambda f: f.key_min or ())
+    inputs = (first.path, *(p for p, f in snap.files.items() if f.kind == "delta"))
+    task = PlanTaskDoc(task_id="compact-0", kind="compact", bucket=0, inputs=inputs, target_file_bytes=1500)
+    plan = PlanDoc(table_uri=table.uri, read_version=snap.version, tasks=(task,))
+    (result,) = run_plan(plan, table).results
+    assert commit_rewrites(table, plan, [result]).committed
+    (prior,) = result.priors
+    assert prior.of == (first.path,) and prior.key_lo is None and prior.key_hi is not None  # keys below a kept one
+    seen = _reads(monkeypatch)
+    got = table.changes(start, end)
+    assert seen == [] and _keyed(got).equals(_keyed(table.full_changes(start, end)))
