@@ -210,10 +210,10 @@ def run_task(spec: TaskSpec, *, unsynced: _Unsynced | None = None) -> TaskResult
                               "units": spec.units, "token": spec.token, "attempt": attempt}
     try:
         storage = storage_for_uri(spec.table_uri)
-        out = Outputs(storage, spec, row_group_rows=_row_group_rows(spec), attempt=attempt,
-                      durable=unsynced is None)
-        prior = PriorWriter(storage, spec, Layout(spec.metadata).schema, row_group_rows=_row_group_rows(spec),
-                            attempt=attempt, durable=unsynced is None)
+        group_rows = _row_group_rows(spec)
+        out = Outputs(storage, spec, row_group_rows=group_rows, attempt=attempt, durable=unsynced is None)
+        prior = PriorWriter(storage, spec, Layout(spec.metadata).schema, row_group_rows=group_rows, attempt=attempt,
+                            durable=unsynced is None)
         rows_read, mode = _rewrite(storage, spec, out, prior, phases)
         adds = out.close()
         written = prior.close()

@@ -36,7 +36,7 @@ from maintd.table.merge import latest_rows
 from maintd.table.priors import GroupPriors, record_states
 from maintd.table.reader import diff_states, key_columns, state_schema
 from maintd.table.schema import OP_COLUMN, VERSION_COLUMN
-from maintd.table.snapshot import PartitionKey, Snapshot, partition_key
+from maintd.table.snapshot import PartitionKey, Snapshot, by_group
 
 Group = tuple[PartitionKey, int]
 _THREADS = 4
@@ -64,18 +64,12 @@ def incremental_changes(storage: Storage, before: Snapshot, after: Snapshot, cha
     added or removed (:func:`changed_files`) and the prior-rows files the table holds (from its latest state:
     those of compactions after ``after`` too)."""
     md = after.metadata
-    pb = md.partition_by
-    by_group: dict[Group, list[AddFile]] = {}
-    for f in changed:
-        by_group.setdefault((partition_key(f.partition, pb), f.bucket or 0), []).append(f)
     was, now = before.by_bucket(), after.by_bucket()
-    prior_groups: dict[Group, list[PriorRows]] = {}
-    for p in priors:
-        prior_groups.setdefault((partition_key(p.partition, pb), p.bucket), []).append(p)
+    prior_groups = by_group(priors, md.partition_by)
     pk = list(md.primary_key)
     schema = state_schema(md)
     names = [*md.column_names, OP_COLUMN, VERSION_COLUMN]
-    ordered = sorted(by_group.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))
+    ordered = sorted(by_group(changed, md.partition_by).items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))
     answers = {g: GroupPriors(storage, md, prior_groups.get(g, [])) for g, _ in ordered}
 
     def record(item: tuple[Group, list[AddFile]]) -> list[PriorRows] | None:

@@ -6,8 +6,8 @@ its BaseFiles hold (or a marker: none) and every row version of those keys in it
 ways:
 
 * **a whole record**: the files of one compaction, one from every unit of its task (so they hold every
-  DeltaFile row it read), whose BaseFiles are all live at ``start`` and at ``end``, and whose DeltaFiles include every
-  file the data-changing commits of (start, end] added to the group. Then the group's changed keys are the
+  DeltaFile row it read), whose BaseFiles are all live at ``start`` and at ``end``, and whose DeltaFiles
+  include every file the data-changing commits of (start, end] added to the group. Then the group's changed keys are the
   keys of their DeltaFile rows of versions in (start, end], and the key's state at either version is its
   newest row of at most that version among their rows: the BaseFiles live at both versions are theirs, and
   every DeltaFile row live at either version is in one of their DeltaFiles (a row leaves the bucket's
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -42,6 +43,16 @@ else:
     pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.lazy
 
 
+@dataclass(frozen=True)
+class _Parts:
+    """One prior-rows file as read: the BaseFile rows (markers left out: they stand for no row and carry no
+    partition values), the keys it answers for (markers included) and the DeltaFile rows."""
+
+    bases: pa.Table
+    listed: pa.Table
+    deltas: pa.Table
+
+
 class GroupPriors:
     """The prior-rows files of one (partition, bucket), each read once (whole: they hold the changed rows only)."""
 
@@ -49,7 +60,7 @@ class GroupPriors:
         self.storage, self.md = storage, md
         self.pk = list(md.primary_key)
         self.priors = priors
-        self._read: dict[str, tuple[pa.Table, pa.Table] | None] = {}
+        self._read: dict[str, _Parts | None] = {}
 
     # -- a whole record ------------------------------------------------------------------------------------
     def record(self, changed: Sequence[AddFile], was: set[str], now: set[str]) -> list[PriorRows] | None:
@@ -71,11 +82,10 @@ class GroupPriors:
 
     def rows(self, record: Sequence[PriorRows], start: int, end: int) -> pa.Table:
         """Every row ``record`` holds of the keys the writers changed in (start, end]: BaseFile rows and
-        DeltaFile rows (markers, which stand for no row and carry no partition values, left out)."""
+        DeltaFile rows."""
         parts = [x for p in record if (x := self._parts(p)) is not None]
-        deltas = pa.concat_tables([d for _, d in parts])
-        bases = pa.concat_tables([b for b, _ in parts])
-        rows = pa.concat_tables([bases.filter(pc.not_equal(bases.column(OP_COLUMN), OP_DELETE)), deltas])
+        deltas = pa.concat_tables([x.deltas for x in parts])
+        rows = pa.concat_tables([*(x.bases for x in parts), deltas])
         v = deltas.column(VERSION_COLUMN)
         if not deltas.num_rows or (pc.min(v).as_py() > start and pc.max(v).as_py() <= end):
             return rows  # (start, end] holds every DeltaFile row: every key it answers for changed
@@ -89,27 +99,24 @@ class GroupPriors:
 
     def base_rows(self, usable: Sequence[PriorRows], keys: pa.Table) -> pa.Table | None:
         """The BaseFile rows (markers left out) the ``usable`` files hold for ``keys`` (None: none usable)."""
-        found = [x[0] for p in usable if (x := self._parts(p)) is not None]
-        if not found:
-            return None
-        t = rows_with_keys(pa.concat_tables(found), self.pk, keys)
-        return t.filter(pc.not_equal(t.column(OP_COLUMN), OP_DELETE))
+        found = [x.bases for p in usable if (x := self._parts(p)) is not None]
+        return rows_with_keys(pa.concat_tables(found), self.pk, keys) if found else None
 
     def listed(self, usable: Sequence[PriorRows], path: str, keys: pa.Table) -> pa.Table | None:
         """Those of ``keys`` that the ``usable`` files answer for BaseFile ``path`` (None: none of them does)."""
-        found = [x[0].select(self.pk) for p in usable if path in p.of and (x := self._parts(p)) is not None]
+        found = [x.listed for p in usable if path in p.of and (x := self._parts(p)) is not None]
         if not found:
             return None
         return rows_with_keys(pa.concat_tables(found), self.pk, keys)
 
     # -- reading -------------------------------------------------------------------------------------------
-    def _parts(self, p: PriorRows) -> tuple[pa.Table, pa.Table] | None:
-        """(BaseFile rows and markers, DeltaFile rows) of ``p``; None if it cannot be read."""
+    def _parts(self, p: PriorRows) -> _Parts | None:
+        """The parts of ``p``; None if it cannot be read."""
         if p.path not in self._read:
             self._read[p.path] = self._load(p)
         return self._read[p.path]
 
-    def _load(self, p: PriorRows) -> tuple[pa.Table, pa.Table] | None:
+    def _load(self, p: PriorRows) -> _Parts | None:
         names = [*self.md.column_names, OP_COLUMN, VERSION_COLUMN]
         try:
             with self.storage.filesystem.open_input_file(self.storage.full_path(p.path)) as source:
@@ -119,7 +126,9 @@ class GroupPriors:
                            "instead", self.storage.uri, p.path, " ".join(str(exc).split()))
             return None
         older = pc.less_equal(t.column(VERSION_COLUMN), p.below)
-        return t.filter(older), t.filter(pc.invert(older))
+        base = t.filter(older)
+        return _Parts(bases=base.filter(pc.not_equal(base.column(OP_COLUMN), OP_DELETE)), listed=base.select(self.pk),
+                      deltas=t.filter(pc.invert(older)))
 
 
 def record_states(rows: Sequence[pa.Table], start: int, end: int, keys: Sequence[str]) -> tuple[pa.Table, pa.Table]:

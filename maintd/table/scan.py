@@ -41,7 +41,7 @@ from maintd.table.ranges import (
 )
 from maintd.table.reader import changes_between
 from maintd.table.schema import HIDDEN_COLUMNS, to_arrow
-from maintd.table.snapshot import Snapshot, format_partition, partition_key
+from maintd.table.snapshot import Snapshot, by_group, format_partition, partition_key
 
 DEFAULT_SPLIT_BYTES = 256 << 20
 """A bucket whose files hold more bytes than this is read in key ranges of about this size."""
@@ -252,13 +252,8 @@ def plan_changes(before: Snapshot, after: Snapshot, touched: set[tuple[Any, int]
     """One unit per (partition, bucket) that a data-changing commit between the two versions touched, with its
     share of ``changed`` (:meth:`Table.changed_files`) and of ``priors`` (the latest state's prior-rows files)."""
     was, now = before.by_bucket(), after.by_bucket()
-    pb = after.metadata.partition_by
-    mine: dict[tuple[Any, int], list[AddFile]] = {}
-    for f in changed or ():
-        mine.setdefault((partition_key(f.partition, pb), f.bucket), []).append(f)
-    held: dict[tuple[Any, int], list[PriorRows]] = {}
-    for p in priors:
-        held.setdefault((partition_key(p.partition, pb), p.bucket), []).append(p)
+    mine = by_group(changed or (), after.metadata.partition_by)
+    held = by_group(priors, after.metadata.partition_by)
     return [ChangeUnit(dict(part), bucket, tuple(was.get((part, bucket), ())), tuple(now.get((part, bucket), ())),
                        None if changed is None else tuple(mine.get((part, bucket), ())),
                        tuple(held.get((part, bucket), ())))

@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TypeVar
 from urllib.parse import quote
 
 from maintd.errors import UnsupportedProtocolError
@@ -43,6 +44,18 @@ whatever the commit rate: about 100 KB in a checkpoint."""
 
 def partition_key(partition: Mapping[str, str | None], partition_by: Iterable[str]) -> PartitionKey:
     return tuple((c, partition.get(c)) for c in partition_by)
+
+
+_Grouped = TypeVar("_Grouped", AddFile, PriorRows)
+
+
+def by_group(items: Iterable[_Grouped], partition_by: Iterable[str]) -> dict[tuple[PartitionKey, int], list[_Grouped]]:
+    """``items`` (files or prior-rows files) grouped by (partition, bucket), in the order given."""
+    cols = tuple(partition_by)
+    groups: dict[tuple[PartitionKey, int], list[_Grouped]] = defaultdict(list)
+    for item in items:
+        groups[(partition_key(item.partition, cols), item.bucket)].append(item)
+    return dict(groups)
 
 
 def partition_path(partition: Mapping[str, str | None], partition_by: Iterable[str]) -> str:
