@@ -43,6 +43,38 @@ def s3_root(s3_server: Any) -> Iterator[str]:
     clear_storage_options()
 
 
+@pytest.fixture(scope="session")
+def azure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Azurite Blob server on a free loopback port for the whole session (stopped at the end).
+
+    Without Azurite installed (``npm ci --prefix tests/azurite``) the Azure tests are skipped, unless
+    ``MAINTD_TEST_REQUIRE_AZURITE=1`` (``.ci/run`` sets it): then they fail, so CI never passes without them.
+    """
+    from azureserver import AzureServer, azurite_command
+
+    command = azurite_command()
+    if command is None:
+        message = "Azurite is not installed: npm ci --prefix tests/azurite (or set MAINTD_AZURITE)"
+        if os.environ.get("MAINTD_TEST_REQUIRE_AZURITE") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    server = AzureServer(tmp_path_factory.mktemp("azurite"), command)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def azure_root(azure_server: Any) -> Iterator[str]:
+    """A fresh container on the session's Azurite server, its storage options registered: ``az://container``."""
+    from maintd.storage import clear_storage_options, configure_storage
+
+    container = azure_server.create_container()
+    root = f"az://{container}"
+    configure_storage(root, azure_server.options)
+    yield root
+    clear_storage_options()
+
+
 @pytest.fixture(autouse=True)
 def _no_commit_lock_left_behind() -> Iterator[None]:
     """Opening a state store makes it the process's commit lock: each test starts and ends without one,

@@ -104,6 +104,13 @@ def _store_config(family: str, options: Mapping[str, str]) -> tuple[dict[str, An
     return config, client
 
 
+def _allow_http(family: str) -> str:
+    """How plain http is allowed for ``family``: its environment variable (S3, Azure) or storage option."""
+    option = f"the storage option {_PREFIX[family]}allow_http=true"
+    env = {"s3": "AWS_ALLOW_HTTP", "azure": "AZURE_ALLOW_HTTP"}.get(family)
+    return f"{env}=true or {option}" if env else option
+
+
 def _build_store(family: str, bucket: str, prefix: str, options: Mapping[str, str], *, retries: bool) -> Any:
     config, client = _store_config(family, options)
     retry = _RETRIES if retries else _NO_RETRIES
@@ -217,8 +224,8 @@ def storage_error(exc: BaseException, *, uri: str, family: str, op: str, path: s
     if any(m in str(exc) for m in _UNREACHABLE_MARKERS):
         return StorageUnreachableError(
             f"table {uri}: the store's endpoint cannot be reached ({op} {where}: {line}); check "
-            f"{_ENDPOINT_SETTING[family]}, and that plain http is allowed (AWS_ALLOW_HTTP=true or the storage "
-            "option aws_allow_http) when the endpoint is http://", uri=uri)
+            f"{_ENDPOINT_SETTING[family]}, and that plain http is allowed ({_allow_http(family)}) when the "
+            "endpoint is http://", uri=uri)
     return StorageError(f"table {uri}: {op} {where} failed: {line}")
 
 
@@ -263,8 +270,7 @@ class ObjectStoreStorage(Storage):
         if endpoint.startswith("http://") and not _truthy(store_options.get(f"{_PREFIX[self.family]}allow_http")):
             raise StorageConfigError(
                 f"table {self._uri}: the endpoint {endpoint} is plain http, which is not allowed by default; set "
-                f"AWS_ALLOW_HTTP=true or the storage option {_PREFIX[self.family]}allow_http=true (only for a "
-                "trusted network), or use https", uri=self._uri)
+                f"{_allow_http(self.family)} (only for a trusted network), or use https", uri=self._uri)
         self._store = _build_store(self.family, self.bucket, self.prefix, store_options, retries=True)
         self._commit_store = _build_store(self.family, self.bucket, self.prefix, store_options, retries=False)
         self._fs: pafs.FileSystem | None = None

@@ -51,7 +51,7 @@ _ENV: dict[str, tuple[tuple[str, str], ...]] = {
               ("azure_storage_sas_key", "AZURE_STORAGE_SAS_KEY"), ("azure_client_id", "AZURE_CLIENT_ID"),
               ("azure_client_secret", "AZURE_CLIENT_SECRET"), ("azure_tenant_id", "AZURE_TENANT_ID"),
               ("azure_storage_use_emulator", "AZURE_STORAGE_USE_EMULATOR"),
-              ("azure_endpoint", "AZURE_STORAGE_ENDPOINT")),
+              ("azure_endpoint", "AZURE_STORAGE_ENDPOINT"), ("azure_allow_http", "AZURE_ALLOW_HTTP")),
 }
 FAMILIES = {"s3": "s3", "s3a": "s3", "gs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure"}
 """URI scheme -> family of object store."""

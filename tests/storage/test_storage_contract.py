@@ -1,4 +1,4 @@
-"""The storage contract, on local disk and on a real S3 server (moto) alike.
+"""The storage contract, on local disk, on a real S3 server (moto) and on a real Azure Blob server (Azurite).
 
 Every storage must: create with put-if-absent exactly once (also under concurrent callers), replace
 atomically, read back what it wrote, list a directory's direct children (in lexical order when it says
@@ -22,12 +22,12 @@ from maintd.errors import PathOutsideTableError
 from maintd.storage import Storage, storage_for_uri
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "s3", "azure"])
 def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
     if request.param == "local":
         yield storage_for_uri(str(tmp_path / "t"))
     else:
-        root = request.getfixturevalue("s3_root")
+        root = request.getfixturevalue(f"{request.param}_root")
         yield storage_for_uri(f"{root}/warehouse/t")
 
 

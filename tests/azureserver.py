@@ -1,0 +1,96 @@
+"""A real Azure Blob Storage server for the tests: Azurite, Microsoft's emulator, on a free loopback port.
+
+:class:`AzureServer` starts ``azurite-blob`` (the Blob service of the emulator: the Blob REST protocol over
+HTTP, shared-key authentication, ``If-None-Match: *`` conditional put), keeping its objects in memory, waits
+until it answers, creates containers, and hands out the storage options a table needs to reach it.
+
+Azurite is a Node.js program: ``npm ci --prefix tests/azurite`` installs the version pinned in
+tests/azurite/package-lock.json (``.ci/run`` does). :func:`azurite_command` finds it there, or at
+``MAINTD_AZURITE`` (the path of an ``azurite-blob`` executable), or on the PATH.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+ACCOUNT = "devstoreaccount1"
+"""The emulator's well-known development account and key (public: they are in Azurite's documentation)."""
+ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+INSTALLED = Path(__file__).with_name("azurite") / "node_modules" / ".bin" / "azurite-blob"
+
+
+def azurite_command() -> str | None:
+    """The ``azurite-blob`` executable to start, or None when none is installed."""
+    given = os.environ.get("MAINTD_AZURITE")
+    if given:
+        return given
+    if INSTALLED.exists():
+        return str(INSTALLED)
+    return shutil.which("azurite-blob")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class AzureServer:
+    def __init__(self, log_dir: Path, command: str) -> None:
+        self.port = _free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}/{ACCOUNT}"
+        self.log = open(log_dir / f"azurite-{self.port}.log", "wb")  # noqa: SIM115
+        # --loose: accept headers the emulator does not implement instead of failing the request;
+        # --skipApiVersionCheck: obstore and pyarrow may speak a newer REST API version than this Azurite
+        self.proc = subprocess.Popen(
+            [command, "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--inMemoryPersistence",
+             "--loose", "--skipApiVersionCheck"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=2).close()
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"azurite-blob did not start on {self.endpoint} (see {self.log.name})") from None
+                time.sleep(0.1)
+
+    @property
+    def options(self) -> dict[str, str]:
+        """Storage options reaching this server (what ``configure_storage`` takes)."""
+        return {"azure_storage_account_name": ACCOUNT, "azure_storage_account_key": ACCOUNT_KEY,
+                "azure_endpoint": self.endpoint, "azure_allow_http": "true"}
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The standard Azure environment reaching this server (for subprocesses: CLI, writers, Spark workers)."""
+        return {"AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": ACCOUNT_KEY,
+                "AZURE_STORAGE_ENDPOINT": self.endpoint, "AZURE_ALLOW_HTTP": "true"}
+
+    def create_container(self, name: str | None = None) -> str:
+        import pyarrow.fs as pafs
+
+        name = name or f"c-{uuid.uuid4().hex[:20]}"
+        authority = f"127.0.0.1:{self.port}"
+        pafs.AzureFileSystem(account_name=ACCOUNT, account_key=ACCOUNT_KEY, blob_storage_authority=authority,
+                             dfs_storage_authority=authority, blob_storage_scheme="http",
+                             dfs_storage_scheme="http").create_dir(name)
+        return name
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log.close()
