@@ -19,6 +19,8 @@ import time
 import uuid
 from pathlib import Path
 
+from s3server import free_port, stop_server
+
 ACCOUNT = "devstoreaccount1"
 """The emulator's well-known development account and key (public: they are in Azurite's documentation)."""
 ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -35,15 +37,9 @@ def azurite_command() -> str | None:
     return shutil.which("azurite-blob")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class AzureServer:
     def __init__(self, log_dir: Path, command: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}/{ACCOUNT}"
         self.log = open(log_dir / f"azurite-{self.port}.log", "wb")  # noqa: SIM115
         # --loose: accept headers the emulator does not implement instead of failing the request;
@@ -86,11 +82,4 @@ class AzureServer:
         return name
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
+        stop_server(self.proc, self.log)

@@ -18,6 +18,7 @@ import urllib.request
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
+from typing import IO
 
 ACCESS_KEY = "testing-access-key"
 SECRET_KEY = "testing-secret-key-never-shown"
@@ -85,11 +86,16 @@ class S3Server:
         return name
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
+        stop_server(self.proc, self.log)
+
+
+def stop_server(proc: subprocess.Popen[bytes], log: IO[bytes]) -> None:
+    """Stop a test server's process (terminate, then kill after 10 s) and close its log."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    log.close()
