@@ -1,0 +1,180 @@
+"""One plan executed on a warm local Spark session under different worker settings, and in process.
+
+    .venv/bin/python bench/bench_spark_workers.py TABLE [--kind cluster] [--runs 7] [--rounds 2] [--variants ...]
+
+``TABLE`` is a table to execute on, e.g. the one ``bench_maintenance.py --dir DIR`` ingests (``DIR/t_partitioned``).
+Each variant runs in a process of its own on a copy of the table: a session with the variant's settings on
+top of maintd's own (worker settings take effect when the Python workers start), ``warm_up``, one untimed
+execution, then ``--runs`` timed executions of the plan that rewrites every file of each bucket in one task
+(as ``bench_maintenance.py`` plans it). Nothing is committed; each execution's output files are deleted after
+it. ``--rounds`` rounds run every variant in turn, so a drift of the machine's speed spreads over all of them.
+
+``--sequential`` instead runs the plan's units one after another in this process, three times, and prints
+the last pass: each unit's seconds, phases and minor page faults (``ARROW_DEFAULT_MEMORY_POOL`` and
+``JE_ARROW_MALLOC_CONF`` in the environment choose and configure the allocator, as in a Spark worker).
+
+Printed per variant: the median wall time of ``execute`` with its spread over all rounds, and the medians of
+the units' summed seconds and of their merge phase. Variants (``--variants``, comma-separated):
+
+* ``default``: maintd's session settings (``maintd.execution.spark``);
+* ``in-process``: the plan in threads of this process (``spark.maintd.inProcess.maxInputBytes`` above it);
+* ``uds``: ``spark.python.unix.domain.socket.enabled=true`` (the JVM talks to its Python workers over Unix
+  sockets, not loopback TCP);
+* ``thp``: ``JE_ARROW_MALLOC_CONF=thp:always`` in the workers (Arrow's jemalloc maps transparent huge pages);
+* ``keep``: ``JE_ARROW_MALLOC_CONF=oversize_threshold:0,dirty_decay_ms:-1,muzzy_decay_ms:-1`` in the workers
+  (jemalloc keeps the pages it frees).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+VARIANTS: dict[str, dict[str, str]] = {
+    "default": {},
+    "in-process": {},
+    "uds": {"spark.python.unix.domain.socket.enabled": "true"},
+    "thp": {"spark.executorEnv.JE_ARROW_MALLOC_CONF": "thp:always"},
+    "keep": {"spark.executorEnv.JE_ARROW_MALLOC_CONF": "oversize_threshold:0,dirty_decay_ms:-1,muzzy_decay_ms:-1"},
+}
+
+
+def child(table_uri: str, variant: str, kind: str, runs: int) -> dict[str, object]:
+    """Executions of one variant, in this process: wall seconds, summed unit seconds, summed merge seconds."""
+    from bench_maintenance import full_plan
+
+    from maintd import Table
+    from maintd.execution import ExecutionOptions, execute, spark_session, warm_up
+
+    work = Path(tempfile.mkdtemp(prefix="maintd-bench-workers-"))
+    try:
+        shutil.copytree(table_uri, work / "t")
+        table = Table.open(str(work / "t"))
+        plan = full_plan(table, kind)
+        if variant == "in-process":
+            spark, options = None, ExecutionOptions(in_process_max_bytes=1 << 50)
+        else:
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            spark = spark_session(None, conf={"spark.master": "local[*]", "spark.driver.memory": "1g",
+                                              **VARIANTS[variant]})
+            options = ExecutionOptions(in_process_max_bytes=0)
+            warm_up(spark, options)
+        walls: list[float] = []
+        units: list[float] = []
+        merges: list[float] = []
+        for i in range(runs + 1):
+            t0 = time.perf_counter()
+            results = execute(plan, table, spark, options)
+            wall = time.perf_counter() - t0
+            assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+            for r in results:
+                for a in r.adds:
+                    table.storage.delete(a.path)
+            if i:  # the first execution is untimed: the JVM compiles the task path's hot methods then
+                walls.append(wall)
+                units.append(sum(r.seconds for r in results))
+                merges.append(sum(r.phases.get("merge", 0.0) for r in results))
+        if spark is not None:
+            spark.stop()
+        return {"variant": variant, "walls": walls, "units": units, "merges": merges}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def sequential(table_uri: str, kind: str) -> None:
+    """The plan's units one after another in this process: seconds, phases and minor page faults of each."""
+    import resource
+
+    import pyarrow as pa
+    from bench_maintenance import full_plan
+
+    from maintd import Table
+    from maintd.execution import ExecutionOptions, run_task, task_specs
+
+    work = Path(tempfile.mkdtemp(prefix="maintd-bench-workers-"))
+    try:
+        shutil.copytree(table_uri, work / "t")
+        table = Table.open(str(work / "t"))
+        plan = full_plan(table, kind)
+        specs = task_specs(plan, table.snapshot(plan.read_version), ExecutionOptions(), storage=table.storage)
+        pool = pa.default_memory_pool().backend_name
+        print(f"{kind}: {len(specs)} units, one after another; Arrow allocator {pool}, "
+              f"JE_ARROW_MALLOC_CONF={os.environ.get('JE_ARROW_MALLOC_CONF', '')!r}")
+        for rep in range(3):
+            total = 0.0
+            for spec in specs:
+                faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                t0 = time.perf_counter()
+                r = run_task(spec)
+                dt = time.perf_counter() - t0
+                faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+                assert r.ok, r.error
+                for a in r.adds:
+                    table.storage.delete(a.path)
+                total += dt
+                if rep == 2:
+                    print(f"  unit {dt * 1000:5.0f} ms  page faults {faults:6d}  "
+                          + "  ".join(f"{k} {v * 1000:.0f} ms" for k, v in r.phases.items()))
+            print(f"pass {rep + 1}: {total:.2f} s")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("table", help="the table to execute on (copied; nothing is committed)")
+    ap.add_argument("--kind", choices=["cluster", "compact"], default="cluster")
+    ap.add_argument("--runs", type=int, default=7, help="timed executions per variant and round (default 7)")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds over all variants (default 2)")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of: {', '.join(VARIANTS)}")
+    ap.add_argument("--sequential", action="store_true", help="the units one after another in this process")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.sequential:
+        sequential(args.table, args.kind)
+        return
+    if args.child:
+        print(json.dumps(child(args.table, args.child, args.kind, args.runs)))
+        return
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variant(s) {', '.join(unknown)}: choose from {', '.join(VARIANTS)}")
+    from maintd import Table
+    from maintd.errors import TableNotFoundError
+
+    try:
+        Table.open(args.table)
+    except TableNotFoundError as exc:
+        raise SystemExit(f"{exc}: give the path of a maintd table, e.g. DIR/t_partitioned after "
+                         "bench_maintenance.py --dir DIR") from exc
+    got: dict[str, dict[str, list[float]]] = {v: {"walls": [], "units": [], "merges": []} for v in variants}
+    for r in range(args.rounds):
+        for v in variants:
+            out = subprocess.run([sys.executable, __file__, args.table, "--kind", args.kind, "--runs", str(args.runs),
+                                  "--child", v], capture_output=True, text=True, check=True)
+            res = json.loads(out.stdout.strip().splitlines()[-1])
+            for k in got[v]:
+                got[v][k] += res[k]
+            print(f"round {r + 1}/{args.rounds} {v:11s} wall median {statistics.median(res['walls']):.3f} s "
+                  f"(samples {', '.join(f'{x:.2f}' for x in res['walls'])})", flush=True)
+    print(f"\n{args.kind} of {args.table}: {args.rounds} rounds x {args.runs} runs per variant")
+    for v in variants:
+        g = got[v]
+        print(f"  {v:11s} wall median {statistics.median(g['walls']):.3f} s (spread {min(g['walls']):.2f}-"
+              f"{max(g['walls']):.2f})  units {statistics.median(g['units']):.2f} s  "
+              f"merge {statistics.median(g['merges']):.2f} s")
+
+
+if __name__ == "__main__":
+    main()
