@@ -76,6 +76,29 @@ def user_errors() -> Iterator[None]:
         fail(str(exc))
 
 
+def stdin_is_terminal() -> bool:
+    """Whether a person can answer a prompt (standard input is a terminal)."""
+    return sys.stdin.isatty()
+
+
+def confirm(question: str, *, yes: bool, refusal: str, cancelled: str, out: Console) -> None:
+    """Go on only if ``yes``, or a person at a terminal answers ``question`` yes.
+
+    Off a terminal without ``yes``: :class:`~maintd.errors.ConfirmationRequiredError` (``refusal`` says what to
+    pass), one line and exit code 2. A person who answers no: ``cancelled`` printed, exit code 1.
+    """
+    from maintd.errors import ConfirmationRequiredError
+
+    if yes:
+        return
+    if not stdin_is_terminal():
+        with user_errors():
+            raise ConfirmationRequiredError(refusal)
+    if not typer.confirm(question, default=False, err=True):
+        out.print(cancelled)
+        raise typer.Exit(1)
+
+
 def guarded(fn: Callable[[], T]) -> T:
     with user_errors():
         return fn()

@@ -6,7 +6,6 @@ Both are destructive, so both say what they delete: ``--dry-run`` lists it and c
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -14,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from maintd.cli._output import fail, parse_kv, print_json, print_table, user_errors
-from maintd.errors import ConfirmationRequiredError, InvalidInputError, MaintdError
+from maintd.cli._output import confirm, fail, parse_kv, print_json, print_table, user_errors
+from maintd.errors import InvalidInputError, MaintdError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -133,7 +132,9 @@ def purge_command(
         if json_out:
             print_json(preview.model_dump(mode="json") | {"dry_run": True})
         return
-    _confirm(table.uri, yes, out)
+    confirm(f"Purge {table.uri}? This cannot be undone", yes=yes, out=out, cancelled="purge cancelled; nothing changed",
+            refusal=f"refusing to purge {table.uri} without confirmation: not on a terminal; pass --yes to confirm "
+                    "(or --dry-run to see what it deletes)")
     with user_errors():
         report = purge_table(table, partitions=[spec] if spec else [], orphan_grace=grace, force_short_grace=force,
                              force_unpin=force_unpin)
@@ -149,25 +150,6 @@ def _partition_spec(items: Sequence[str]) -> dict[str, str]:
         fail("--partition names a column twice; give one value per partition column and purge each partition "
              "with its own command")
     return spec
-
-
-def stdin_is_terminal() -> bool:
-    """Whether a person can answer a prompt (standard input is a terminal)."""
-    return sys.stdin.isatty()
-
-
-def _confirm(uri: str, yes: bool, out: Console) -> None:
-    if yes:
-        return
-    if not stdin_is_terminal():
-        with user_errors():
-            raise ConfirmationRequiredError(
-                f"refusing to purge {uri} without confirmation: not on a terminal; pass --yes to confirm "
-                "(or --dry-run to see what it deletes)"
-            )
-    if not typer.confirm(f"Purge {uri}? This cannot be undone", default=False, err=True):
-        out.print("purge cancelled; nothing changed")
-        raise typer.Exit(1)
 
 
 def _print_purge_preview(out: Console, plan: Any) -> None:

@@ -1,5 +1,5 @@
-"""``maintd table create | describe | history | pin | unpin | pins``: create a table, show its layout and its
-commit log, and pin versions for long reads."""
+"""``maintd table create | describe | history | pin | unpin | pins | set-properties | upgrade-protocol``: create a
+table, show its layout and its commit log, pin versions for long reads, and change its properties and protocol."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from maintd.cli._output import iso_ms, parse_kv, print_json, print_table, user_errors
+from maintd.cli._output import confirm, iso_ms, parse_kv, print_json, print_table, user_errors
 
 if TYPE_CHECKING:
     pass
@@ -274,6 +274,37 @@ def set_properties_command(
         version = table.set_properties(properties)
     shown = ", ".join(f"{k}={v}" for k, v in properties.items())
     Console().print(f"set {shown} at version {version}", highlight=False)
+
+
+@table_app.command("upgrade-protocol")
+def upgrade_protocol_command(
+    uri: str = typer.Argument(..., help="Table URI."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation (needed when not on a terminal)."),
+) -> None:
+    """Raise a table written by an older maintd to the protocol this maintd writes (self-verifying commit
+    files); a protocol commit. Older maintd versions refuse the table afterwards: upgrade every reader and
+    writer of the table first."""
+    from rich.console import Console
+
+    from maintd.table import Table
+    from maintd.table.actions import BASE_VERSION
+
+    out = Console(soft_wrap=True)
+    with user_errors():
+        table = Table.open(uri)
+        p = table.snapshot().protocol
+    now = f"reader {p.min_reader_version}, writer {p.min_writer_version}"
+    if (p.min_reader_version, p.min_writer_version) >= (BASE_VERSION, BASE_VERSION):
+        out.print(f"{table.uri} is at protocol {now} already; nothing changed", highlight=False)
+        return
+    confirm(f"Upgrade {table.uri} from protocol {now} to {BASE_VERSION}? maintd older than the protocol refuses "
+            "the table afterwards", yes=yes, out=out, cancelled="upgrade cancelled; nothing changed",
+            refusal=f"refusing to upgrade the protocol of {table.uri} without confirmation: not on a terminal; "
+                    "pass --yes to confirm")
+    with user_errors():
+        version = table.upgrade_protocol()
+    out.print(f"upgraded {table.uri} from protocol {now} to reader {BASE_VERSION}, writer {BASE_VERSION} "
+              f"at version {version}", highlight=False)
 
 
 @table_app.command("history")

@@ -43,7 +43,7 @@ def test_purge_asks_on_a_terminal_where_no_changes_nothing_and_yes_purges(histor
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     root = Path(history.table.uri)
     before = data_files_on_disk(root)
-    monkeypatch.setattr("maintd.cli.reclaim.stdin_is_terminal", lambda: True)
+    monkeypatch.setattr("maintd.cli._output.stdin_is_terminal", lambda: True)
 
     result = runner.invoke(app, ["purge", str(root)], input="n\n")
 

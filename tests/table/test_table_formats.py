@@ -94,3 +94,40 @@ def test_upgrading_the_protocol_makes_later_commits_self_verifying(v1: Table) ->
     reopened = Table.open(v1.uri)
     for v, rows in before.items():
         assert _rows(reopened, v) == rows
+
+
+def test_the_cli_upgrades_the_protocol_only_when_confirmed(v1: Table, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from maintd.cli import app
+
+    runner = CliRunner()
+    latest = v1.version
+    refused = runner.invoke(app, ["table", "upgrade-protocol", v1.uri])  # not a terminal, no --yes
+    assert refused.exit_code == 2 and "pass --yes" in refused.output, refused.output
+    monkeypatch.setattr("maintd.cli._output.stdin_is_terminal", lambda: True)
+    declined = runner.invoke(app, ["table", "upgrade-protocol", v1.uri], input="n\n")
+    assert declined.exit_code == 1 and "upgrade cancelled; nothing changed" in declined.output
+    assert Table.open(v1.uri).version == latest
+    assert Table.open(v1.uri).snapshot().protocol == Protocol(min_reader_version=1, min_writer_version=1)
+
+    done = runner.invoke(app, ["table", "upgrade-protocol", v1.uri, "--yes"])
+    assert done.exit_code == 0, done.output
+    assert "from protocol reader 1, writer 1 to reader 2, writer 2" in done.output
+    assert f"at version {latest + 1}" in done.output
+    assert Table.open(v1.uri).snapshot().protocol == Protocol(min_reader_version=2, min_writer_version=2)
+    assert Table.open(v1.uri).history(limit=1)[0].operation == "UPGRADE PROTOCOL"
+    again = runner.invoke(app, ["table", "upgrade-protocol", v1.uri, "--yes"])
+    assert again.exit_code == 0 and "already; nothing changed" in again.output
+    assert Table.open(v1.uri).version == latest + 1
+    for v, rows in _reads().items():
+        assert _rows(Table.open(v1.uri), v) == rows
+
+
+def test_the_cli_names_a_missing_table_when_asked_to_upgrade_it(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from maintd.cli import app
+
+    result = CliRunner().invoke(app, ["table", "upgrade-protocol", str(tmp_path / "nope"), "--yes"])
+    assert result.exit_code == 2 and "no table at" in result.output, result.output
