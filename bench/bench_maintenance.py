@@ -18,10 +18,12 @@
    its own process when the plan's input is within ``spark.maintd.inProcess.maxInputBytes``, default 64 MiB,
    else on a warm local SparkSession as in the daemon's long-lived session: workers started by
    ``warm_up``, then one untimed clustering of a copy: the JVM compiles the task path's hot methods then;
-   ``--in-process-max-bytes 0`` runs every step on Spark), and compaction after clustering;
+   ``--in-process-max-bytes 0`` runs every step on Spark; no session is started when every step runs in
+   process), and compaction after clustering;
 5. every step's samples, median and spread (min-max), and the ratios of the medians; read time of the
-   table before and after, peak memory (sum of RSS over this process and its descendants), and Spark's
-   floor: runs of one empty job per core at once, which every maintd step on Spark pays before any work.
+   table before and after, peak memory (sum of RSS over this process and its descendants), and, when the
+   steps ran on Spark, Spark's floor: runs of one empty job per core at once, which every maintd step on
+   Spark pays before any work.
 
 ``--input-bytes``, ``--pack-threads``, ``--read-threads`` and ``--decode-threads`` override the execution options
 (defaults: 256 MiB of input per Spark task and at least one per core, one plan task at a time in each, 4 fetch
@@ -270,15 +272,26 @@ def main() -> None:
         return Table.open(uri)
 
     times: dict[str, list[float]] = {k: [] for k in ("duckdb", "deltars", "cluster", "compact", "recompact")}
+    from maintd.execution.driver import runs_in_process
+
+    # the full plan reads every file: if it runs in process, so does every step, and no session is started
+    on_spark = not runs_in_process(full_plan(base, "cluster"), base.snapshot(), options)
     with PeakRss() as rss:
-        spark = spark_session(None, conf={"spark.master": args.master, "spark.driver.memory": "1g"})
-        # start the Python workers, import maintd in them and prepare them: a daemon's session is warm
-        warm_up(spark, options)
-        print(f"  Spark: {spark.sparkContext.master}, {args.input_bytes} of input per Spark task (at least "
-              f"{spark.sparkContext.defaultParallelism}), {options.pack_threads} plan task(s) at once in each, "
-              f"{options.read_threads} fetch and {options.decode_threads} decoding thread(s) per plan task", flush=True)
-        first_s, _ = timed_maintenance(fresh("warmup"), "cluster", spark, options)
-        floor = spark_floor(spark, options, cores=spark.sparkContext.defaultParallelism)
+        spark = None
+        first_s, floor = 0.0, []
+        if on_spark:
+            spark = spark_session(None, conf={"spark.master": args.master, "spark.driver.memory": "1g"})
+            # start the Python workers, import maintd in them and prepare them: a daemon's session is warm
+            warm_up(spark, options)
+            print(f"  Spark: {spark.sparkContext.master}, {args.input_bytes} of input per Spark task (at least "
+                  f"{spark.sparkContext.defaultParallelism}), {options.pack_threads} plan task(s) at once in each, "
+                  f"{options.read_threads} fetch and {options.decode_threads} decoding thread(s) per plan task",
+                  flush=True)
+            first_s, _ = timed_maintenance(fresh("warmup"), "cluster", spark, options)
+            floor = spark_floor(spark, options, cores=spark.sparkContext.defaultParallelism)
+        else:
+            print("  every step runs in process (the plans are within the in-process limit): no Spark session",
+                  flush=True)
         cstats = kstats = rstats = {}
         compacted = None
         for s in range(args.samples):
@@ -299,7 +312,8 @@ def main() -> None:
                     compacted = fresh("compacted")
                     dt, kstats = timed_maintenance(compacted, "compact", spark, options)
                     times["compact"].append(dt)
-        spark.stop()
+        if spark is not None:
+            spark.stop()
     assert compacted is not None
     read_after, rows_after = timed_read(compacted)
     assert rows_after == rows and compacted.read().sort_by("pk").equals(expected), "read after compaction differs"
@@ -317,11 +331,13 @@ def main() -> None:
     print(f"    ratio of medians: {med['compact'] / med['deltars']:.2f}x delta-rs, "
           f"{med['compact'] / med['duckdb']:.2f}x DuckDB")
     print("  " + stats_line(f"maintd compaction after clustering {rstats}", times["recompact"]))
-    print(f"  first clustering of the session (untimed warm-up, a copy of the table): {first_s:.2f} s")
-    print("  " + stats_line("Spark's floor (one empty job per core at once)", floor)
-          + "  (every maintd step run on Spark includes it)")
+    if floor:
+        print(f"  first clustering of the session (untimed warm-up, a copy of the table): {first_s:.2f} s")
+        print("  " + stats_line("Spark's floor (one empty job per core at once)", floor)
+              + "  (every maintd step run on Spark includes it)")
     print(f"  read: {read_before:.2f} s before, {read_after:.2f} s after ({read_before / read_after:.1f}x)")
-    print(f"  peak memory (driver + JVM + Python workers): {rss.peak / 2**20:.0f} MiB")
+    print(f"  peak memory ({'driver + JVM + Python workers' if floor else 'this process and the peers'}): "
+          f"{rss.peak / 2**20:.0f} MiB")
     print(f"  ingest: {ingest_s:.1f} s for {commits} commits")
     if not args.dir:
         shutil.rmtree(work, ignore_errors=True)
