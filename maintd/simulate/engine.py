@@ -5,8 +5,10 @@ periods), maintenance passes (``maintd.planner.plan(snapshot, policy, now)`` on 
 task's output estimated by :class:`~maintd.simulate.sizes.SizeModel` and committed, as
 :func:`maintd.execution.commit_rewrites` commits a run: one commit, inputs removed, outputs added), reclamation
 passes (files no retained version reads are dropped, by the rule of :mod:`maintd.reclaim`) and samples of the
-state. Nothing touches storage; the simulated files are ``AddFile`` values with made-up paths, versions and
-commit times exactly as the real log would give them, so the planner cannot tell them from real ones.
+state. In a table with ``changes.prior.rows``, a compaction that rewrites a BaseFile also writes prior-rows files
+(their bytes estimated by the size model); they are history: kept, and reclaimed, with the BaseFiles it removed.
+Nothing touches storage; the simulated files are ``AddFile`` values with made-up paths, versions and commit times
+exactly as the real log would give them, so the planner cannot tell them from real ones.
 
 At equal times writers go first, then maintenance, then reclamation, then the sample.
 """
@@ -26,6 +28,7 @@ from maintd.simulate.pattern import HOUR_MS, BucketKey, WritePattern, WriterComm
 from maintd.simulate.schedule import Schedule
 from maintd.simulate.sizes import OutputEstimate, SizeModel
 from maintd.table.actions import AddFile
+from maintd.table.properties import prior_rows
 from maintd.table.snapshot import PartitionKey, Snapshot, format_partition, partition_key
 
 LEVELS = ("L0", "L1", "L2", "base")
@@ -94,8 +97,12 @@ class SimTable:
         self.commit_ms: list[int] = known
         self.oldest_readable_ms = known[0]
         self.tombs = _Tombstones()
-        for r in sorted(start.tombstones.values(), key=lambda r: r.deletion_time):
-            self.tombs.add(r.deletion_time, r.bytes or 0)
+        # prior-rows files are history too: deleted with the BaseFiles they were written with
+        held = [(r.deletion_time, r.bytes or 0) for r in start.tombstones.values()]
+        held += [(p.deletion_time, p.bytes) for p in start.priors.values()]
+        for time_ms, size in sorted(held):
+            self.tombs.add(time_ms, size)
+        self.prior_rows = prior_rows(start.metadata.properties)
         self.per_bucket: Counter[BucketKey] = Counter()
         self.levels: Counter[str] = Counter()
         self.level_bytes: Counter[str] = Counter()
@@ -185,15 +192,20 @@ class SimTable:
         ts = max(now_ms, self.timestamp + 1)
         removes: list[str] = []
         adds: list[AddFile] = []
+        prior = 0
         for task in p.tasks:
             inputs = [self.files[path] for path in task.inputs]
             for est in estimate_outputs(task, inputs, sizes):
                 adds.append(self._output(task, inputs, est, ts))
+            if self.prior_rows and task.kind == "compact":
+                prior += sizes.prior_bytes(inputs)
             removes += task.inputs
             self.tasks[task.kind] += 1
             self.maintenance_read += task.input_bytes
-        self.maintenance_written += sum(a.bytes for a in adds)
-        self._commit(now_ms, removes, adds)
+        self.maintenance_written += sum(a.bytes for a in adds) + prior
+        ts = self._commit(now_ms, removes, adds)
+        if prior:
+            self.tombs.add(ts, prior)
         return len(p.tasks)
 
     def _output(self, task: PlanTask, inputs: Sequence[AddFile], est: OutputEstimate, ts: int) -> AddFile:

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from maintd.errors import InvalidInputError, VersionNotFoundError
 from maintd.table import Table
-from maintd.table.actions import Action, AddFile, CommitInfo, RemoveFile
+from maintd.table.actions import Action, AddFile, CommitInfo, PriorRows, RemoveFile
 from maintd.table.snapshot import PartitionKey, Snapshot, format_partition, partition_key
 
 HOUR_MS = 3_600_000
@@ -68,6 +68,8 @@ class MergeObservation:
     bucket: int
     inputs: tuple[AddFile, ...]
     outputs: tuple[AddFile, ...]
+    prior_bytes: int = 0
+    """Bytes of the prior-rows files the commit added for this bucket (tables with ``changes.prior.rows``)."""
 
     @property
     def kind(self) -> str:
@@ -194,15 +196,19 @@ def _bucket_writes(adds: Sequence[AddFile], partition_by: Sequence[str]) -> tupl
     return tuple(BucketWrite(p, b, *v) for (p, b), v in acc.items())
 
 
-def _merges(ts: int, removed: Sequence[AddFile], added: Sequence[AddFile], partition_by: Sequence[str]
-            ) -> list[MergeObservation]:
+def _merges(ts: int, removed: Sequence[AddFile], added: Sequence[AddFile], partition_by: Sequence[str],
+            priors: Sequence[PriorRows] = ()) -> list[MergeObservation]:
     """A maintenance commit split by bucket (a plan gives each bucket its own task or tasks)."""
     groups: dict[BucketKey, tuple[list[AddFile], list[AddFile]]] = defaultdict(lambda: ([], []))
     for f in removed:
         groups[(partition_key(f.partition, partition_by), f.bucket)][0].append(f)
     for f in added:
         groups[(partition_key(f.partition, partition_by), f.bucket)][1].append(f)
-    return [MergeObservation(ts, p, b, tuple(ins), tuple(outs)) for (p, b), (ins, outs) in groups.items() if ins]
+    prior: Counter[BucketKey] = Counter()
+    for r in priors:
+        prior[(partition_key(r.partition, partition_by), r.bucket)] += r.bytes
+    return [MergeObservation(ts, p, b, tuple(ins), tuple(outs), prior[(p, b)])
+            for (p, b), (ins, outs) in groups.items() if ins]
 
 
 def _replay(start: Snapshot, commits: Sequence[tuple[int, list[Action]]]
@@ -224,7 +230,7 @@ def _replay(start: Snapshot, commits: Sequence[tuple[int, list[Action]]]
             writes.append(WriterCommit(v, ts, _bucket_writes([a for a in adds if a.data_change], partition_by),
                                        replaced))
         elif removed:
-            merges += _merges(ts, removed, adds, partition_by)
+            merges += _merges(ts, removed, adds, partition_by, [a for a in actions if isinstance(a, PriorRows)])
         files.update((a.path, a) for a in adds)
     return writes, merges
 

@@ -91,6 +91,8 @@ def pattern_summary(learned: Learned) -> PatternSummary:
               "base_fixed_bytes": round(s.base.fixed, 1), "base_row_bytes": round(s.base.slope, 3)}
     for k, line in sorted(s.merge.items()):
         sizes |= {f"level{k}_fixed_bytes": round(line.fixed, 1), f"level{k}_payload_ratio": round(line.slope, 4)}
+    if s.prior is not None:
+        sizes |= {"prior_fixed_bytes": round(s.prior.fixed, 1), "prior_driver_ratio": round(s.prior.slope, 4)}
     buckets = tuple(BucketRatesModel(partition=dict(r.partition), bucket=r.bucket,
                                      commits_per_hour=round(r.commits_per_hour, 3),
                                      rows_per_commit=round(r.rows_per_commit, 1),

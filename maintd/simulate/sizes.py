@@ -13,7 +13,12 @@ the observed merges vary enough in size to pin a line down), else anchored at th
   share of upsert rows that replace a key already live. The overlap is learned from the table's past compactions
   (the same formula solved for it; per bucket, shrunk towards the table's), or measured on a sample of its files
   when it was never compacted (:mod:`maintd.simulate.keys`). Its bytes are ``fixed + bytes per row x rows``,
-  learned from the table's BaseFiles (or, without any, the level-0 bytes per upsert row).
+  learned from the table's BaseFiles (or, without any, the level-0 bytes per upsert row);
+* a compaction of a table with ``changes.prior.rows`` that rewrites a BaseFile also writes prior-rows files
+  (docs/format.md, "Prior rows"): every DeltaFile row it folds, and the BaseFile row of each key they change that
+  was live. Their *driver* is the DeltaFiles' payload plus BaseFile bytes per row x (upserts x overlap +
+  deletes); their bytes are a line of it learned from the prior-rows files the log shows, else
+  ``merged overhead + driver``.
 
 Everything here is pure: the overheads and the sampled overlap are measured by the caller and passed in.
 """
@@ -21,7 +26,7 @@ Everything here is pure: the overheads and the sampled overlap are measured by t
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -92,6 +97,8 @@ class SizeModel:
     key_overlap: float
     bucket_overlap: Mapping[BKey, float] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)
+    prior: Line | None = None
+    """Prior-rows bytes from their driver (:meth:`prior_driver`), learned from the log; None: not observed."""
 
     def payload(self, f: AddFile) -> float:
         return max(0.0, f.bytes - self.overhead.get(layout(f), 0))
@@ -114,6 +121,24 @@ class SizeModel:
     def overlap_of(self, partition: Mapping[str, str | None], bucket: int) -> float:
         """The key overlap of one bucket: its own where its compactions were seen, else the table's."""
         return self.bucket_overlap.get(bucket_key(partition, bucket), self.key_overlap)
+
+    def prior_driver(self, inputs: Sequence[AddFile]) -> float:
+        """What a compaction's prior-rows files hold, in payload bytes: its DeltaFiles' payload, and BaseFile
+        bytes per row for each changed key that was live (0 when it rewrites no BaseFile: it writes none)."""
+        deltas = [f for f in inputs if f.kind == "delta"]
+        if not deltas or not any(f.kind == "base" for f in inputs):
+            return 0.0
+        deletes = sum(f.delete_rows for f in deltas)
+        upserts = sum(f.rows for f in deltas) - deletes
+        overlap = self.overlap_of(inputs[0].partition, inputs[0].bucket)
+        return sum(self.payload(f) for f in deltas) + self.base.slope * (upserts * overlap + deletes)
+
+    def prior_bytes(self, inputs: Sequence[AddFile]) -> int:
+        """Bytes of the prior-rows files a compaction of ``inputs`` writes in a table with ``changes.prior.rows``."""
+        x = self.prior_driver(inputs)
+        if x <= 0:
+            return 0
+        return (self.prior or Line(self.overhead.get("merged", 0), 1.0))(x)
 
     def compact(self, inputs: Sequence[AddFile]) -> OutputEstimate | None:
         """A compaction into one BaseFile, or None when no live row survives (the real merge writes nothing)."""
@@ -260,9 +285,19 @@ def learn_sizes(pattern: WritePattern, files: Iterable[AddFile], *, overheads: M
         overlap, sources["key_overlap"] = sampled_overlap, "sample"
     else:
         overlap, sources["key_overlap"] = 0.0, "default"
-    return SizeModel(overhead=overhead, upsert_row_bytes=ups, delete_row_bytes=dels, merge=merge,
-                     base=base or Line(overhead["base"], ups), key_overlap=overlap,
-                     bucket_overlap=per_bucket, sources=sources)
+    model = SizeModel(overhead=overhead, upsert_row_bytes=ups, delete_row_bytes=dels, merge=merge,
+                      base=base or Line(overhead["base"], ups), key_overlap=overlap,
+                      bucket_overlap=per_bucket, sources=sources)
+    prior = _prior_line(model, pattern.merges)
+    return replace(model, prior=prior, sources={**sources, "prior": "log" if prior is not None else "default"})
+
+
+def _prior_line(model: SizeModel, merges: Iterable[MergeObservation]) -> Line | None:
+    """Prior-rows bytes from their driver, over the compactions of the log that wrote prior-rows files."""
+    points = [(model.prior_driver(m.inputs), float(m.prior_bytes)) for m in merges if m.prior_bytes]
+    xs = [x for x, _ in points if x > 0]
+    ys = [y for x, y in points if x > 0]
+    return fit_line(xs, ys) or _anchored(model.overhead.get("merged", 0), xs, ys)
 
 
 __all__ = ["LAYOUTS", "BKey", "Line", "OutputEstimate", "SizeModel", "bucket_key", "fit_line", "layout",

@@ -56,8 +56,11 @@ def _batch(rng: np.random.Generator, live: np.ndarray, first_new: int, new: int,
 
 def write_and_maintain(root: Path, *, hours: float = 30, write_every: timedelta = timedelta(minutes=10),
                        maintain_every: timedelta = timedelta(minutes=30), first_pass: timedelta = timedelta(minutes=7),
-                       policy_text: str = POLICY_A, buckets: int = 4, seed: int = 7) -> Maintained:
-    """Write and maintain a table for ``hours`` of simulated time; returns what happened."""
+                       policy_text: str = POLICY_A, buckets: int = 4, seed: int = 7,
+                       properties: dict[str, object] | None = None) -> Maintained:
+    """Write and maintain a table for ``hours`` of simulated time; returns what happened.
+
+    ``properties``: table properties on top of ``acid.data.retain.hours`` = 12."""
     policy_path = root / "A.yaml"
     policy_path.write_text(policy_text)
     policy = load_policy_file(policy_path).default
@@ -68,7 +71,7 @@ def write_and_maintain(root: Path, *, hours: float = 30, write_every: timedelta 
     writes = 0
     with freeze_time(T0) as clock:
         table = Table.create(uri, "id:int64!,v:string,amount:double", primary_key="id", buckets=buckets,
-                             properties={"acid.data.retain.hours": 12})
+                             properties={"acid.data.retain.hours": 12, **(properties or {})})
         live, next_id = np.zeros(0, np.int64), 0
         next_write, next_pass = T0 + write_every, T0 + first_pass
         while min(next_write, next_pass) <= end:

@@ -137,3 +137,23 @@ def test_a_layout_never_read_takes_the_overhead_of_its_nearest_layout(tmp_path: 
     assert learn_sizes(pattern, files, overheads={"L0": 500, "base": 1300}).overhead == {
         "L0": 500, "merged": 1300, "base": 1300}
     assert learn_sizes(pattern, files).overhead == {"L0": 0, "merged": 0, "base": 0}
+
+
+def test_prior_rows_bytes_are_estimated_from_what_a_compaction_folds_and_none_without_a_basefile() -> None:
+    from maintd.simulate.sizes import Line, SizeModel
+    from maintd.table.actions import AddFile
+
+    def f(kind: str, rows: int, nbytes: int, deletes: int = 0) -> AddFile:
+        return AddFile.model_construct(path=f"{kind}-{rows}.parquet", partition={}, bucket=0, kind=kind,
+                                       level=None if kind == "base" else 0, rows=rows, bytes=nbytes,
+                                       delete_rows=deletes)
+
+    model = SizeModel(overhead={"L0": 1000, "merged": 2000, "base": 3000}, upsert_row_bytes=20.0,
+                      delete_row_bytes=8.0, merge={}, base=Line(3000, 10.0), key_overlap=0.5)
+    base, deltas = f("base", 10_000, 103_000), [f("delta", 100, 3000, deletes=10), f("delta", 50, 2000)]
+    # payload 2000 + 1000; base rows of (140 upserts x 0.5 overlap + 10 deletes) x 10 B
+    assert model.prior_driver([base, *deltas]) == pytest.approx(3000 + 10.0 * (140 * 0.5 + 10))
+    assert model.prior_bytes([base, *deltas]) == 2000 + 3000 + 800  # not observed: merged overhead + driver
+    assert model.prior_bytes(deltas) == 0, "a first compaction (no BaseFile) writes no prior-rows file"
+    learned = SizeModel(**{**model.__dict__, "prior": Line(500, 2.0)})
+    assert learned.prior_bytes([base, *deltas]) == 500 + 2 * 3800

@@ -12,6 +12,7 @@ figures are printed (``pytest -s``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -140,3 +141,41 @@ def test_the_forward_simulation_uses_the_recorded_cadence(maintained: Maintained
     report = json.loads(r.stdout)
     assert report["schedule"]["maintenance_interval_seconds"] == INTERVAL_S
     assert report["schedule"]["source"].startswith("recorded maintenance runs")
+
+
+@pytest.fixture(scope="module")
+def with_prior_rows(tmp_path_factory: pytest.TempPathFactory) -> Maintained:
+    """The same day, in a table whose compactions also store the rows they fold (``changes.prior.rows``)."""
+    return write_and_maintain(tmp_path_factory.mktemp("priors"), hours=24, write_every=timedelta(minutes=15),
+                              maintain_every=timedelta(seconds=INTERVAL_S), first_pass=timedelta(minutes=7),
+                              properties={"changes.prior.rows": True})
+
+
+def test_prior_rows_files_are_predicted_as_history_reclaimed_with_their_basefiles(with_prior_rows: Maintained
+                                                                                   ) -> None:
+    table = Table.open(with_prior_rows.uri)
+    snap = table.snapshot()
+    real_priors = sum(p.bytes for p in snap.priors.values())
+    assert real_priors > 0, "the compactions of the day wrote prior-rows files"
+    learned = learn(table, hours=None, from_window_start=True)
+    assert learned.sizes.sources["prior"] == "log" and learned.sizes.prior is not None
+    end_ms = snap.timestamp
+    run = simulate(learned.start, learned.pattern, learned.sizes, with_prior_rows.policy,
+                   _recorded(with_prior_rows), start_ms=learned.start.timestamp, end_ms=end_ms)
+    real = plan_reclamation(table, now=datetime.fromtimestamp(end_ms / 1000, UTC), orphan_grace=timedelta(hours=72))
+    real_bytes = sum(f.bytes for f in real.data_files)
+    last = run.samples[-1]
+    print(f"\nwith prior rows, after 24 h: prior-rows files {real_priors} B in the log; reclaimable predicted "
+          f"{last.reclaimable_bytes} B, reclamation plans {real_bytes} B; history held predicted "
+          f"{last.history_bytes} B")
+    assert last.reclaimable_bytes == pytest.approx(real_bytes, rel=0.10)
+
+    # the same day without prior-rows files predicted: the difference is about what the log holds
+    md = learned.start.metadata
+    without = dataclasses.replace(learned.start, metadata=md.model_copy(update={
+        "properties": {k: v for k, v in md.properties.items() if k != "changes.prior.rows"}}))
+    off = simulate(without, learned.pattern, learned.sizes, with_prior_rows.policy, _recorded(with_prior_rows),
+                   start_ms=learned.start.timestamp, end_ms=end_ms).samples[-1]
+    held = (last.reclaimable_bytes + last.history_bytes) - (off.reclaimable_bytes + off.history_bytes)
+    print(f"prior-rows bytes the simulation holds: {held} B, against {real_priors} B in the log")
+    assert held == pytest.approx(real_priors, rel=0.25), (held, real_priors)
