@@ -179,3 +179,30 @@ def test_prior_rows_files_are_predicted_as_history_reclaimed_with_their_basefile
     held = (last.reclaimable_bytes + last.history_bytes) - (off.reclaimable_bytes + off.history_bytes)
     print(f"prior-rows bytes the simulation holds: {held} B, against {real_priors} B in the log")
     assert held == pytest.approx(real_priors, rel=0.25), (held, real_priors)
+
+
+def test_prior_rows_bytes_of_hours_12_to_24_are_forecast_from_the_first_12(with_prior_rows: Maintained) -> None:
+    from maintd.table.actions import CommitInfo, PriorRows
+
+    table = Table.open(with_prior_rows.uri)
+    cut_ms = int((with_prior_rows.start + timedelta(hours=12)).timestamp() * 1000)
+    end_ms = int(with_prior_rows.end.timestamp() * 1000)
+    version = max(r.version for r in table.history() if r.timestamp <= cut_ms)
+    learned = learn(table, hours=None, until_version=version)  # nothing after the cut is seen
+    real = 0
+    for v in range(version + 1, table.version + 1):
+        actions = table.log.read_commit(v) or []
+        info = next(a for a in actions if isinstance(a, CommitInfo))
+        if info.timestamp <= end_ms:
+            real += sum(a.bytes for a in actions if isinstance(a, PriorRows))
+    md = learned.start.metadata
+    without = dataclasses.replace(learned.start, metadata=md.model_copy(update={
+        "properties": {k: v for k, v in md.properties.items() if k != "changes.prior.rows"}}))
+    runs = [simulate(start, learned.pattern, learned.sizes, with_prior_rows.policy, _recorded(with_prior_rows),
+                     start_ms=cut_ms, end_ms=end_ms).samples[-1] for start in (learned.start, without)]
+    predicted = sum(s.reclaimable_bytes + s.history_bytes + s.reclaimed_bytes for s in runs[:1]) - sum(
+        s.reclaimable_bytes + s.history_bytes + s.reclaimed_bytes for s in runs[1:])
+    print(f"\nforecast of hours 12-24 with prior rows ({learned.sizes.sources['prior']} line): prior-rows bytes "
+          f"predicted {predicted} B, written {real} B")
+    assert real > 0
+    assert predicted == pytest.approx(real, rel=0.25)
