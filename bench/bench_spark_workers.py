@@ -28,6 +28,7 @@ the units' summed seconds and of their merge phase. Variants (``--variants``, co
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -36,7 +37,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -49,17 +52,26 @@ VARIANTS: dict[str, dict[str, str]] = {
 }
 
 
-def child(table_uri: str, variant: str, kind: str, runs: int) -> dict[str, object]:
-    """Executions of one variant, in this process: wall seconds, summed unit seconds, summed merge seconds."""
-    from bench_maintenance import full_plan
-
+@contextlib.contextmanager
+def copied_table(table_uri: str) -> Iterator[Any]:
+    """A copy of the table in a temporary directory, removed afterwards."""
     from maintd import Table
-    from maintd.execution import ExecutionOptions, execute, spark_session, warm_up
 
     work = Path(tempfile.mkdtemp(prefix="maintd-bench-workers-"))
     try:
         shutil.copytree(table_uri, work / "t")
-        table = Table.open(str(work / "t"))
+        yield Table.open(str(work / "t"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def child(table_uri: str, variant: str, kind: str, runs: int) -> dict[str, object]:
+    """Executions of one variant, in this process: wall seconds, summed unit seconds, summed merge seconds."""
+    from bench_maintenance import full_plan
+
+    from maintd.execution import ExecutionOptions, execute, spark_session, warm_up
+
+    with copied_table(table_uri) as table:
         plan = full_plan(table, kind)
         if variant == "in-process":
             spark, options = None, ExecutionOptions(in_process_max_bytes=1 << 50)
@@ -87,8 +99,6 @@ def child(table_uri: str, variant: str, kind: str, runs: int) -> dict[str, objec
         if spark is not None:
             spark.stop()
         return {"variant": variant, "walls": walls, "units": units, "merges": merges}
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def sequential(table_uri: str, kind: str) -> None:
@@ -98,13 +108,9 @@ def sequential(table_uri: str, kind: str) -> None:
     import pyarrow as pa
     from bench_maintenance import full_plan
 
-    from maintd import Table
     from maintd.execution import ExecutionOptions, run_task, task_specs
 
-    work = Path(tempfile.mkdtemp(prefix="maintd-bench-workers-"))
-    try:
-        shutil.copytree(table_uri, work / "t")
-        table = Table.open(str(work / "t"))
+    with copied_table(table_uri) as table:
         plan = full_plan(table, kind)
         specs = task_specs(plan, table.snapshot(plan.read_version), ExecutionOptions(), storage=table.storage)
         pool = pa.default_memory_pool().backend_name
@@ -126,8 +132,6 @@ def sequential(table_uri: str, kind: str) -> None:
                     print(f"  unit {dt * 1000:5.0f} ms  page faults {faults:6d}  "
                           + "  ".join(f"{k} {v * 1000:.0f} ms" for k, v in r.phases.items()))
             print(f"pass {rep + 1}: {total:.2f} s")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> None:

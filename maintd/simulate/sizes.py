@@ -112,9 +112,7 @@ class SizeModel:
     def compact_rows(self, inputs: Sequence[AddFile]) -> int:
         """Live keys after compaction: base rows, plus new keys among upserts, minus deletes."""
         base = sum(f.rows for f in inputs if f.kind == "base")
-        deltas = [f for f in inputs if f.kind == "delta"]
-        deletes = sum(f.delete_rows for f in deltas)
-        upserts = sum(f.rows for f in deltas) - deletes
+        upserts, deletes = delta_rows(inputs)
         overlap = self.overlap_of(inputs[0].partition, inputs[0].bucket) if inputs else self.key_overlap
         return max(0, round(base + upserts * (1.0 - overlap) - deletes))
 
@@ -128,8 +126,7 @@ class SizeModel:
         deltas = [f for f in inputs if f.kind == "delta"]
         if not deltas or not any(f.kind == "base" for f in inputs):
             return 0.0
-        deletes = sum(f.delete_rows for f in deltas)
-        upserts = sum(f.rows for f in deltas) - deletes
+        upserts, deletes = delta_rows(deltas)
         overlap = self.overlap_of(inputs[0].partition, inputs[0].bucket)
         return sum(self.payload(f) for f in deltas) + self.base.slope * (upserts * overlap + deletes)
 
@@ -146,6 +143,13 @@ class SizeModel:
         if rows == 0:
             return None
         return OutputEstimate("base", None, rows, 0, self.base(rows))
+
+
+def delta_rows(inputs: Iterable[AddFile]) -> tuple[int, int]:
+    """(upsert rows, delete rows) of the DeltaFiles among ``inputs``."""
+    deltas = [f for f in inputs if f.kind == "delta"]
+    deletes = sum(f.delete_rows for f in deltas)
+    return sum(f.rows for f in deltas) - deletes, deletes
 
 
 def _row_bytes(pattern: WritePattern, overhead: int) -> tuple[float, float, str]:
@@ -191,8 +195,7 @@ def bucket_key(partition: Mapping[str, str | None], bucket: int) -> tuple[tuple[
 def _overlap_terms(m: MergeObservation) -> tuple[float, float]:
     """(upsert rows that replaced a live key, upsert rows) implied by one compaction: ``b + U - D - out`` and U."""
     base = sum(f.rows for f in m.inputs if f.kind == "base")
-    deletes = sum(f.delete_rows for f in m.inputs if f.kind == "delta")
-    upserts = sum(f.rows for f in m.inputs if f.kind == "delta") - deletes
+    upserts, deletes = delta_rows(m.inputs)
     out = sum(f.rows for f in m.outputs)
     return base + upserts - deletes - out, upserts
 

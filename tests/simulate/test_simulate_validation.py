@@ -32,7 +32,7 @@ from maintd.simulate import (
     simulate,
 )
 from maintd.simulate.backtest import compare_with_log
-from maintd.table import Table
+from maintd.table import Snapshot, Table
 
 from .sim_helpers import Maintained, record_runs, write_and_maintain
 
@@ -151,6 +151,13 @@ def with_prior_rows(tmp_path_factory: pytest.TempPathFactory) -> Maintained:
                               properties={"changes.prior.rows": True})
 
 
+def _without_prior_rows(snap: Snapshot) -> Snapshot:
+    """``snap`` with ``changes.prior.rows`` taken out of its table's properties."""
+    md = snap.metadata
+    return dataclasses.replace(snap, metadata=md.model_copy(update={
+        "properties": {k: v for k, v in md.properties.items() if k != "changes.prior.rows"}}))
+
+
 def test_prior_rows_files_are_predicted_as_history_reclaimed_with_their_basefiles(with_prior_rows: Maintained
                                                                                    ) -> None:
     table = Table.open(with_prior_rows.uri)
@@ -171,11 +178,8 @@ def test_prior_rows_files_are_predicted_as_history_reclaimed_with_their_basefile
     assert last.reclaimable_bytes == pytest.approx(real_bytes, rel=0.10)
 
     # the same day without prior-rows files predicted: the difference is about what the log holds
-    md = learned.start.metadata
-    without = dataclasses.replace(learned.start, metadata=md.model_copy(update={
-        "properties": {k: v for k, v in md.properties.items() if k != "changes.prior.rows"}}))
-    off = simulate(without, learned.pattern, learned.sizes, with_prior_rows.policy, _recorded(with_prior_rows),
-                   start_ms=learned.start.timestamp, end_ms=end_ms).samples[-1]
+    off = simulate(_without_prior_rows(learned.start), learned.pattern, learned.sizes, with_prior_rows.policy,
+                   _recorded(with_prior_rows), start_ms=learned.start.timestamp, end_ms=end_ms).samples[-1]
     held = (last.reclaimable_bytes + last.history_bytes) - (off.reclaimable_bytes + off.history_bytes)
     print(f"prior-rows bytes the simulation holds: {held} B, against {real_priors} B in the log")
     assert held == pytest.approx(real_priors, rel=0.25), (held, real_priors)
@@ -195,11 +199,9 @@ def test_prior_rows_bytes_of_hours_12_to_24_are_forecast_from_the_first_12(with_
         info = next(a for a in actions if isinstance(a, CommitInfo))
         if info.timestamp <= end_ms:
             real += sum(a.bytes for a in actions if isinstance(a, PriorRows))
-    md = learned.start.metadata
-    without = dataclasses.replace(learned.start, metadata=md.model_copy(update={
-        "properties": {k: v for k, v in md.properties.items() if k != "changes.prior.rows"}}))
     runs = [simulate(start, learned.pattern, learned.sizes, with_prior_rows.policy, _recorded(with_prior_rows),
-                     start_ms=cut_ms, end_ms=end_ms).samples[-1] for start in (learned.start, without)]
+                     start_ms=cut_ms, end_ms=end_ms).samples[-1]
+            for start in (learned.start, _without_prior_rows(learned.start))]
     predicted = sum(s.reclaimable_bytes + s.history_bytes + s.reclaimed_bytes for s in runs[:1]) - sum(
         s.reclaimable_bytes + s.history_bytes + s.reclaimed_bytes for s in runs[1:])
     print(f"\nforecast of hours 12-24 with prior rows ({learned.sizes.sources['prior']} line): prior-rows bytes "
