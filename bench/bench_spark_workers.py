@@ -13,10 +13,15 @@ it. ``--rounds`` rounds run every variant in turn, so a drift of the machine's s
 the last pass: each unit's seconds, phases and minor page faults (``ARROW_DEFAULT_MEMORY_POOL`` and
 ``JE_ARROW_MALLOC_CONF`` in the environment choose and configure the allocator, as in a Spark worker).
 
-Printed per variant: the median wall time of ``execute`` with its spread over all rounds, and the medians of
-the units' summed seconds and of their merge phase. Variants (``--variants``, comma-separated):
+Printed per variant: the median wall time of ``execute`` with its spread over all rounds, the medians of
+the units' summed seconds and of their merge phase, and the median of an empty job of ``--empty-tasks``
+tasks (default 8) that run maintd's task function on an empty pack after the plan's executions, the Python
+workers then holding what a unit imports: the fixed cost of the Spark tasks of a plan. Variants
+(``--variants``, comma-separated):
 
-* ``default``: maintd's session settings (``maintd.execution.spark``);
+* ``default``: maintd's session settings (``maintd.execution.spark``), its daemon module included;
+* ``stock-daemon``: PySpark's own daemon (``spark.python.daemon.module=pyspark.daemon``): the workers'
+  socket acknowledges the JVM's writes with the kernel's delay (:mod:`maintd.pyspark_daemon`);
 * ``in-process``: the plan in threads of this process (``spark.maintd.inProcess.maxInputBytes`` above it);
 * ``uds``: ``spark.python.unix.domain.socket.enabled=true`` (the JVM talks to its Python workers over Unix
   sockets, not loopback TCP);
@@ -46,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 VARIANTS: dict[str, dict[str, str]] = {
     "default": {},
     "in-process": {},
+    "stock-daemon": {"spark.python.daemon.module": "pyspark.daemon"},
     "uds": {"spark.python.unix.domain.socket.enabled": "true"},
     "thp": {"spark.executorEnv.JE_ARROW_MALLOC_CONF": "thp:always"},
     "keep": {"spark.executorEnv.JE_ARROW_MALLOC_CONF": "oversize_threshold:0,dirty_decay_ms:-1,muzzy_decay_ms:-1"},
@@ -65,8 +71,25 @@ def copied_table(table_uri: str) -> Iterator[Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def child(table_uri: str, variant: str, kind: str, runs: int) -> dict[str, object]:
-    """Executions of one variant, in this process: wall seconds, summed unit seconds, summed merge seconds."""
+def empty_jobs(spark: Any, tasks: int, runs: int = 15) -> list[float]:
+    """Seconds of ``runs`` jobs of ``tasks`` tasks running maintd's task function on an empty pack."""
+    import functools
+
+    from maintd.execution.spark import run_pack_in_worker
+
+    run = functools.partial(run_pack_in_worker, threads=1)
+    sc = spark.sparkContext
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        sc.parallelize([[] for _ in range(tasks)], numSlices=tasks).flatMap(run).collect()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int) -> dict[str, object]:
+    """Executions of one variant, in this process: wall seconds, summed unit seconds, summed merge seconds,
+    and empty jobs' seconds (none in process)."""
     from bench_maintenance import full_plan
 
     from maintd.execution import ExecutionOptions, execute, spark_session, warm_up
@@ -96,9 +119,10 @@ def child(table_uri: str, variant: str, kind: str, runs: int) -> dict[str, objec
                 walls.append(wall)
                 units.append(sum(r.seconds for r in results))
                 merges.append(sum(r.phases.get("merge", 0.0) for r in results))
+        empty = empty_jobs(spark, tasks) if spark is not None else []
         if spark is not None:
             spark.stop()
-        return {"variant": variant, "walls": walls, "units": units, "merges": merges}
+        return {"variant": variant, "walls": walls, "units": units, "merges": merges, "empty": empty}
 
 
 def sequential(table_uri: str, kind: str) -> None:
@@ -141,6 +165,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=7, help="timed executions per variant and round (default 7)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds over all variants (default 2)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of: {', '.join(VARIANTS)}")
+    ap.add_argument("--empty-tasks", type=int, default=8, help="tasks of the empty jobs timed (default 8)")
     ap.add_argument("--sequential", action="store_true", help="the units one after another in this process")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -148,7 +173,7 @@ def main() -> None:
         sequential(args.table, args.kind)
         return
     if args.child:
-        print(json.dumps(child(args.table, args.child, args.kind, args.runs)))
+        print(json.dumps(child(args.table, args.child, args.kind, args.runs, args.empty_tasks)))
         return
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in variants if v not in VARIANTS]
@@ -162,11 +187,13 @@ def main() -> None:
     except TableNotFoundError as exc:
         raise SystemExit(f"{exc}: give the path of a maintd table, e.g. DIR/t_partitioned after "
                          "bench_maintenance.py --dir DIR") from exc
-    got: dict[str, dict[str, list[float]]] = {v: {"walls": [], "units": [], "merges": []} for v in variants}
+    got: dict[str, dict[str, list[float]]] = {v: {"walls": [], "units": [], "merges": [], "empty": []}
+                                              for v in variants}
     for r in range(args.rounds):
         for v in variants:
             out = subprocess.run([sys.executable, __file__, args.table, "--kind", args.kind, "--runs", str(args.runs),
-                                  "--child", v], capture_output=True, text=True, check=True)
+                                  "--empty-tasks", str(args.empty_tasks), "--child", v],
+                                 capture_output=True, text=True, check=True)
             res = json.loads(out.stdout.strip().splitlines()[-1])
             for k in got[v]:
                 got[v][k] += res[k]
@@ -177,7 +204,9 @@ def main() -> None:
         g = got[v]
         print(f"  {v:11s} wall median {statistics.median(g['walls']):.3f} s (spread {min(g['walls']):.2f}-"
               f"{max(g['walls']):.2f})  units {statistics.median(g['units']):.2f} s  "
-              f"merge {statistics.median(g['merges']):.2f} s")
+              f"merge {statistics.median(g['merges']):.2f} s"
+              + (f"  empty job of {args.empty_tasks} tasks {statistics.median(g['empty']) * 1000:.0f} ms "
+                 f"({min(g['empty']) * 1000:.0f}-{max(g['empty']) * 1000:.0f})" if g["empty"] else ""))
 
 
 if __name__ == "__main__":

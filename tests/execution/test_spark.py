@@ -196,3 +196,17 @@ def test_spark_workers_allocate_arrow_memory_from_jemalloc(spark: Any) -> None:
         return [pa.default_memory_pool().backend_name]
 
     assert spark.sparkContext.parallelize([0], 1).flatMap(pool).collect() == ["jemalloc"]
+
+
+def test_spark_workers_read_their_tasks_through_the_quick_ack_reader(spark: Any) -> None:
+    """maintd's daemon module runs the workers, and a task's input stream is its QuickAckReader."""
+
+    def inputs(_: Any) -> list[str]:
+        import gc
+        import io
+
+        return sorted({type(o.raw).__name__ for o in gc.get_objects()
+                       if isinstance(o, io.BufferedReader) and not o.closed})
+
+    assert spark.sparkContext.getConf().get("spark.python.daemon.module") == "maintd.pyspark_daemon"
+    assert "QuickAckReader" in spark.sparkContext.parallelize([0], 1).flatMap(inputs).collect()

@@ -1,0 +1,126 @@
+"""PySpark's worker daemon, with workers that acknowledge at once and collect garbage cheaply
+(``spark.python.daemon.module``).
+
+Why: the JVM writes a task to its Python worker in several small writes over loopback TCP with Nagle's
+algorithm on, and the worker's kernel delays its acknowledgement of the first one by up to 40 ms (delayed
+ACK), so the JVM holds the rest back that long: about 40 ms of every Python task, whatever the task does
+(``bench/bench_spark_workers.py``; docs/benchmarks.md). A receiver that sets ``TCP_QUICKACK`` before each
+read acknowledges at once; Linux clears the flag again by itself, so it is set before every read, one
+system call per buffer fill (64 KiB).
+
+Why the garbage: a reused worker runs a full ``gc.collect()`` after every task, which walks every object
+the worker holds; once a task has imported maintd and pyarrow that is about 50,000 objects and 25-50 ms,
+again before every task, while the next task waits. After a task that imported modules, the worker collects
+once more and freezes what survives (``gc.freeze``: module contents, long-lived state), so the collections
+after later tasks walk only what those tasks allocated. Garbage is never frozen (the collection runs first);
+what a frozen object leaves behind is still freed by reference counting, and only a reference cycle among
+objects frozen while alive would outlive its use.
+
+This module is PySpark's own daemon (:mod:`pyspark.daemon`: forking, authentication, worker reuse, the
+flush-failure handling) with those two changes: the worker's input stream reads through
+:class:`QuickAckReader` (over TCP on Linux; over a Unix domain socket,
+``spark.python.unix.domain.socket.enabled``, it is PySpark's), and :func:`freeze_after_imports` runs after
+each task.
+
+It imports nothing but the standard library and :mod:`pyspark.daemon`, and lives at the top of the package
+for that reason: the daemon imports it before it forks its workers, and a module that started threads
+before a fork (pyarrow, pandas, :mod:`maintd.execution`) would hand the workers locks nobody holds.
+Executors need maintd installed for it, as for maintd's tasks; :func:`maintd.execution.spark.spark_session`
+sets it only in sessions it builds and not when code is shipped with ``spark.submit.pyFiles``, and a
+``spark.python.daemon.module`` in the ``spark.conf`` settings (``pyspark.daemon``, say) replaces it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import os
+import socket
+import sys
+from typing import Any
+
+import pyspark.daemon as _daemon
+
+TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)
+"""Linux only; elsewhere the stock daemon runs unchanged."""
+
+_stock_worker = _daemon.worker
+
+
+class QuickAckReader(io.RawIOBase):
+    """A TCP socket's receiving end that acknowledges what it reads at once (see the module docstring).
+
+    Closing it closes nothing: the socket is the daemon's, which closes it when the worker ends.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        with contextlib.suppress(OSError):  # the peer went away: the read below says so
+            self._sock.setsockopt(socket.IPPROTO_TCP, TCP_QUICKACK, 1)  # type: ignore[arg-type]
+        return self._sock.recv_into(buffer)
+
+
+def quick_ack_applies(sock: socket.socket) -> bool:
+    """Whether ``sock`` is TCP on a platform with ``TCP_QUICKACK``."""
+    return TCP_QUICKACK is not None and sock.family in (socket.AF_INET, socket.AF_INET6)
+
+
+_modules_at_freeze = 0
+
+
+def freeze_after_imports() -> bool:
+    """Collect and freeze the worker's objects if modules were imported since the last freeze (see the
+    module docstring); whether it did."""
+    global _modules_at_freeze
+    if len(sys.modules) == _modules_at_freeze:
+        return False
+    gc.collect()
+    gc.freeze()
+    _modules_at_freeze = len(sys.modules)
+    return True
+
+
+def worker(sock: socket.socket, authenticated: bool) -> int:
+    """:func:`pyspark.daemon.worker` (one task of a forked worker) reading through :class:`QuickAckReader`,
+    then :func:`freeze_after_imports` when the worker will be reused (the task ended well).
+
+    PySpark opens the worker's input as ``os.fdopen(os.dup(sock.fileno()), "rb", buffer_size)``; that one
+    call is answered with a buffered :class:`QuickAckReader` of the same size, and every other call of
+    ``os.fdopen`` goes through unchanged. Should a PySpark version open its input otherwise, the worker
+    runs as PySpark's, only without the quick acknowledgement.
+    """
+    code = _task(sock, authenticated)
+    if code == 0:
+        freeze_after_imports()
+    return code
+
+
+def _task(sock: socket.socket, authenticated: bool) -> int:
+    if not quick_ack_applies(sock):
+        return _stock_worker(sock, authenticated)
+    stock_fdopen = os.fdopen
+
+    def fdopen(fd: int, mode: str = "r", buffering: int = -1, *args: Any, **kwargs: Any) -> Any:
+        if mode == "rb" and not args and not kwargs and os.path.sameopenfile(fd, sock.fileno()):
+            os.fdopen = stock_fdopen  # once: the task's own code gets the real one
+            os.close(fd)
+            return io.BufferedReader(QuickAckReader(sock), buffering if buffering > 0 else io.DEFAULT_BUFFER_SIZE)
+        return stock_fdopen(fd, mode, buffering, *args, **kwargs)
+
+    os.fdopen = fdopen
+    try:
+        return _stock_worker(sock, authenticated)
+    finally:
+        os.fdopen = stock_fdopen
+
+
+_daemon.worker = worker  # the daemon's loop calls the module-level name for every task
+
+if __name__ == "__main__":
+    _daemon.manager()
