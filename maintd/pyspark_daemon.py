@@ -20,7 +20,8 @@ This module is PySpark's own daemon (:mod:`pyspark.daemon`: forking, authenticat
 flush-failure handling) with those two changes: the worker's input stream reads through
 :class:`QuickAckReader` (over TCP on Linux; over a Unix domain socket,
 ``spark.python.unix.domain.socket.enabled``, it is PySpark's), and :func:`freeze_after_imports` runs after
-each task.
+each task. Importing the module changes nothing; run as Spark runs a daemon module
+(``python -m maintd.pyspark_daemon``) it puts its :func:`worker` in PySpark's daemon loop.
 
 It imports nothing but the standard library and :mod:`pyspark.daemon`, and lives at the top of the package
 for that reason: the daemon imports it before it forks its workers, and a module that started threads
@@ -120,7 +121,6 @@ def _task(sock: socket.socket, authenticated: bool) -> int:
         os.fdopen = stock_fdopen
 
 
-_daemon.worker = worker  # the daemon's loop calls the module-level name for every task
-
-if __name__ == "__main__":
+if __name__ == "__main__":  # as Spark starts it: ``python -m maintd.pyspark_daemon``
+    _daemon.worker = worker  # the daemon's loop calls the module-level name for every task
     _daemon.manager()
