@@ -1,6 +1,7 @@
 """One plan executed on a warm local Spark session under different worker settings, and in process.
 
     .venv/bin/python bench/bench_spark_workers.py TABLE [--kind cluster] [--runs 7] [--rounds 2] [--variants ...]
+        [--input-bytes 256m] [--empty-tasks 8]
 
 ``TABLE`` is a table to execute on, e.g. the one ``bench_maintenance.py --dir DIR`` ingests (``DIR/t_partitioned``).
 Each variant runs in a process of its own on a copy of the table: a session with the variant's settings on
@@ -87,12 +88,13 @@ def empty_jobs(spark: Any, tasks: int, runs: int = 15) -> list[float]:
     return out
 
 
-def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int) -> dict[str, object]:
+def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int, input_bytes: str) -> dict[str, object]:
     """Executions of one variant, in this process: wall seconds, summed unit seconds, summed merge seconds,
     and empty jobs' seconds (none in process)."""
     from bench_maintenance import full_plan
 
     from maintd.execution import ExecutionOptions, execute, spark_session, warm_up
+    from maintd.execution.spark import parse_size
 
     with copied_table(table_uri) as table:
         plan = full_plan(table, kind)
@@ -102,7 +104,7 @@ def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int) -> dic
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             spark = spark_session(None, conf={"spark.master": "local[*]", "spark.driver.memory": "1g",
                                               **VARIANTS[variant]})
-            options = ExecutionOptions(in_process_max_bytes=0)
+            options = ExecutionOptions(in_process_max_bytes=0, task_input_bytes=parse_size(input_bytes))
             warm_up(spark, options)
         walls: list[float] = []
         units: list[float] = []
@@ -165,6 +167,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=7, help="timed executions per variant and round (default 7)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds over all variants (default 2)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of: {', '.join(VARIANTS)}")
+    ap.add_argument("--input-bytes", default="256m",
+                    help="input per Spark task (default 256m, maintd's; smaller: more Spark tasks per plan)")
     ap.add_argument("--empty-tasks", type=int, default=8, help="tasks of the empty jobs timed (default 8)")
     ap.add_argument("--sequential", action="store_true", help="the units one after another in this process")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -173,7 +177,7 @@ def main() -> None:
         sequential(args.table, args.kind)
         return
     if args.child:
-        print(json.dumps(child(args.table, args.child, args.kind, args.runs, args.empty_tasks)))
+        print(json.dumps(child(args.table, args.child, args.kind, args.runs, args.empty_tasks, args.input_bytes)))
         return
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in variants if v not in VARIANTS]
@@ -192,14 +196,16 @@ def main() -> None:
     for r in range(args.rounds):
         for v in variants:
             out = subprocess.run([sys.executable, __file__, args.table, "--kind", args.kind, "--runs", str(args.runs),
-                                  "--empty-tasks", str(args.empty_tasks), "--child", v],
+                                  "--empty-tasks", str(args.empty_tasks), "--input-bytes", args.input_bytes,
+                                  "--child", v],
                                  capture_output=True, text=True, check=True)
             res = json.loads(out.stdout.strip().splitlines()[-1])
             for k in got[v]:
                 got[v][k] += res[k]
             print(f"round {r + 1}/{args.rounds} {v:11s} wall median {statistics.median(res['walls']):.3f} s "
                   f"(samples {', '.join(f'{x:.2f}' for x in res['walls'])})", flush=True)
-    print(f"\n{args.kind} of {args.table}: {args.rounds} rounds x {args.runs} runs per variant")
+    print(f"\n{args.kind} of {args.table}: {args.rounds} rounds x {args.runs} runs per variant, "
+          f"{args.input_bytes} of input per Spark task")
     for v in variants:
         g = got[v]
         print(f"  {v:11s} wall median {statistics.median(g['walls']):.3f} s (spread {min(g['walls']):.2f}-"
