@@ -68,10 +68,10 @@ _DEFAULT_CONF = {
 }
 DAEMON_MODULE_CONF = "spark.python.daemon.module"
 DAEMON_MODULE = "maintd.pyspark_daemon"
-"""PySpark's daemon with workers that acknowledge the JVM's writes at once: about 40 ms less per Python task
-on TCP (:mod:`maintd.pyspark_daemon`). Set in sessions maintd builds, unless the settings name a daemon module
-themselves or ship code with ``spark.submit.pyFiles`` (the daemon starts before any shipped file is on its
-path, so it needs maintd installed on the executors)."""
+"""PySpark's daemon with workers that acknowledge the JVM's writes at once and freeze what their imports left
+for the collector: tens of milliseconds less per Python task (:mod:`maintd.pyspark_daemon`). Set in sessions
+maintd builds, unless the settings name a daemon module themselves or ship code with ``spark.submit.pyFiles``
+(the daemon starts before any shipped file is on its path, so it needs maintd installed on the executors)."""
 _LOCAL = re.compile(r"local(?:\[(\*|\d+)\])?")
 
 
