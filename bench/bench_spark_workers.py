@@ -16,13 +16,13 @@ the last pass: each unit's seconds, phases and minor page faults (``ARROW_DEFAUL
 
 Printed per variant: the median wall time of ``execute`` with its spread over all rounds, the medians of
 the units' summed seconds and of their merge phase, and the median of an empty job of ``--empty-tasks``
-tasks (default 8) that run maintd's task function on an empty pack after the plan's executions, the Python
+tasks (default 8), each an empty pack run by maintd's Spark backend, after the plan's executions, the Python
 workers then holding what a unit imports: the fixed cost of the Spark tasks of a plan. Variants
 (``--variants``, comma-separated):
 
 * ``default``: maintd's session settings (``maintd.execution.spark``), its daemon module included;
-* ``stock-daemon``: PySpark's own daemon (``spark.python.daemon.module=pyspark.daemon``): the workers'
-  socket acknowledges the JVM's writes with the kernel's delay (:mod:`maintd.pyspark_daemon`);
+* ``stock-daemon``: PySpark's own daemon (``spark.python.daemon.module=pyspark.daemon``), without the quick
+  acknowledgement and the freeze of maintd's (:mod:`maintd.pyspark_daemon`);
 * ``in-process``: the plan in threads of this process (``spark.maintd.inProcess.maxInputBytes`` above it);
 * ``uds``: ``spark.python.unix.domain.socket.enabled=true`` (the JVM talks to its Python workers over Unix
   sockets, not loopback TCP);
@@ -72,18 +72,15 @@ def copied_table(table_uri: str) -> Iterator[Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def empty_jobs(spark: Any, tasks: int, runs: int = 15) -> list[float]:
-    """Seconds of ``runs`` jobs of ``tasks`` tasks running maintd's task function on an empty pack."""
-    import functools
+def empty_jobs(spark: Any, options: Any, tasks: int, runs: int = 15) -> list[float]:
+    """Seconds of ``runs`` jobs of ``tasks`` empty packs, run by maintd's Spark backend."""
+    from maintd.execution.scheduler import SparkBackend
 
-    from maintd.execution.spark import run_pack_in_worker
-
-    run = functools.partial(run_pack_in_worker, threads=1)
-    sc = spark.sparkContext
+    backend = SparkBackend(spark, options, "maintd bench: empty jobs")
     out = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        sc.parallelize([[] for _ in range(tasks)], numSlices=tasks).flatMap(run).collect()
+        backend.run([[] for _ in range(tasks)])
         out.append(time.perf_counter() - t0)
     return out
 
@@ -121,8 +118,9 @@ def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int, input_
                 walls.append(wall)
                 units.append(sum(r.seconds for r in results))
                 merges.append(sum(r.phases.get("merge", 0.0) for r in results))
-        empty = empty_jobs(spark, tasks) if spark is not None else []
+        empty: list[float] = []
         if spark is not None:
+            empty = empty_jobs(spark, options, tasks)
             spark.stop()
         return {"variant": variant, "walls": walls, "units": units, "merges": merges, "empty": empty}
 

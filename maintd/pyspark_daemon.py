@@ -75,16 +75,14 @@ def quick_ack_applies(sock: socket.socket) -> bool:
 _modules_at_freeze = 0
 
 
-def freeze_after_imports() -> bool:
+def freeze_after_imports() -> None:
     """Collect and freeze the worker's objects if modules were imported since the last freeze (see the
-    module docstring); whether it did."""
+    module docstring)."""
     global _modules_at_freeze
-    if len(sys.modules) == _modules_at_freeze:
-        return False
-    gc.collect()
-    gc.freeze()
-    _modules_at_freeze = len(sys.modules)
-    return True
+    if len(sys.modules) != _modules_at_freeze:
+        gc.collect()
+        gc.freeze()
+        _modules_at_freeze = len(sys.modules)
 
 
 def worker(sock: socket.socket, authenticated: bool) -> int:
