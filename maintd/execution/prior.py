@@ -22,12 +22,13 @@ BaseFile and DeltaFile rows before the unit could tell them apart (the feed then
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from maintd.execution.output import OutputFile, file_unique, output_options
+from maintd.execution.output import OutputFile, file_unique, output_options, with_constants
 from maintd.execution.specs import TaskSpec
 from maintd.storage import Storage
 from maintd.table.actions import PriorRows
@@ -54,6 +55,10 @@ class PriorWriter:
         self.keys = list(spec.metadata.primary_key)
         fixed = {*self.keys, OP_COLUMN, VERSION_COLUMN}  # a marker's other columns, partition ones too, are null
         self.schema = pa.schema([f if f.name in fixed else f.with_nullable(True) for f in schema])
+        self.constant = tuple(spec.metadata.partition_by)
+        """Columns the unit's chunks lack (:class:`maintd.execution.inputs.Layout`): written as constants."""
+        self.values: dict[str, pa.Array] = {}
+        self.row_schema = pa.schema([f for f in self.schema if f.name not in self.constant])
         self.row_group_rows = max(1, row_group_rows)
         self.attempt = attempt
         self.durable = durable
@@ -68,6 +73,10 @@ class PriorWriter:
         self.key_count = 0
         self.row_count = 0
         self.delta_count = 0
+
+    def set_constants(self, values: Mapping[str, pa.Array]) -> None:
+        """The value of each partition column, for the rows taken (markers hold null)."""
+        self.values = {c: values[c] for c in self.constant if c in values}
 
     def disable(self) -> None:
         """Write no file (the unit merges through spilled runs); what was written is deleted."""
@@ -92,14 +101,14 @@ class PriorWriter:
         keyed = chunk.select([*self.keys, VERSION_COLUMN]).take(wanted)
         order = pc.sort_indices(keyed, sort_keys=[*((k, "ascending") for k in self.keys),
                                                   (VERSION_COLUMN, "ascending")])
-        rows = chunk.take(wanted.take(order)).select(self.schema.names).cast(self.schema)
+        rows = chunk.take(wanted.take(order)).select(self.row_schema.names).cast(self.row_schema)
         self.key_count += len(held) + missing.num_rows
         self.row_count += len(held)
         self.delta_count += rows.num_rows - len(held)
         for start in range(0, rows.num_rows, self.row_group_rows):
             self._write(rows.slice(start, self.row_group_rows))
         if missing.num_rows:
-            self._write(_markers(missing, self.schema))
+            self._write(_markers(missing, self.row_schema), markers=True)
 
     def _split(self, chunk: pa.Table, newer: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, pa.Table]:
         """(the indices of the BaseFile rows of the keys DeltaFile rows hold, those keys no BaseFile row holds)."""
@@ -119,17 +128,23 @@ class PriorWriter:
         absent = changed.join(keyed.take(held), keys=self.keys, join_type="left anti", use_threads=False)
         return held, absent
 
-    def _write(self, group: pa.Table) -> None:
+    def _write(self, group: pa.Table, *, markers: bool = False) -> None:
+        """Write ``group`` (the columns of :attr:`row_schema`) as a row group, with the partition columns'
+        values (null in ``markers``)."""
         if self.file is None:
             self._open()
         assert self.file is not None
+        if self.constant:
+            if not markers and len(self.values) < len(self.constant):
+                raise RuntimeError("prior rows to write before the partition columns' values were set")
+            group = with_constants(group, self.schema, {c: None if markers else self.values[c] for c in self.constant})
         self.file.write_group(group, self.keys, count_deletes=False)
 
     def _open(self) -> None:
         s = self.spec
         path = prior_file_path(s.metadata, s.partition, s.bucket, unique=file_unique(s.token, self.attempt))
-        options = output_options(self.schema, "delta", 1, [*s.metadata.partition_by, *self.keys])
-        self.file = OutputFile(self.storage, path, self.schema, options)
+        options = output_options(self.schema, "delta", 1, [*s.metadata.partition_by, *self.keys], self.constant)
+        self.file = OutputFile(self.storage, path, self.schema, options, self.constant)
 
     def close(self) -> PriorRows | None:
         """Finish the file and describe it (None: the unit stores none). A unit whose range holds no DeltaFile

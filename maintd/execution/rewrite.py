@@ -56,6 +56,7 @@ from maintd.execution.inputs import (
     fetch_all,
     file_stream,
     open_source,
+    partition_constants,
     read_all,
 )
 from maintd.execution.merge import in_version_order, integer_key, merge_chunk, merge_streams
@@ -212,8 +213,8 @@ def run_task(spec: TaskSpec, *, unsynced: _Unsynced | None = None) -> TaskResult
         storage = storage_for_uri(spec.table_uri)
         group_rows = _row_group_rows(spec)
         out = Outputs(storage, spec, row_group_rows=group_rows, attempt=attempt, durable=unsynced is None)
-        prior = PriorWriter(storage, spec, Layout(spec.metadata).schema, row_group_rows=group_rows, attempt=attempt,
-                            durable=unsynced is None)
+        prior = PriorWriter(storage, spec, Layout(spec.metadata).full_schema, row_group_rows=group_rows,
+                            attempt=attempt, durable=unsynced is None)
         rows_read, mode = _rewrite(storage, spec, out, prior, phases)
         adds = out.close()
         written = prior.close()
@@ -258,10 +259,14 @@ def _rewrite(storage: Storage, spec: TaskSpec, out: Outputs, prior: PriorWriter,
     keys = list(spec.metadata.primary_key)
     files, disjoint = in_version_order(spec.inputs)
     clock = _Clock(phases)
-    whole = _read_whole(storage, spec, files) if fits_in_memory(spec) else None
-    stream = _Streaming(storage, spec, files, disjoint) if whole is None else None
+    read = _read_whole(storage, spec, files) if fits_in_memory(spec) else None
+    stream = _Streaming(storage, spec, files, disjoint) if read is None else None
+    whole, constants = read if read is not None else (None, stream.constants)  # type: ignore[union-attr]
+    if constants:  # none: no input has a row, and nothing is written
+        out.set_constants(constants)
+        prior.set_constants(constants)
     chunks: Iterator[pa.Table] = iter(whole) if whole is not None else stream.chunks()  # type: ignore[union-attr]
-    del whole
+    del whole, read
     clock.lap("read")
     rows_read = 0
     try:
@@ -292,17 +297,20 @@ def _rewrite(storage: Storage, spec: TaskSpec, out: Outputs, prior: PriorWriter,
     return stream.rows_read, "spill" if stream.passes > 1 else "stream"
 
 
-def _read_whole(storage: Storage, spec: TaskSpec, files: Sequence[AddFile]) -> list[pa.Table] | None:
-    """The inputs fetched and decoded whole, or None when their footers say they would not fit."""
+def _read_whole(storage: Storage, spec: TaskSpec, files: Sequence[AddFile]
+                ) -> tuple[list[pa.Table], dict[str, pa.Array]] | None:
+    """The inputs fetched and decoded whole, and the partition columns' values (:func:`partition_constants`),
+    or None when their footers say they would not fit."""
     data = fetch_all(storage, files, spec.read_threads)
     packed = sum(f.bytes for f in files)
     room = spec.task_memory_bytes * MEMORY_PATH_SHARE - packed
     if 2 * sum(decoded_bytes(d) for d in data) > room:
         return None
     try:
-        return [read_all(spec.metadata, files, data, spec.decode_threads, spec.key_range, limit=room / 2)]
+        rows = read_all(spec.metadata, files, data, spec.decode_threads, spec.key_range, limit=room / 2)
     except TooLargeError:  # decoded larger than the footers said (dictionary-encoded strings): stream
         return None
+    return [rows], partition_constants(spec.metadata, data)
 
 
 class _Streaming:
@@ -323,6 +331,7 @@ class _Streaming:
 
         with ThreadPoolExecutor(max(1, min(spec.read_threads, len(files)))) as pool:  # one small read each
             self.sources = list(pool.map(footer, files))
+        self.constants = partition_constants(spec.metadata, (s.open() for s in self.sources if s.rows))
         self.passes = 1
         self.rows_read = 0
         self._tmp: tempfile.TemporaryDirectory[str] | None = None

@@ -57,7 +57,10 @@ def task_specs(plan: PlanDoc, snapshot: Snapshot, options: ExecutionOptions | No
         run_id: makes the units' file-name tokens unique to this execution.
 
     Raises:
-        InvalidInputError: the snapshot is not the plan's read version, or an input is not live in it.
+        InvalidInputError: the snapshot is not the plan's read version, an input is not live in it or lies
+            outside its task's partition and bucket, or two tasks share an id. Results and commits are
+            matched to tasks by id, and a task's outputs go to its partition and bucket: either mistake in
+            a plan would drop rows.
     """
     opts = options or ExecutionOptions()
     if snapshot.version != plan.read_version:
@@ -65,6 +68,12 @@ def task_specs(plan: PlanDoc, snapshot: Snapshot, options: ExecutionOptions | No
             f"table {plan.table_uri}: the plan was made at version {plan.read_version}, "
             f"not {snapshot.version}; load the snapshot at the plan's read version"
         )
+    seen: set[str] = set()
+    for t in plan.tasks:
+        if t.task_id in seen:
+            raise InvalidInputError(f"table {plan.table_uri}: the plan has two tasks with id {t.task_id!r}; "
+                                    "give every task its own id (re-plan)")
+        seen.add(t.task_id)
     groups = snapshot.by_bucket()
     return [u for t in plan.tasks for u in _units(plan.table_uri, t, snapshot, groups, opts, storage, run_id)]
 
@@ -78,7 +87,15 @@ def _inputs(uri: str, t: PlanTaskDoc, snapshot: Snapshot) -> tuple[AddFile, ...]
         )
     if not t.inputs:
         raise InvalidInputError(f"table {uri}: task {t.task_id} has no input files")
-    return tuple(snapshot.files[p] for p in t.inputs)
+    files = tuple(snapshot.files[p] for p in t.inputs)
+    where = (partition_key(t.partition, snapshot.metadata.partition_by), t.bucket)
+    stray = [f.path for f in files if (snapshot.partition_of(f), f.bucket) != where]
+    if stray:
+        raise InvalidInputError(
+            f"table {uri}: task {t.task_id} is for partition {dict(t.partition)} bucket {t.bucket}, but reads "
+            f"{stray[0]} (and {len(stray) - 1} more) of another partition or bucket; re-plan"
+        )
+    return files
 
 
 def _units(uri: str, t: PlanTaskDoc, snapshot: Snapshot, groups: Mapping[tuple[PartitionKey, int], list[AddFile]],

@@ -61,7 +61,8 @@ def plan_all(table: Table, kind: str, snap: Snapshot | None = None, level: int |
     for (part, bucket), files in sorted(snap.by_bucket().items(), key=lambda kv: kv[0][1]):
         inputs = [f.path for f in files if not only_level0 or (f.kind == "delta" and f.level == 0)]
         if inputs:
-            tasks.append(PlanTaskDoc(task_id=f"{kind}-{bucket}", kind=kind, partition=dict(part),  # type: ignore[arg-type]
+            where = "".join(f"{c}={v}/" for c, v in part)
+            tasks.append(PlanTaskDoc(task_id=f"{kind}-{where}{bucket}", kind=kind, partition=dict(part),  # type: ignore[arg-type]
                                      bucket=bucket, target_level=level if kind == "cluster" else None,
                                      inputs=tuple(inputs)))
     return PlanDoc(table_uri=table.uri, read_version=snap.version, tasks=tuple(tasks))

@@ -350,21 +350,32 @@ def test_spark_tasks_in_flight_follow_the_cores_the_cluster_has_now(tmp_path: Pa
     assert backend.peak == {1: 2, 4: 8}
 
 
-@pytest.mark.parametrize(("level", "codec"), [(1, "LZ4"), (2, "ZSTD")])
+@pytest.mark.parametrize(("level", "codecs_by_column"), [
+    (1, {"id": "UNCOMPRESSED", "name": "LZ4", "amount": "LZ4", "_maintd_op": "UNCOMPRESSED",
+         "_maintd_version": "UNCOMPRESSED"}),
+    (2, dict.fromkeys(["id", "name", "amount", "_maintd_op", "_maintd_version"], "ZSTD"))])
 def test_level2_outputs_are_zstd_while_level0_and_level1_files_are_lz4(tmp_path: Path, level: int,
-                                                                          codec: str) -> None:
+                                                                          codecs_by_column: dict[str, str]) -> None:
+    """Level 1 packs its integer columns (DELTA_BINARY_PACKED, uncompressed) and LZ4s the others."""
     table, _ = make_table(tmp_path, commits=4, buckets=1)
     inputs = list(table.snapshot().files.values())
     specs = task_specs(plan_all(table, "cluster", level=level), table.snapshot())
     (result,) = run_pack([s.model_dump_json() for s in specs])
 
-    def codecs(path: str) -> set[str]:
+    def codecs(path: str) -> dict[str, str]:
         md = pq.ParquetFile(table.storage.full_path(path)).metadata
-        return {md.row_group(g).column(c).compression for g in range(md.num_row_groups) for c in range(md.num_columns)}
+        return {md.row_group(g).column(c).path_in_schema: md.row_group(g).column(c).compression
+                for g in range(md.num_row_groups) for c in range(md.num_columns)}
+
+    def packed(path: str) -> set[str]:
+        md = pq.ParquetFile(table.storage.full_path(path)).metadata
+        return {md.row_group(0).column(c).path_in_schema for c in range(md.num_columns)
+                if "DELTA_BINARY_PACKED" in md.row_group(0).column(c).encodings}
 
     assert result.ok and len(result.adds) == 1
-    assert {c for f in inputs for c in codecs(f.path)} == {"LZ4"}
-    assert codecs(result.adds[0].path) == {codec}
+    assert {c for f in inputs for c in codecs(f.path).values()} == {"LZ4"}
+    assert codecs(result.adds[0].path) == codecs_by_column
+    assert packed(result.adds[0].path) == ({"id", "_maintd_op", "_maintd_version"} if level == 1 else set())
 
 
 def test_a_pack_makes_its_units_outputs_durable_together_before_reporting(tmp_path: Path, monkeypatch: Any) -> None:

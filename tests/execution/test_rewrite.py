@@ -165,7 +165,7 @@ def test_a_delta_output_keeps_statistics_of_its_key_and_hidden_columns_only(tmp_
         codecs = {group.column(i).compression for i in range(group.num_columns)}
         if kind == "cluster":
             assert with_stats == {"id", "_maintd_op", "_maintd_version"}
-            assert codecs == {"LZ4"}, "level 1 is rewritten soon: the time to write and read it counts"
+            assert codecs == {"LZ4", "UNCOMPRESSED"}, "level 1 is rewritten soon: the time to write and read it counts"
         else:
             assert with_stats == {"id", "name", "amount", "_maintd_version"}
             assert codecs == {"ZSTD"}
@@ -179,7 +179,13 @@ def test_output_options_by_kind_and_level() -> None:
                         ("_maintd_version", pa.int64())])
     l1 = output_options(schema, "delta", 1, ["p", "id"])
     l2 = output_options(schema, "delta", 2, ["p", "id"])
-    assert l1["compression"] == "lz4" and "compression_level" not in l1 and l1["use_dictionary"] == ["p", "v"]
+    assert l1["compression"] == {"p": "lz4", "id": "none", "v": "lz4", "_maintd_op": "none", "_maintd_version": "none"}
+    assert l1["column_encoding"] == dict.fromkeys(["id", "_maintd_op", "_maintd_version"], "DELTA_BINARY_PACKED")
+    assert "compression_level" not in l1 and l1["use_dictionary"] == ["p", "v"]
+    partition_int = pa.schema([("p", pa.int32()), *((f.name, f.type) for f in schema if f.name != "p")])
+    constant = output_options(partition_int, "delta", 1, ["p", "id"], ["p"])
+    assert "p" not in constant["column_encoding"] and constant["use_dictionary"] == ["v", "p"], \
+        "a constant column is a dictionary of one value at any level"
     assert "use_dictionary" not in l2 and "use_dictionary" not in OUTPUT_OPTIONS  # every column may take one
     assert l2["compression"] == "zstd" and l2["compression_level"] == 1
     assert l1["write_statistics"] == l2["write_statistics"] == ["p", "id", "_maintd_op", "_maintd_version"]
