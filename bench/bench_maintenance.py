@@ -129,8 +129,8 @@ def ingest(wl: Path, uri: str, layout: str) -> tuple[float, int]:
 
 def export_level0(table, out: Path) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
     """The table's level-0 files in the peers' layout: ``__seq`` = the file's version (from the log), written
-    with maintd's level-0 Parquet options (``LEVEL0_OPTIONS``)."""
-    from maintd.table.files import LEVEL0_OPTIONS, read_data_file
+    with maintd's level-0 Parquet options (``level0_options``)."""
+    from maintd.table.files import level0_options, read_data_file
 
     snap = table.snapshot()
     md = snap.metadata
@@ -145,7 +145,7 @@ def export_level0(table, out: Path) -> tuple[int, int, int]:  # type: ignore[no-
         (out / f"bucket={bucket}").mkdir(parents=True, exist_ok=True)
         path = out / f"bucket={bucket}" / f"c{f.min_version:06d}-{f.bucket:03d}.parquet"
         # encoded as maintd encodes its level-0 files, so that every contender decodes the same bytes
-        pq.write_table(t, path, **LEVEL0_OPTIONS, write_statistics=["pk", "__seq", "__op"])
+        pq.write_table(t, path, **{**level0_options(t.schema, ["pk"]), "write_statistics": ["pk", "__seq", "__op"]})
         rows += t.num_rows
         nbytes += path.stat().st_size
     return len(snap.files), rows, nbytes

@@ -35,7 +35,14 @@ from maintd.execution.merge import key_at
 from maintd.execution.specs import TaskSpec
 from maintd.storage import Storage
 from maintd.table.actions import AddFile, FileKind
-from maintd.table.files import WRITE_OPTIONS, data_file_path, file_schema, stats_columns, text_columns
+from maintd.table.files import (
+    WRITE_OPTIONS,
+    data_file_path,
+    file_schema,
+    packed_options,
+    stats_columns,
+    text_columns,
+)
 from maintd.table.keyranges import Key
 from maintd.table.schema import OP_COLUMN, OP_DELETE
 
@@ -43,14 +50,6 @@ OUTPUT_OPTIONS: dict[str, Any] = {**WRITE_OPTIONS, "dictionary_pagesize_limit": 
 """Parquet options of merge outputs: the format's (zstd 1, statistics), a 64 KiB dictionary page limit (a
 high-cardinality column falls back to plain encoding early instead of hashing 1 MiB of values first:
 faster, and smaller files after zstd) and 128 KiB data pages (cheap to stream)."""
-
-
-def delta_coded(schema: pa.Schema, constant: Sequence[str] = ()) -> list[str]:
-    """The columns of ``schema`` a level-1 file stores in ``DELTA_BINARY_PACKED``, uncompressed: integers,
-    dates and timestamps (Parquet INT32 and INT64), but not the ``constant`` ones (a dictionary of one
-    value)."""
-    return [f.name for f in schema if f.name not in constant
-            and (pa.types.is_integer(f.type) or pa.types.is_date32(f.type) or pa.types.is_timestamp(f.type))]
 
 
 def output_options(schema: pa.Schema, kind: FileKind, level: int | None, key_columns: Sequence[str],
@@ -71,9 +70,10 @@ def output_options(schema: pa.Schema, kind: FileKind, level: int | None, key_col
       decoding 10.4 against 12.8 ms, 8.11 against 7.96 MB. Its string and binary columns only are
       dictionary-encoded: a dictionary of numbers, mostly distinct, is built and then dropped (on that file,
       17.3 against 22.8 ms to encode with dictionaries for every column, the same decoding time, 6.73
-      against 6.53 MB; without any dictionary 15.8 ms and 7.14 MB). Its integer, date and timestamp columns
-      (:func:`delta_coded`) are ``DELTA_BINARY_PACKED`` and not compressed: sorted keys, versions and small
-      numbers pack into a few bits each, faster than LZ4 compresses them plain. On a 482 k-row clustering
+      against 6.53 MB; without any dictionary 15.8 ms and 7.14 MB). Its integer, date and timestamp
+      columns (:func:`maintd.table.files.delta_coded`) are ``DELTA_BINARY_PACKED`` and not compressed, as
+      in level-0 files: sorted keys, versions and small numbers pack into a few bits each, faster than LZ4
+      compresses them plain. On a 482 k-row clustering
       output of the benchmark's 25x workload (key, quantity, op and version columns): 11.3 against 17.6 ms
       to encode, 1.59 against 3.56 MB, and no slower to decode.
     * ``constant`` columns (the partition columns, :class:`Outputs`) come as dictionary arrays of one
@@ -84,10 +84,7 @@ def output_options(schema: pa.Schema, kind: FileKind, level: int | None, key_col
         return OUTPUT_OPTIONS
     options = {**OUTPUT_OPTIONS, "write_statistics": stats_columns(schema, key_columns)}
     if level == 1:
-        packed = delta_coded(schema, constant)
-        options = {k: v for k, v in options.items() if k != "compression_level"} | {
-            "compression": {f.name: "none" if f.name in packed else "lz4" for f in schema},
-            "column_encoding": dict.fromkeys(packed, "DELTA_BINARY_PACKED"),
+        options = {k: v for k, v in options.items() if k != "compression_level"} | packed_options(schema, constant) | {
             "use_dictionary": [*dict.fromkeys([*text_columns(schema), *constant])]}
     return options
 

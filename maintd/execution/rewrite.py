@@ -41,7 +41,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -122,41 +122,48 @@ def run_pack(specs: Sequence[TaskSpec | str], threads: int = 1) -> list[TaskResu
 
 
 class _Unsynced:
-    """The output files of a pack's finished units, not yet made durable.
+    """The output files of a pack's finished units, being made durable behind the next unit's work.
 
-    Syncing them together (:meth:`Storage.make_durable_many`: the files in parallel, then each directory
-    once) replaces two syncs per file, one after the other, while the next unit waits; on a local disk
-    the 8 outputs of the clustering benchmark spent 0.07 s of 0.69 s in them. A unit whose files cannot be
-    made durable is reported as failed and its files deleted: no commit may name them.
+    Each finished unit's files are synced (:meth:`Storage.make_durable_many`: the files in parallel, then
+    their directories) on a background thread while the next unit of the pack computes: a sync waits on the
+    disk, not the processor, so the pack's syncs cost it only the last unit's, where syncing all of them at
+    the end cost a pack of four clustering units of the 25x benchmark 21 ms (and syncing each file as it is
+    closed, before the next unit starts, 0.07 s of 0.69 s earlier). No result leaves the pack before
+    :meth:`settle` has waited for every sync. A unit whose files cannot be made durable is reported as
+    failed and its files deleted: no commit may name them.
     """
 
     def __init__(self) -> None:
-        self.storages: dict[str, Storage] = {}
-        self.pending: dict[tuple[str, int], str] = {}
-        """(task id, unit) of a finished unit whose files are not synced yet -> its table's URI."""
+        self._pool: ThreadPoolExecutor | None = None
+        self.pending: dict[tuple[str, int], tuple[Storage, Future[None]]] = {}
+        """(task id, unit) of a finished unit -> its storage and the sync of its files."""
 
-    def add(self, storage: Storage, spec: TaskSpec) -> None:
-        self.storages.setdefault(spec.table_uri, storage)
-        self.pending[(spec.task_id, spec.unit)] = spec.table_uri
+    def add(self, storage: Storage, spec: TaskSpec, paths: Sequence[str]) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="maintd-sync")
+        self.pending[(spec.task_id, spec.unit)] = (storage, self._pool.submit(storage.make_durable_many, list(paths)))
 
     def settle(self, results: list[TaskResult]) -> list[TaskResult]:
-        """``results`` with the pending units' files made durable, or those units failed."""
-        failed: dict[str, str] = {}
-        for uri, storage in self.storages.items():
-            paths = [path for r in results if self.pending.get((r.task_id, r.unit)) == uri for path in r.written]
-            try:
-                storage.make_durable_many(paths)
-            except Exception as exc:
-                failed[uri] = f"output files could not be made durable: {type(exc).__name__}: {exc}"
+        """``results`` once the pending units' files are durable, with the units whose files could not be made
+        durable failed."""
         out = []
         for r in results:
-            table = self.pending.get((r.task_id, r.unit))
-            if table is not None and table in failed:
-                for path in r.written:
-                    with contextlib.suppress(Exception):  # else orphan cleanup takes it: no commit names it
-                        self.storages[table].delete(path)
-                r = r.model_copy(update={"ok": False, "adds": (), "priors": (), "error": failed[table]})
+            got = self.pending.get((r.task_id, r.unit))
+            if got is not None:
+                storage, sync = got
+                try:
+                    sync.result()
+                except Exception as exc:
+                    for path in r.written:
+                        with contextlib.suppress(Exception):  # else orphan cleanup takes it: no commit names it
+                            storage.delete(path)
+                    r = r.model_copy(update={
+                        "ok": False, "adds": (), "priors": (),
+                        "error": f"output files could not be made durable: {type(exc).__name__}: {exc}"})
             out.append(r)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         return out
 
 
@@ -220,7 +227,7 @@ def run_task(spec: TaskSpec, *, unsynced: _Unsynced | None = None) -> TaskResult
         written = prior.close()
         priors = (written,) if written is not None else ()
         if unsynced is not None:
-            unsynced.add(storage, spec)
+            unsynced.add(storage, spec, [*(a.path for a in adds), *(p.path for p in priors)])
     except Exception as exc:  # reported, not raised: one failing bucket must not fail the others
         if out is not None:
             out.discard()

@@ -373,12 +373,12 @@ def test_level2_outputs_are_zstd_while_level0_and_level1_files_are_lz4(tmp_path:
                 if "DELTA_BINARY_PACKED" in md.row_group(0).column(c).encodings}
 
     assert result.ok and len(result.adds) == 1
-    assert {c for f in inputs for c in codecs(f.path).values()} == {"LZ4"}
+    assert {c for f in inputs for c in codecs(f.path).values()} == {"LZ4", "UNCOMPRESSED"}
     assert codecs(result.adds[0].path) == codecs_by_column
     assert packed(result.adds[0].path) == ({"id", "_maintd_op", "_maintd_version"} if level == 1 else set())
 
 
-def test_a_pack_makes_its_units_outputs_durable_together_before_reporting(tmp_path: Path, monkeypatch: Any) -> None:
+def test_a_pack_makes_each_units_outputs_durable_before_reporting(tmp_path: Path, monkeypatch: Any) -> None:
     from maintd.storage.local import LocalStorage
 
     table, model = make_table(tmp_path, commits=5, buckets=3)
@@ -390,13 +390,48 @@ def test_a_pack_makes_its_units_outputs_durable_together_before_reporting(tmp_pa
     specs = task_specs(plan_all(table, "compact"), table.snapshot())
     results = run_pack([s.model_dump_json() for s in specs])
     assert len(results) == 3 and all(r.ok for r in results)
-    assert calls == [("many", [a.path for r in results for a in r.adds])]
+    assert calls == [("many", [a.path for a in r.adds]) for r in results], "one sync per unit, none per file"
     calls.clear()
     (single,) = task_specs(plan_all(table, "cluster", level=1), table.snapshot())[:1]
     done = TaskResult.model_validate_json(run_task_json(single.model_dump_json()))
     assert done.ok and calls == [("one", [a.path]) for a in done.adds]  # a unit run alone syncs its own files
     commit_rewrites(table, plan_all(table, "compact"), results)
     assert sorted_read(table).equals(model.table())
+
+
+def test_a_units_files_are_synced_while_the_next_unit_runs_and_the_pack_reports_after_every_sync(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    import threading
+
+    from maintd.execution import output
+    from maintd.storage.local import LocalStorage
+
+    table, _ = make_table(tmp_path, commits=5, buckets=3)
+    started: list[int] = []
+    second = threading.Event()
+    real_outputs = output.Outputs.__init__
+
+    def outputs(self: Any, *args: Any, **kwargs: Any) -> None:
+        started.append(1)
+        if len(started) == 2:
+            second.set()
+        real_outputs(self, *args, **kwargs)
+
+    synced: list[tuple[bool, list[str]]] = []
+    real_many = LocalStorage.make_durable_many
+
+    def many(self: Any, paths: Any) -> None:
+        overlapped = second.wait(10) if not synced else True  # the first sync outlasts the second unit's start
+        real_many(self, paths)
+        synced.append((overlapped, list(paths)))
+
+    monkeypatch.setattr(output.Outputs, "__init__", outputs)
+    monkeypatch.setattr(LocalStorage, "make_durable_many", many)
+    specs = task_specs(plan_all(table, "compact"), table.snapshot())
+    results = run_pack([s.model_dump_json() for s in specs])
+    assert all(r.ok for r in results) and len(started) == 3
+    assert synced == [(True, [a.path for a in r.adds]) for r in results], \
+        "the first unit's sync ran while the second unit computed; every sync ended before the pack returned"
 
 
 def test_a_pack_whose_outputs_cannot_be_made_durable_fails_its_units_and_deletes_their_files(

@@ -1,6 +1,6 @@
 """How data files are encoded (docs/format.md, "Data files"): a writer's level-0 files in LZ4 without
-dictionaries, with statistics for the key and hidden columns only; the files maintenance writes in zstd; a table
-mixing them reads as one."""
+dictionaries, integers packed (DELTA_BINARY_PACKED), with statistics for the key and hidden columns only;
+the files maintenance writes in zstd; a table mixing them reads as one."""
 
 from __future__ import annotations
 
@@ -31,8 +31,13 @@ def test_level0_files_are_lz4_without_dictionaries_with_statistics_of_their_keys
     (f,) = table.snapshot().files.values()
     assert f.level == 0
     assert _encodings(table, f.path) == {
-        "r": ("LZ4", False, True), "id": ("LZ4", False, True), "name": ("LZ4", False, False),
-        "qty": ("LZ4", False, False), "price": ("LZ4", False, False), "_maintd_op": ("LZ4", False, True)}
+        "r": ("LZ4", False, True), "id": ("UNCOMPRESSED", False, True), "name": ("LZ4", False, False),
+        "qty": ("UNCOMPRESSED", False, False), "price": ("LZ4", False, False),
+        "_maintd_op": ("UNCOMPRESSED", False, True)}
+    md = pq.ParquetFile(table.storage.full_path(f.path)).metadata.row_group(0)
+    packed = {md.column(i).path_in_schema for i in range(md.num_columns)
+              if "DELTA_BINARY_PACKED" in md.column(i).encodings}
+    assert packed == {"id", "qty", "_maintd_op"}, "integers are packed, not compressed"
     assert (f.key_min, f.key_max) == ((0,), (199,))
 
 
@@ -47,6 +52,6 @@ def test_files_written_by_maintenance_are_zstd_and_a_table_mixing_both_reads_as_
     files = sorted(table.snapshot().files.values(), key=lambda f: f.kind)
     assert [(f.kind, f.level) for f in files] == [("base", None), ("delta", 0)]
     assert {codec for codec, *_ in _encodings(table, files[0].path).values()} == {"ZSTD"}
-    assert {codec for codec, *_ in _encodings(table, files[1].path).values()} == {"LZ4"}
+    assert {codec for codec, *_ in _encodings(table, files[1].path).values()} == {"LZ4", "UNCOMPRESSED"}
     assert table.read().sort_by("id").to_pylist() == [
         {"id": 1, "name": "a"}, {"id": 2, "name": "B"}, {"id": 3, "name": "c"}, {"id": 4, "name": "d"}]
