@@ -66,12 +66,23 @@ def check_keys(data: pa.Table, metadata: Metadata, *, table: str) -> None:
 
 
 def partition_values(data: pa.Table, partition_by: Sequence[str]) -> list[pa.Array]:
+    """Each partition column's values as the text that names a partition.
+
+    Raises:
+        InvalidInputError: a binary partition value is not UTF-8 text (a partition is named by its text).
+    """
     out = []
     for c in partition_by:
         col = data.column(c)
         if pa.types.is_timestamp(col.type) or pa.types.is_date(col.type):
             col = pc.cast(col, pa.string())
-        out.append(pc.cast(col, pa.string()).combine_chunks())
+        try:
+            out.append(pc.cast(col, pa.string()).combine_chunks())
+        except pa.ArrowInvalid as exc:
+            raise InvalidInputError(
+                f"partition column {c!r} holds a value that is not UTF-8 text ({exc}); a partition is named by "
+                "its value as text, so binary partition values must be UTF-8: encode them (hex, base64) first"
+            ) from exc
     return out
 
 

@@ -121,7 +121,7 @@ def test_a_large_bucket_is_read_as_several_spark_partitions_by_key_range(spark: 
     table = Table.create(str(tmp_path / "ranged"), "id:int64!,v:string", primary_key="id", buckets=1)
     for c in range(4):  # files holding disjoint key ranges, as per-range base files do
         table.upsert(pa.table({"id": pa.array(range(c * 500, (c + 1) * 500), pa.int64()),
-                               "v": [f"v{c}"] * 500}))
+                               "v": [f"v{c}-{i * 7919 % 10007:05d}" for i in range(500)]}))  # bytes in the data
     table.upsert(pa.table({"id": pa.array([7, 777, 1777], pa.int64()), "v": ["x", "y", "z"]}))
     split = max(f.bytes for f in table.snapshot().files.values())
     df = spark.read.format("maintd").option("splitBytes", split).load(table.uri)

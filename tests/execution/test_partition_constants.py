@@ -134,3 +134,17 @@ def test_a_plan_whose_tasks_share_an_id_or_read_another_partition_is_refused_bef
         execute(PlanDoc(table_uri=plan.table_uri, read_version=plan.read_version, tasks=(*twins,)), table, None,
                 ExecutionOptions())
     assert {f.path for f in table.storage.walk()} == before and table.snapshot().version == snap.version
+
+
+def test_a_binary_partition_value_that_is_not_utf8_is_refused_by_name_and_nothing_is_written(
+        tmp_path: Path) -> None:
+    from maintd.errors import InvalidInputError
+
+    table = Table.create(str(tmp_path / "t"), "b:binary!,id:int64!,v:string", primary_key="id", partition_by="b",
+                         buckets=1)
+    before = table.snapshot().version
+    with pytest.raises(InvalidInputError, match="partition column 'b' holds a value that is not UTF-8 text"):
+        table.upsert(pa.table({"b": [b"\xff\x00"], "id": pa.array([1], pa.int64()), "v": ["x"]}))
+    assert table.snapshot().version == before and not [f for f in table.storage.walk() if "_log" not in f.path]
+    table.upsert(pa.table({"b": [b"ok"], "id": pa.array([1], pa.int64()), "v": ["x"]}))
+    assert table.read().to_pylist() == [{"b": b"ok", "id": 1, "v": "x"}]
