@@ -145,7 +145,7 @@ def export_level0(table, out: Path) -> tuple[int, int, int]:  # type: ignore[no-
         (out / f"bucket={bucket}").mkdir(parents=True, exist_ok=True)
         path = out / f"bucket={bucket}" / f"c{f.min_version:06d}-{f.bucket:03d}.parquet"
         # encoded as maintd encodes its level-0 files, so that every contender decodes the same bytes
-        pq.write_table(t, path, **{**level0_options(t.schema, ["pk"]), "write_statistics": ["pk", "__seq", "__op"]})
+        pq.write_table(t, path, **level0_options(t.schema, ["pk", "__seq", "__op"]))  # packed, with statistics
         rows += t.num_rows
         nbytes += path.stat().st_size
     return len(snap.files), rows, nbytes

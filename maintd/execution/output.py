@@ -70,12 +70,11 @@ def output_options(schema: pa.Schema, kind: FileKind, level: int | None, key_col
       decoding 10.4 against 12.8 ms, 8.11 against 7.96 MB. Its string and binary columns only are
       dictionary-encoded: a dictionary of numbers, mostly distinct, is built and then dropped (on that file,
       17.3 against 22.8 ms to encode with dictionaries for every column, the same decoding time, 6.73
-      against 6.53 MB; without any dictionary 15.8 ms and 7.14 MB). Its integer, date and timestamp
-      columns (:func:`maintd.table.files.delta_coded`) are ``DELTA_BINARY_PACKED`` and not compressed, as
-      in level-0 files: sorted keys, versions and small numbers pack into a few bits each, faster than LZ4
-      compresses them plain. On a 482 k-row clustering
-      output of the benchmark's 25x workload (key, quantity, op and version columns): 11.3 against 17.6 ms
-      to encode, 1.59 against 3.56 MB, and no slower to decode.
+      against 6.53 MB; without any dictionary 15.8 ms and 7.14 MB). Its integer key and hidden columns
+      (:func:`maintd.table.files.delta_coded`) are ``DELTA_BINARY_PACKED`` and not compressed, as in
+      level-0 files: sorted keys, ops and versions pack into a few bits each, faster than LZ4 compresses
+      them plain. On a 482 k-row clustering output of the benchmark's 25x workload (key, op and version
+      columns): 8.6 against 12.3 ms to encode, 0.90 against 2.38 MB, and no slower to decode.
     * ``constant`` columns (the partition columns, :class:`Outputs`) come as dictionary arrays of one
       value: dictionary-encoded (stored as given) at every level.
     * BaseFiles, one version per key and long-lived, keep every column's statistics and zstd.
@@ -84,8 +83,8 @@ def output_options(schema: pa.Schema, kind: FileKind, level: int | None, key_col
         return OUTPUT_OPTIONS
     options = {**OUTPUT_OPTIONS, "write_statistics": stats_columns(schema, key_columns)}
     if level == 1:
-        options = {k: v for k, v in options.items() if k != "compression_level"} | packed_options(schema, constant) | {
-            "use_dictionary": [*dict.fromkeys([*text_columns(schema), *constant])]}
+        options = {k: v for k, v in options.items() if k != "compression_level"} | packed_options(
+            schema, key_columns, constant) | {"use_dictionary": [*dict.fromkeys([*text_columns(schema), *constant])]}
     return options
 
 

@@ -48,7 +48,7 @@ WRITE_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 1, 
 level 1 and column statistics; these files are large and long-lived, so their size is what counts."""
 LEVEL0_OPTIONS: dict[str, Any] = {"compression": "lz4", "use_dictionary": False}
 """Parquet options of a writer's level-0 DeltaFiles: LZ4 (the Parquet ``LZ4_RAW`` codec), no dictionaries,
-integer, date and timestamp columns ``DELTA_BINARY_PACKED`` and uncompressed, and statistics for the key and
+integer key and hidden columns ``DELTA_BINARY_PACKED`` and uncompressed, and statistics for the key and
 hidden columns only (:func:`level0_options`). A micro-batch file holds a few hundred rows and lives until
 clustering merges it, so what counts is the time to write and read it:
 
@@ -61,9 +61,10 @@ clustering merges it, so what counts is the time to write and read it:
   and decoded for little or nothing;
 * the statistics of a value column can never prune a DeltaFile (a newer row of its key in another file may
   hide the row, so a reader merges before it filters on values; scans prune DeltaFiles by key only);
-* packed integers (the 50 level-0 files of one bucket of the 25x maintenance benchmark, 9,600 rows and 7
-  columns each) decoded in 32.8 against 39.3 ms and encoded in 67.3 against 77.6 ms, 22% smaller; files
-  of 125 rows encode in the same time either way.
+* packed integer key and hidden columns (:func:`delta_coded`): on files of the 25x maintenance benchmark
+  (7 columns), decoding 0.86x to 0.94x and encoding 0.91x to 0.99x the time, from 9,600 rows down to 125,
+  and 12-17% smaller. Packing every integer column was slower on bench_reads' merge-on-read bucket, whose
+  ``ts`` column holds random 40-bit numbers.
 
 Every engine that reads Parquet in maintd's world reads ``LZ4_RAW`` (Arrow, Spark 3.4 and later, DuckDB,
 delta-rs, Polars)."""
@@ -81,26 +82,30 @@ def text_columns(schema: pa.Schema) -> list[str]:
             or pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)]
 
 
-def delta_coded(schema: pa.Schema, constant: Sequence[str] = ()) -> list[str]:
+def delta_coded(schema: pa.Schema, key_columns: Sequence[str], constant: Sequence[str] = ()) -> list[str]:
     """The columns of ``schema`` that level-0 and level-1 files store ``DELTA_BINARY_PACKED`` and uncompressed:
-    integers, dates and timestamps (Parquet INT32 and INT64), but not ``constant`` ones (a dictionary of one
-    value, :mod:`maintd.execution.output`). Sorted keys, versions and small numbers pack into a few bits
-    each, faster than LZ4 compresses them plain and smaller."""
-    return [f.name for f in schema if f.name not in constant
+    the integer, date and timestamp key columns (sorted in a file: small deltas) and the hidden ones (an op
+    of 0 or 1, versions close to each other), but not ``constant`` ones (a dictionary of one value,
+    :mod:`maintd.execution.output`). These pack into a few bits per value, faster than LZ4 compresses them
+    plain and smaller. Value columns stay plain: random wide integers (an epoch in microseconds, a hash)
+    unpack more slowly than LZ4 decompresses them, and their values are unknown until written."""
+    kept = {*key_columns, OP_COLUMN, VERSION_COLUMN} - set(constant)
+    return [f.name for f in schema if f.name in kept
             and (pa.types.is_integer(f.type) or pa.types.is_date32(f.type) or pa.types.is_timestamp(f.type))]
 
 
-def packed_options(schema: pa.Schema, constant: Sequence[str] = ()) -> dict[str, Any]:
+def packed_options(schema: pa.Schema, key_columns: Sequence[str], constant: Sequence[str] = ()) -> dict[str, Any]:
     """Parquet options: :func:`delta_coded` columns ``DELTA_BINARY_PACKED`` and uncompressed, the others LZ4."""
-    packed = delta_coded(schema, constant)
+    packed = delta_coded(schema, key_columns, constant)
     return {"compression": {f.name: "none" if f.name in packed else "lz4" for f in schema},
             "column_encoding": dict.fromkeys(packed, "DELTA_BINARY_PACKED")}
 
 
 def level0_options(schema: pa.Schema, key_columns: Sequence[str]) -> dict[str, Any]:
-    """:data:`LEVEL0_OPTIONS` for level-0 files of ``schema`` keyed by ``key_columns``, with their integer,
-    date and timestamp columns packed (:func:`packed_options`)."""
-    return {**LEVEL0_OPTIONS, **packed_options(schema), "write_statistics": stats_columns(schema, key_columns)}
+    """:data:`LEVEL0_OPTIONS` for level-0 files of ``schema`` keyed by ``key_columns``, their integer key and
+    hidden columns packed (:func:`packed_options`)."""
+    return {**LEVEL0_OPTIONS, **packed_options(schema, key_columns),
+            "write_statistics": stats_columns(schema, key_columns)}
 
 
 def data_file_path(metadata: Metadata, partition: Mapping[str, str | None], bucket: int, kind: FileKind,

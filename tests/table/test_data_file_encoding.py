@@ -1,5 +1,5 @@
 """How data files are encoded (docs/format.md, "Data files"): a writer's level-0 files in LZ4 without
-dictionaries, integers packed (DELTA_BINARY_PACKED), with statistics for the key and hidden columns only;
+dictionaries, integer keys packed (DELTA_BINARY_PACKED), with statistics for the key and hidden columns only;
 the files maintenance writes in zstd; a table mixing them reads as one."""
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ def test_level0_files_are_lz4_without_dictionaries_with_statistics_of_their_keys
     assert f.level == 0
     assert _encodings(table, f.path) == {
         "r": ("LZ4", False, True), "id": ("UNCOMPRESSED", False, True), "name": ("LZ4", False, False),
-        "qty": ("UNCOMPRESSED", False, False), "price": ("LZ4", False, False),
+        "qty": ("LZ4", False, False), "price": ("LZ4", False, False),
         "_maintd_op": ("UNCOMPRESSED", False, True)}
     md = pq.ParquetFile(table.storage.full_path(f.path)).metadata.row_group(0)
     packed = {md.column(i).path_in_schema for i in range(md.num_columns)
               if "DELTA_BINARY_PACKED" in md.column(i).encodings}
-    assert packed == {"id", "qty", "_maintd_op"}, "integers are packed, not compressed"
+    assert packed == {"id", "_maintd_op"}, "integer key and hidden columns are packed, not compressed"
     assert (f.key_min, f.key_max) == ((0,), (199,))
 
 
