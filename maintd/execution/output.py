@@ -115,14 +115,8 @@ def with_constants(t: pa.Table, schema: pa.Schema, values: Mapping[str, pa.Array
     :func:`constant_column` (null where the value is None), in ``schema``'s order, as :func:`writer_schema`
     types them."""
     n = t.num_rows
-    cols: list[pa.Array | pa.ChunkedArray] = []
-    for f in schema:
-        if f.name in values:
-            v = values[f.name]
-            cols.append(constant_column(v if v is not None else pa.nulls(1, f.type), n))
-        else:
-            col = t.column(f.name)
-            cols.append(col if col.type == f.type else col.cast(f.type))
+    cols = [constant_column(v if (v := values[f.name]) is not None else pa.nulls(1, f.type), n)
+            if f.name in values else t.column(f.name) for f in schema]
     return pa.Table.from_arrays(cols, schema=writer_schema(schema, values))
 
 
@@ -142,23 +136,27 @@ def arrow_schema_metadata(schema: pa.Schema) -> dict[bytes, bytes]:
 class OutputFile:
     """One output file being written.
 
-    ``constant``: columns of ``schema`` that each row group gives as dictionary arrays
-    (:func:`with_constants`). The file is written from :func:`writer_schema`, and its footer says
-    ``schema``: the Parquet schema is the same either way (a dictionary-typed string column is a string
-    column), and Arrow readers are told ``schema`` through :func:`arrow_schema_metadata`, so a reader
-    cannot tell it from a file written from ``schema`` itself.
+    ``constants``: the value (an array of one row) of each column of ``schema`` that holds one value in
+    every row, the partition columns of a unit: the row groups given to :meth:`write_group` lack them, and
+    each is written as a :func:`constant_column` (:func:`with_constants`). The file is written from
+    :func:`writer_schema`, and its footer says ``schema``: the Parquet schema is the same either way (a
+    dictionary-typed string column is a string column), and Arrow readers are told ``schema`` through
+    :func:`arrow_schema_metadata`, so a reader cannot tell it from a file written from ``schema`` itself.
     """
 
     def __init__(self, storage: Storage, path: str, schema: pa.Schema, options: dict[str, Any],
-                 constant: Sequence[str] = ()) -> None:
+                 constants: Mapping[str, pa.Array] | None = None) -> None:
         self.path = path
         self.storage = storage
         storage.makedirs(path.rsplit("/", 1)[0])
         self.sink = storage.filesystem.open_output_stream(storage.full_path(path))
+        self.schema = schema
+        self.constants = dict(constants or {})
         self.footer: dict[bytes, bytes] = {}
-        if constant:
+        if self.constants:
             self.footer = arrow_schema_metadata(schema)
-            self.writer = pq.ParquetWriter(self.sink, writer_schema(schema, constant), **options, store_schema=False)
+            self.writer = pq.ParquetWriter(self.sink, writer_schema(schema, self.constants), **options,
+                                           store_schema=False)
         else:
             self.writer = pq.ParquetWriter(self.sink, schema, **options)
         self.rows = 0
@@ -167,7 +165,11 @@ class OutputFile:
         self.first: Key | None = None
         self.last: Key | None = None
 
-    def write_group(self, t: pa.Table, keys: Sequence[str], count_deletes: bool) -> None:
+    def write_group(self, t: pa.Table, keys: Sequence[str], count_deletes: bool, *, null_constants: bool = False
+                    ) -> None:
+        """Write ``t`` as a row group, its constant columns added (null ones when ``null_constants``)."""
+        if self.constants:
+            t = with_constants(t, self.schema, {c: None if null_constants else v for c, v in self.constants.items()})
         self.writer.write_table(t, row_group_size=t.num_rows)
         first = key_at(t, keys, 0)
         self.index.append(first)
@@ -272,11 +274,9 @@ class Outputs:
             s = self.spec
             path = data_file_path(s.metadata, s.partition, s.bucket, self.kind, self.level,
                                   unique=file_unique(s.token, self.attempt))
-            self._current = OutputFile(self.storage, path, self.schema, self.options, self.constant)
-        if self.constant:
             if self.values is None:
                 raise RuntimeError("rows to write before the partition columns' values were set")
-            group = with_constants(group, self.schema, self.values)
+            self._current = OutputFile(self.storage, path, self.schema, self.options, self.values)
         self._current.write_group(group, self.keys, self.kind == "delta")
         if self.target is not None and self._current.size >= self.target:
             self._finish_current()

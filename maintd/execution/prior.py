@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from maintd.execution.output import OutputFile, file_unique, output_options, with_constants
+from maintd.execution.output import OutputFile, file_unique, output_options
 from maintd.execution.specs import TaskSpec
 from maintd.storage import Storage
 from maintd.table.actions import PriorRows
@@ -132,19 +132,17 @@ class PriorWriter:
         """Write ``group`` (the columns of :attr:`row_schema`) as a row group, with the partition columns'
         values (null in ``markers``)."""
         if self.file is None:
+            if len(self.values) < len(self.constant):
+                raise RuntimeError("prior rows to write before the partition columns' values were set")
             self._open()
         assert self.file is not None
-        if self.constant:
-            if not markers and len(self.values) < len(self.constant):
-                raise RuntimeError("prior rows to write before the partition columns' values were set")
-            group = with_constants(group, self.schema, {c: None if markers else self.values[c] for c in self.constant})
-        self.file.write_group(group, self.keys, count_deletes=False)
+        self.file.write_group(group, self.keys, count_deletes=False, null_constants=markers)
 
     def _open(self) -> None:
         s = self.spec
         path = prior_file_path(s.metadata, s.partition, s.bucket, unique=file_unique(s.token, self.attempt))
         options = output_options(self.schema, "delta", 1, [*s.metadata.partition_by, *self.keys], self.constant)
-        self.file = OutputFile(self.storage, path, self.schema, options, self.constant)
+        self.file = OutputFile(self.storage, path, self.schema, options, self.values)
 
     def close(self) -> PriorRows | None:
         """Finish the file and describe it (None: the unit stores none). A unit whose range holds no DeltaFile
