@@ -99,7 +99,14 @@ def tree_rss(pid: int) -> int:
     return total
 
 
+def settle() -> None:
+    """Write back every dirty page before a timed step (the table copied for it, the previous step's output),
+    so that no contender pays for another's writeback."""
+    os.sync()
+
+
 def run_peer(script: str, *args: str) -> float:
+    settle()
     out = subprocess.run([sys.executable, str(PEERS / script), *args], capture_output=True, text=True, check=True)
     line = out.stdout.strip().splitlines()[-1]
     print(f"  peer: {line}")
@@ -269,6 +276,7 @@ def main() -> None:
         uri = str(work / name)
         shutil.rmtree(uri, ignore_errors=True)
         shutil.copytree(base_uri, uri)
+        settle()
         return Table.open(uri)
 
     times: dict[str, list[float]] = {k: [] for k in ("duckdb", "deltars", "cluster", "compact", "recompact")}
@@ -306,6 +314,7 @@ def main() -> None:
                     clustered = fresh("clustered")
                     dt, cstats = timed_maintenance(clustered, "cluster", spark, options)
                     times["cluster"].append(dt)
+                    settle()
                     dt, rstats = timed_maintenance(clustered, "compact", spark, options)
                     times["recompact"].append(dt)
                 else:

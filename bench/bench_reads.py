@@ -10,7 +10,8 @@
    that must read the prior rows from the data files (changed keys fall in every row group), decoding once
    every file of (s, e] and every file of the touched buckets at s. Three steps: (1) before the next
    compaction, (2) that compaction, on copies of the table with the property on and off (what storing the
-   prior rows costs), (3) after it, when the feed reads the prior rows the compaction stored.
+   prior rows costs), (3) after it, when the feed reads the prior rows the compaction stored. ``--task-memory``
+   gives that compaction's units a memory budget (e.g. ``8m``: they merge through spilled runs).
 2. merge-on-read: a one-bucket table of FILES level-0 files (one commit each, FILE_ROWS rows, keys drawn
    with repeats across files, 20% deletes). Timed: ``Table.read()`` against DuckDB reading the same files
    with the same dedupe: the version of each file comes from the table's log (it is not in the file), the
@@ -66,21 +67,23 @@ def report(title: str, times: dict[str, list[float]], ours: str, peer: str) -> N
           else f"  ratio {ours} / {peer}: {m_ours / m_peer:.3f}x")
 
 
-def compact(table) -> list:  # type: ignore[no-untyped-def,type-arg]
-    """Compact every bucket of ``table`` in process (as the daemon runs small tables), committed."""
-    from maintd.execution import PlanDoc, PlanTaskDoc, commit_rewrites, run_plan
+def compact(table, task_memory: int | None = None) -> list:  # type: ignore[no-untyped-def,type-arg]
+    """Compact every bucket of ``table`` in process (as the daemon runs small tables), committed; with a
+    ``task_memory`` budget (bytes) per unit, if given."""
+    from maintd.execution import ExecutionOptions, PlanDoc, PlanTaskDoc, commit_rewrites, run_plan
 
     snap = table.snapshot()
     tasks = tuple(PlanTaskDoc(task_id=f"compact-{b}", kind="compact", partition=dict(part), bucket=b,
                               inputs=tuple(sorted(f.path for f in files)))
                   for (part, b), files in sorted(snap.by_bucket().items(), key=lambda kv: kv[0][1]))
     plan = PlanDoc(table_uri=table.uri, read_version=snap.version, tasks=tasks)
-    results = run_plan(plan, table).results
+    options = ExecutionOptions() if task_memory is None else ExecutionOptions(task_memory_bytes=task_memory)
+    results = run_plan(plan, table, None, options).results
     assert all(r.ok for r in results) and commit_rewrites(table, plan, results).committed
     return results
 
 
-def bench_changes(work: Path, nrows: int, changed: float, samples: int) -> None:
+def bench_changes(work: Path, nrows: int, changed: float, samples: int, task_memory: int | None = None) -> None:
     from maintd import Table
 
     rng = np.random.default_rng(3)
@@ -100,8 +103,9 @@ def bench_changes(work: Path, nrows: int, changed: float, samples: int) -> None:
     print(f"changes: {nrows:,} rows in 16 buckets (one BaseFile each), {end - start} commits changing {n:,} rows "
           f"({changed:.1%})")
     feed_steps(table, start, end, samples, "1. before the next compaction: prior rows are in the BaseFiles")
-    compaction_cost(work, table, samples)
-    compact(table)
+    compaction_cost(work, table, samples, task_memory)
+    modes = sorted({r.mode for r in compact(table, task_memory)})
+    print(f"   the compaction's units merged: {', '.join(modes)}")
     feed_steps(table, start, end, samples, "3. after it: prior rows stored by the compaction (changes.prior.rows)")
 
 
@@ -117,7 +121,7 @@ def feed_steps(table, start: int, end: int, samples: int, title: str) -> None:  
            "decode once (floor)")
 
 
-def compaction_cost(work: Path, table, samples: int) -> None:  # type: ignore[no-untyped-def]
+def compaction_cost(work: Path, table, samples: int, task_memory: int | None) -> None:  # type: ignore[no-untyped-def]
     """What storing prior rows costs the compaction that folds the changes: the same compaction of copies of
     the table, with ``changes.prior.rows`` on and off (each sample on a fresh copy)."""
     from maintd import Table
@@ -132,7 +136,7 @@ def compaction_cost(work: Path, table, samples: int) -> None:  # type: ignore[no
             if name.endswith("none"):
                 t.set_properties({"changes.prior.rows": "false"})
             t0 = time.perf_counter()
-            results = compact(t)
+            results = compact(t, task_memory)
             times[name].append(time.perf_counter() - t0)
             written[name] = sum(a.bytes for r in results for a in r.adds)
             written[name + " (prior rows)"] = sum(p.bytes for r in results for p in r.priors)
@@ -210,11 +214,17 @@ def main() -> None:
     ap.add_argument("--file-rows", type=int, default=5000)
     ap.add_argument("--samples", type=int, default=5)
     ap.add_argument("--only", choices=["changes", "mor"], default=None)
+    ap.add_argument("--task-memory", default=None,
+                    help="memory budget of a compaction unit in step 2 and 3 of 'changes' (e.g. 8m: the units "
+                         "merge through spilled runs, as those of buckets far larger than their budget do)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="maintd-bench-reads-"))
     try:
         if args.only in (None, "changes"):
-            bench_changes(work, args.rows, args.changed, args.samples)
+            from maintd.execution.spark import parse_size
+
+            memory = None if args.task_memory is None else parse_size(args.task_memory)
+            bench_changes(work, args.rows, args.changed, args.samples, memory)
         if args.only in (None, "mor"):
             bench_merge_on_read(work, args.files, args.file_rows, args.samples)
     finally:

@@ -15,8 +15,9 @@ the compaction: about twice the size of the changed rows.
 
 The file is an answer about the BaseFiles' content, which never changes, so it is right whether or not its
 commit lands; its commit names it (a ``prior`` action, protocol 4) so that reclamation deletes it with its
-BaseFiles and orphan cleanup knows it. A unit that merges through spilled runs writes none: a run merges
-BaseFile and DeltaFile rows before the unit could tell them apart (the feed then reads the BaseFiles).
+BaseFiles and orphan cleanup knows it. A unit that merges through spilled runs keeps every row version in
+its runs (:mod:`maintd.execution.rewrite`), so its last pass sees BaseFile and DeltaFile rows apart, as a
+streamed or in-memory merge does.
 """
 
 from __future__ import annotations
@@ -44,8 +45,12 @@ class PriorWriter:
 
     ``below``: the greatest version any of the unit's BaseFiles holds; every DeltaFile row is newer (a
     compaction takes every DeltaFile of its bucket, so the DeltaFiles left afterwards were all committed
-    after it read). A unit whose versions do not separate so, or without BaseFiles or DeltaFiles, writes
-    nothing: there is nothing to answer for.
+    after it read). Every unit of a task that reads BaseFiles and DeltaFiles (``spec.prior_rows``) writes a
+    file, even one whose key range holds none of the task's BaseFiles (every key gets a marker) or none of
+    its DeltaFiles (the file is empty): it then answers for what its task names
+    (:class:`~maintd.execution.specs.TaskPriors`). The feed uses a compaction's files as a whole record only
+    when every unit wrote one (:mod:`maintd.table.priors`). A unit whose versions do not separate so writes
+    nothing.
     """
 
     def __init__(self, storage: Storage, spec: TaskSpec, schema: pa.Schema, *, row_group_rows: int, attempt: int,
@@ -64,11 +69,12 @@ class PriorWriter:
         self.durable = durable
         bases = [f for f in spec.inputs if f.kind == "base"]
         deltas = [f for f in spec.inputs if f.kind != "base"]
-        self.of = tuple(f.path for f in bases)
-        self.deltas = tuple(f.path for f in deltas)
-        self.below = max((f.max_version for f in bases), default=0)
-        self.enabled = (spec.prior_rows and spec.kind == "compact" and bool(bases) and bool(deltas)
-                        and self.below < min(f.min_version for f in deltas))
+        task = spec.task_priors
+        self.of = tuple(f.path for f in bases) or (task.bases if task is not None else ())
+        self.deltas = tuple(f.path for f in deltas) or ((task.delta,) if task is not None else ())
+        self.below = max(f.max_version for f in bases) if bases else task.below if task is not None else 0
+        self.enabled = (spec.prior_rows and spec.kind == "compact" and bool(self.of) and bool(self.deltas)
+                        and all(self.below < f.min_version for f in deltas))
         self.file: OutputFile | None = None
         self.key_count = 0
         self.row_count = 0
@@ -77,11 +83,6 @@ class PriorWriter:
     def set_constants(self, values: Mapping[str, pa.Array]) -> None:
         """The value of each partition column, for the rows taken (markers hold null)."""
         self.values = {c: values[c] for c in self.constant if c in values}
-
-    def disable(self) -> None:
-        """Write no file (the unit merges through spilled runs); what was written is deleted."""
-        self.discard()
-        self.enabled = False
 
     def take(self, chunk: pa.Table) -> None:
         """Record the rows of the keys of ``chunk``'s DeltaFile rows (a chunk holds every row of its keys).

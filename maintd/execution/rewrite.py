@@ -23,7 +23,9 @@ copies; the worker's own interpreter and libraries come on top), whatever the si
 * *spill*: when even the open readers of all inputs would not fit (many inputs), the inputs are merged
   in groups into sorted runs on local disk (``SPARK_LOCAL_DIRS``, else the temporary directory), and
   the runs are merged in turn, as an external merge sort does. A compaction's runs keep their delete
-  rows, which must still hide older rows of other runs.
+  rows, which must still hide older rows of other runs; a compaction that stores prior rows keeps every
+  row version in its runs (its last pass needs a changed key's BaseFile row and all of its DeltaFile
+  rows, :mod:`maintd.execution.prior`), so its runs are as large as their inputs' rows.
 
 The shares of the budget (open readers, buffers, one chunk, its merged copy, the writer's row group)
 are fixed below and leave about a quarter for the allocator and Python objects; ``bench/bench_memory.py``
@@ -267,7 +269,7 @@ def _rewrite(storage: Storage, spec: TaskSpec, out: Outputs, prior: PriorWriter,
     files, disjoint = in_version_order(spec.inputs)
     clock = _Clock(phases)
     read = _read_whole(storage, spec, files) if fits_in_memory(spec) else None
-    stream = _Streaming(storage, spec, files, disjoint) if read is None else None
+    stream = _Streaming(storage, spec, files, disjoint, every_version=prior.enabled) if read is None else None
     whole, constants = read if read is not None else (None, stream.constants)  # type: ignore[union-attr]
     if constants:  # none: no input has a row, and nothing is written
         out.set_constants(constants)
@@ -281,8 +283,6 @@ def _rewrite(storage: Storage, spec: TaskSpec, out: Outputs, prior: PriorWriter,
             clock.lap("read")
             rows_read += chunk.num_rows
             if prior.enabled:
-                if stream is not None and stream.passes > 1:
-                    prior.disable()  # spilled runs hold BaseFile and DeltaFile rows merged already
                 prior.take(chunk)
                 clock.lap("prior")
             merged = merge_chunk(chunk, keys, spec.kind, version_ordered=disjoint)
@@ -323,8 +323,11 @@ def _read_whole(storage: Storage, spec: TaskSpec, files: Sequence[AddFile]
 class _Streaming:
     """The streamed merge of a unit's inputs, through spilled runs when there are too many inputs."""
 
-    def __init__(self, storage: Storage, spec: TaskSpec, files: Sequence[AddFile], disjoint: bool) -> None:
+    def __init__(self, storage: Storage, spec: TaskSpec, files: Sequence[AddFile], disjoint: bool, *,
+                 every_version: bool = False) -> None:
         self.spec = spec
+        self.run_kind = "cluster" if every_version else spec.kind
+        """How a spilled run merges: as the unit does, or keeping every row version (prior rows)."""
         self.keys = list(spec.metadata.primary_key)
         self.layout = Layout(spec.metadata)
         self.disjoint = disjoint
@@ -381,7 +384,7 @@ class _Streaming:
                 for chunk in self._merge(group):
                     if count:
                         self.rows_read += chunk.num_rows
-                    merged = merge_chunk(chunk, self.keys, self.spec.kind, version_ordered=self.disjoint,
+                    merged = merge_chunk(chunk, self.keys, self.run_kind, version_ordered=self.disjoint,
                                          keep_deletes=True)
                     w.write_table(merged, row_group_size=1 << 16)
                     del merged, chunk

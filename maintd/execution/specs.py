@@ -124,6 +124,25 @@ class ExecutionOptions(_Model):
         return self.faults.get(f"{task_id}#{unit}") or self.faults.get(task_id) or self.faults.get("*")
 
 
+class TaskPriors(_Model):
+    """What a unit of a compaction task that stores prior rows answers for when its own key range holds none of
+    the task's BaseFiles, or none of its DeltaFiles (:mod:`maintd.execution.prior`).
+
+    Such a unit still writes a prior-rows file (every unit of the task must, for the feed to use their files as
+    a whole record), and a file names at least one BaseFile and one DeltaFile (docs/format.md, "Prior rows").
+    A file its task gives a unit holds no row in the unit's key range (the unit would read it otherwise), so the
+    unit's file answers for it truly: none of its keys is in those BaseFiles (each gets a marker), and every
+    row of that DeltaFile in its range (none) is in the file.
+    """
+
+    bases: tuple[str, ...] = Field(min_length=1)
+    """Every BaseFile the task rewrites."""
+    below: int = Field(ge=0)
+    """The greatest version they hold."""
+    delta: str
+    """One DeltaFile of the task."""
+
+
 class TaskSpec(_Model):
     """Everything one Spark task needs to rewrite one unit (a key range, or all) of one bucket's files."""
 
@@ -148,8 +167,11 @@ class TaskSpec(_Model):
     decode_threads: int = 1
     fault: str | None = None
     prior_rows: bool = False
-    """A compaction of a table with ``changes.prior.rows``: also write the prior rows of the keys it folds
-    (:mod:`maintd.execution.prior`)."""
+    """A compaction of a table with ``changes.prior.rows`` whose plan task reads BaseFiles and DeltaFiles: also
+    write the prior rows of the keys it folds (:mod:`maintd.execution.prior`). Set for every unit of such a
+    task, whichever of those files its own key range holds, so that the task's files form a whole record."""
+    task_priors: TaskPriors | None = None
+    """For a unit of such a task whose key range holds none of its BaseFiles or none of its DeltaFiles."""
 
     @property
     def key_range(self) -> KeyRange:

@@ -31,6 +31,7 @@ from maintd.execution.specs import (
     ExecutionOptions,
     PlanDoc,
     PlanTaskDoc,
+    TaskPriors,
     TaskResult,
     TaskSpec,
 )
@@ -113,12 +114,22 @@ def _units(uri: str, t: PlanTaskDoc, snapshot: Snapshot, groups: Mapping[tuple[P
             splits = split_key_ranges(inputs, opts.task_input_bytes, fences=fences, points=points)
             ranges = [(s.range, s.files) for s in splits] or ranges
     level = None if t.kind == "compact" else (t.target_level if t.target_level is not None else 1)
+    bases, deltas = [f for f in inputs if f.kind == "base"], [f for f in inputs if f.kind != "base"]
+    prior_rows = t.kind == "compact" and snapshot.stores_prior_rows and bool(bases) and bool(deltas)
+    task_priors = TaskPriors(bases=tuple(f.path for f in bases), below=max(f.max_version for f in bases),
+                             delta=deltas[0].path) if prior_rows else None
+
+    def priors_of(files: tuple[AddFile, ...]) -> TaskPriors | None:
+        kinds = {f.kind == "base" for f in files}
+        return task_priors if len(kinds) < 2 else None
+
     return [TaskSpec(table_uri=uri, task_id=t.task_id, kind=t.kind, partition=dict(t.partition), bucket=t.bucket,
                      target_level=level, metadata=snapshot.metadata, inputs=files, unit=i, units=len(ranges),
                      key_lo=r.lo, key_hi=r.hi, target_file_bytes=t.target_file_bytes or DEFAULT_TARGET_FILE_BYTES,
                      token=unit_token(run_id, t.task_id, i), task_memory_bytes=opts.task_memory_bytes,
                      read_threads=opts.read_threads, decode_threads=opts.decode_threads,
-                     fault=opts.fault_of(t.task_id, i), prior_rows=t.kind == "compact" and snapshot.stores_prior_rows)
+                     fault=opts.fault_of(t.task_id, i), prior_rows=prior_rows,
+                     task_priors=priors_of(files))
             for i, (r, files) in enumerate(ranges)]
 
 

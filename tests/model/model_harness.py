@@ -7,7 +7,8 @@ One scenario (seeded):
    scenario with ``changes.prior.rows``, so compactions store prior rows);
 2. at once, in separate processes (:mod:`model_worker`): writers doing upserts, deletes, mixed
    changes and overwrites; a maintainer clustering or compacting buckets (the local executor, then
-   ``commit_rewrites``); a reclaimer running reclamation (its expire commit, then the deletions) with its
+   ``commit_rewrites``; compactions as one unit, in key ranges, or in key ranges that spill, into one or
+   several BaseFiles per bucket); a reclaimer running reclamation (its expire commit, then the deletions) with its
    clock up to 90 minutes ahead (so that versions expire), pinning recent versions, and PURGE; every
    process on a storage that fails (before or after applying), stalls and loses answers at random, with
    its own seed;

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from maintd import CommitError, CommitStateUnknownError, RetryPolicy, Table, errors
-from maintd.execution import PlanDoc, PlanTaskDoc, commit_rewrites, execute
+from maintd.execution import ExecutionOptions, PlanDoc, PlanTaskDoc, commit_rewrites, execute
 from maintd.reclaim import plan_reclamation, purge_table
 from maintd.reclaim.engine import execute_plan
 from maintd.reclaim.retention import record_expiry
@@ -152,11 +152,21 @@ def writer(uri: str, plan: FaultPlan, rng: np.random.Generator, ops: int, offset
         time.sleep(float(rng.uniform(0, 0.01)))
 
 
+EXECUTIONS = (ExecutionOptions(), ExecutionOptions(task_input_bytes=2_000),
+              ExecutionOptions(task_input_bytes=2_000, task_memory_bytes=40_000))
+"""How the maintainer's rewrites execute: whole units; key ranges of about 2 KB of input; key ranges whose units
+merge through spilled runs (a budget of 40 KB)."""
+
+
 def maintainer(uri: str, plan: FaultPlan, rng: np.random.Generator, rounds: int) -> None:
     table = _table(uri, plan)
     for _ in range(rounds):
         time.sleep(float(rng.uniform(0, 0.1)))
         kind = str(rng.choice(["cluster", "compact"]))
+        # a compaction as one unit, split into key ranges, or split with units that spill; into one BaseFile
+        # per bucket or several (so later ones rewrite several, and key ranges fall below or above them)
+        options = EXECUTIONS[int(rng.integers(len(EXECUTIONS)))]
+        target = None if kind == "cluster" or rng.random() < 0.5 else 1_500
         try:
             snap = table.snapshot()
         except Exception as exc:
@@ -168,13 +178,14 @@ def maintainer(uri: str, plan: FaultPlan, rng: np.random.Generator, rounds: int)
             if len(inputs) >= 2 and rng.random() < 0.7:
                 tasks.append(PlanTaskDoc(task_id=f"{kind}-{dict(part)}-{bucket}", kind=kind,  # type: ignore[arg-type]
                                          partition=dict(part), bucket=bucket,
-                                         target_level=1 if kind == "cluster" else None, inputs=tuple(inputs)))
+                                         target_level=1 if kind == "cluster" else None, inputs=tuple(inputs),
+                                         target_file_bytes=target))
         if not tasks:
             continue
         doc = PlanDoc(table_uri=table.uri, read_version=snap.version, tasks=tuple(tasks))
 
-        def run(doc: PlanDoc = doc) -> int:
-            outcome = commit_rewrites(table, doc, execute(doc, table, None))
+        def run(doc: PlanDoc = doc, options: ExecutionOptions = options) -> int:
+            outcome = commit_rewrites(table, doc, execute(doc, table, None, options))
             if outcome.version is None:
                 error = getattr(errors, outcome.error_type or "", None)
                 if isinstance(error, type) and issubclass(error, CommitError) and error is not CommitStateUnknownError:

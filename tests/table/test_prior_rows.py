@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -125,24 +126,70 @@ def test_a_table_without_the_property_and_a_compaction_without_base_files_store_
     assert not plain.snapshot().priors and not list(Path(plain.uri).rglob("prior-*"))
 
 
-def test_a_spilling_unit_stores_no_prior_rows_and_a_streaming_one_does(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def _prior_rows(table: Table, prior: PriorRows) -> pa.Table:
+    """The rows of a prior-rows file, sorted (the chunks a merge passes, and so the file's order, differ)."""
+    t = pq.read_table(Path(table.uri) / prior.path)
+    return t.select([*table.snapshot().metadata.column_names, OP_COLUMN, VERSION_COLUMN]).sort_by(
+        [("id", "ascending"), (VERSION_COLUMN, "ascending")])
+
+
+def test_a_spilling_unit_stores_the_prior_rows_a_streaming_one_does(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spilled runs keep every row version when the unit stores prior rows (a run of a plain compaction keeps
+    the newest only): the last pass sees each changed key's BaseFile row and all of its DeltaFile rows."""
     rng = np.random.default_rng(4)
-    tables = []
-    for name in ("stream", "spill"):
-        table = _create(tmp_path / name, composite=False, buckets=1)
-        table.write_changes(_batch(rng, 3000, 6000, False, deletes=0), "op")
-        _compact(table)
-        for _ in range(24):
-            table.write_changes(_batch(rng, 40, 8000, False), "op")
-        tables.append(table)
-    spill = _compact(tables[1], options=ExecutionOptions(task_memory_bytes=60_000))
+    table = _create(tmp_path / "stream", composite=False, buckets=1)
+    table.write_changes(_batch(rng, 3000, 6000, False, deletes=0), "op")
+    _compact(table)
+    start = table.version
+    for _ in range(24):
+        table.write_changes(_batch(rng, 40, 8000, False), "op")
+    end = table.version
+    copy = Table.open(str(shutil.copytree(table.uri, tmp_path / "spill")))
+    spill = _compact(copy, options=ExecutionOptions(task_memory_bytes=60_000))
+    seen = _reads(monkeypatch)
+    assert spill[0].mode == "spill" and spill[0].priors and spill[0].priors[0].keys > 0
+    got = copy.changes(start, end)
+    assert seen == [], "the feed read data files after the spilled compaction"
+    assert _keyed(got).equals(_keyed(copy.full_changes(start, end)))
     monkeypatch.setattr(rewrite, "fits_in_memory", lambda spec: False)  # the streamed merge, in one pass
-    stream = _compact(tables[0])
-    assert stream[0].mode == "stream" and stream[0].priors and stream[0].priors[0].keys > 0
-    assert spill[0].mode == "spill" and not spill[0].priors
-    assert not list(Path(tables[1].uri).rglob("prior-*"))
-    assert _keyed(tables[0].changes(1)).equals(_keyed(tables[0].full_changes(1)))
+    stream = _compact(table)
+    assert stream[0].mode == "stream" and stream[0].priors
+    (a,), (b,) = stream[0].priors, spill[0].priors
+    assert (a.keys, a.rows, a.delta_rows, a.below) == (b.keys, b.rows, b.delta_rows, b.below)
+    assert _prior_rows(table, a).equals(_prior_rows(copy, b))
+
+
+def test_every_key_range_of_a_compaction_stores_prior_rows_and_the_feed_reads_no_data_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compaction split into key ranges: one below every BaseFile (its keys get markers, it answers for the
+    task's BaseFiles), some that no DeltaFile reaches (an empty file naming one of the task's DeltaFiles).
+    Every unit writes its file, so they form a whole record and the feed over the folded commits reads them
+    only."""
+    table = _create(tmp_path / "t", composite=False, buckets=1)
+    rng = np.random.default_rng(6)
+    table.upsert(pa.table({"id": pa.array(np.arange(1000, 6000), pa.int64()), "v": rng.random(5000)}))
+    _compact(table, target_file_bytes=8000)
+    start, bases = table.version, set(table.snapshot().files)
+    assert len(bases) > 3
+    table.upsert(pa.table({"id": pa.array([5, 7, 1100, 1500], pa.int64()), "v": rng.random(4)}))  # low keys only
+    table.delete(pa.table({"id": pa.array([6, 1200], pa.int64())}))
+    deltas = {p for p, f in table.snapshot().files.items() if f.kind == "delta"}
+    end = table.version
+    results = _compact(table, target_file_bytes=8000, options=ExecutionOptions(task_input_bytes=12_000))
+    priors = sorted(results[0].priors, key=lambda p: p.unit)
+    assert results[0].units == len(priors) > 3 and [p.unit for p in priors] == list(range(len(priors)))
+    low = priors[0]  # keys below every BaseFile: 5, 6 and 7
+    assert set(low.of) == bases and low.keys == 3 and low.rows == 0 and low.key_lo is None
+    assert low.below == max(f.max_version for f in Table.open(table.uri).snapshot(start).files.values())
+    untouched = [p for p in priors if p.keys == 0]
+    assert untouched and all(len(p.deltas) == 1 and set(p.deltas) <= deltas and len(p.of) == 1 for p in untouched)
+    assert all(pq.read_table(Path(table.uri) / p.path).num_rows == 0 for p in untouched)
+    seen = _reads(monkeypatch)
+    for lo, hi in [(start, end), (start, start + 1), (start + 1, end)]:
+        got = table.changes(lo, hi)
+        assert seen == [], f"({lo}, {hi}]: the feed read data files: {seen}"
+        assert _keyed(got).equals(_keyed(table.full_changes(lo, hi)))
 
 
 # -- the change feed ---------------------------------------------------------------------------------------------
@@ -160,7 +207,7 @@ def test_the_feed_with_prior_rows_equals_the_full_diff_between_any_two_versions(
                                                                                 target: int | None, units: str
                                                                                 ) -> None:
     """Random histories of writes and compactions (some into several BaseFiles per bucket, so later
-    compactions rewrite some of them; some in several key ranges, some of which spill and store nothing);
+    compactions rewrite some of them; some in several key ranges, some of which spill);
     every (start, end] is compared with the full diff, and how the feed read each group is counted."""
     rng = np.random.default_rng(seed)
     ways: list[str] = []
