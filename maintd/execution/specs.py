@@ -130,9 +130,9 @@ class TaskPriors(_Model):
 
     Such a unit still writes a prior-rows file (every unit of the task must, for the feed to use their files as
     a whole record), and a file names at least one BaseFile and one DeltaFile (docs/format.md, "Prior rows").
-    A file its task gives a unit holds no row in the unit's key range (the unit would read it otherwise), so the
-    unit's file answers for it truly: none of its keys is in those BaseFiles (each gets a marker), and every
-    row of that DeltaFile in its range (none) is in the file.
+    A file of the task that the unit was not given holds no row in the unit's key range (the unit would have
+    been given it otherwise), so the unit's file answers for it truly: none of its keys is in those BaseFiles
+    (each gets a marker), and every row of that DeltaFile in its range (none) is in the file.
     """
 
     bases: tuple[str, ...] = Field(min_length=1)
