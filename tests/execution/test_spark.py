@@ -63,6 +63,34 @@ def test_spark_tasks_store_prior_rows_that_the_change_feed_reads(tmp_path: Path,
         want.sort_by([("id", "ascending"), ("_change", "ascending")]))
 
 
+def test_spark_key_range_units_below_every_base_file_store_prior_rows_too(tmp_path: Path, spark: Any) -> None:
+    """A compaction in key ranges on Spark, one range below every BaseFile: that unit answers for the task's
+    BaseFiles (its spec carries them to the worker), so the task's files form a whole record."""
+    from maintd import Table
+
+    table = Table.create(str(tmp_path / "t"), "id:int64,v:float64", primary_key="id", buckets=1,
+                         properties={"changes.prior.rows": "true"})
+    rng = np.random.default_rng(6)
+    table.upsert(pa.table({"id": pa.array(np.arange(1000, 6000), pa.int64()), "v": rng.random(5000)}))
+    plan = plan_all(table, "compact")
+    plan = plan.model_copy(update={"tasks": tuple(t.model_copy(update={"target_file_bytes": 8000})
+                                                  for t in plan.tasks)})
+    assert commit_rewrites(table, plan, execute(plan, table, spark)).committed
+    start = table.version
+    table.upsert(pa.table({"id": pa.array([5, 7, 1500, 4500], pa.int64()), "v": rng.random(4)}))
+    table.delete(pa.table({"id": pa.array([6, 2500], pa.int64())}))
+    end = table.version
+    plan = plan_all(table, "compact")
+    results = execute(plan, table, spark, ExecutionOptions(task_input_bytes=12_000))
+    (result,) = results
+    assert result.ok and result.units > 2 and len(result.priors) == result.units, (result.error, result.priors)
+    low = min(result.priors, key=lambda p: p.unit)
+    assert low.key_lo is None and low.keys == 3 and low.rows == 0 and len(low.of) > 1
+    assert commit_rewrites(table, plan, results).committed
+    got, want = table.changes(start, end), table.full_changes(start, end)
+    assert got.num_rows == 5 and got.sort_by("id").equals(want.sort_by("id"))
+
+
 def test_a_writer_in_another_process_and_maintenance_both_land(tmp_path: Path, spark: Any) -> None:
     table, model = make_table(tmp_path, commits=15)
     plan = plan_all(table, "compact")
