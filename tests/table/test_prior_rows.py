@@ -32,6 +32,7 @@ from maintd.execution import (
     run_task,
     task_specs,
 )
+from maintd.execution.prior import PriorWriter
 from maintd.reclaim import reclaim_table
 from maintd.reclaim.engine import list_files
 from maintd.reclaim.files import PartitionFilter, expired_data_files, find_orphans
@@ -46,8 +47,8 @@ PRIOR = {"changes.prior.rows": "true"}
 
 
 def _batch(rng: np.random.Generator, n: int, keyspace: int, composite: bool, deletes: float = 0.2,
-           partitioned: bool = False) -> pa.Table:
-    k = rng.integers(0, keyspace, n)
+           partitioned: bool = False, offset: int = 0) -> pa.Table:
+    k = rng.integers(offset, offset + keyspace, n)
     cols: dict[str, Any] = ({"a": pa.array(k % 3, pa.int64()), "b": [f"k{x:06d}" for x in k]} if composite
                             else {"id": pa.array(k, pa.int64())})
     if partitioned:  # a key lives in one partition
@@ -207,8 +208,9 @@ def test_the_feed_with_prior_rows_equals_the_full_diff_between_any_two_versions(
                                                                                 target: int | None, units: str
                                                                                 ) -> None:
     """Random histories of writes and compactions (some into several BaseFiles per bucket, so later
-    compactions rewrite some of them; some in several key ranges, some of which spill);
-    every (start, end] is compared with the full diff, and how the feed read each group is counted."""
+    compactions rewrite some of them; some in several key ranges, some of which spill, lie below every
+    BaseFile or hold no DeltaFile); every (start, end] is compared with the full diff, and how the feed read
+    each group, and the units that answer for their task's files, are counted."""
     rng = np.random.default_rng(seed)
     ways: list[str] = []
     record = GroupPriors.record
@@ -218,10 +220,20 @@ def test_the_feed_with_prior_rows_equals_the_full_diff_between_any_two_versions(
         ways.append("a whole record" if found else "BaseFile answers" if self.priors else "data files")
         return found
 
-    with tempfile.TemporaryDirectory() as tmp, patch.object(GroupPriors, "record", counted_record):
+    init = PriorWriter.__init__
+
+    def counted_init(self: PriorWriter, storage: Any, spec: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, storage, spec, *args, **kwargs)
+        kinds = {f.kind for f in spec.inputs}
+        if spec.task_priors is not None:
+            ways.append("a unit beside every BaseFile" if "base" not in kinds else "a unit no DeltaFile reaches")
+
+    with (tempfile.TemporaryDirectory() as tmp, patch.object(GroupPriors, "record", counted_record),
+          patch.object(PriorWriter, "__init__", counted_init)):
         table = _create(Path(tmp) / "t", composite, partitioned=partitioned)
-        # more than 1,024 rows per bucket: compactions into BaseFiles of 2,000 bytes write several
-        table.write_changes(_batch(rng, 2500, 3000, composite, deletes=0, partitioned=partitioned), "op")
+        # more than 1,024 rows per bucket: compactions into BaseFiles of 2,000 bytes write several; keys from
+        # 100 up, so that later keys below 100 make key ranges below every BaseFile
+        table.write_changes(_batch(rng, 2500, 3000, composite, deletes=0, partitioned=partitioned, offset=100), "op")
         for _ in range(rounds):
             for _ in range(int(rng.integers(1, 4))):
                 batch = _batch(rng, int(rng.integers(5, 120)), 400, composite, partitioned=partitioned)
@@ -238,7 +250,7 @@ def test_the_feed_with_prior_rows_equals_the_full_diff_between_any_two_versions(
                 got, want = table.changes(start, stop), table.full_changes(start, stop)
                 assert _keyed(got).equals(_keyed(want)), (start, stop)
     for way in sorted(set(ways)):
-        event(f"a group read from {way}")
+        event(way if way.startswith("a unit") else f"a group read from {way}")
 
 
 def _reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
