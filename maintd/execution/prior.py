@@ -69,10 +69,14 @@ class PriorWriter:
         self.durable = durable
         bases = [f for f in spec.inputs if f.kind == "base"]
         deltas = [f for f in spec.inputs if f.kind != "base"]
-        task = spec.task_priors
-        self.of = tuple(f.path for f in bases) or (task.bases if task is not None else ())
+        task = spec.task_priors  # what the unit answers for where its own key range holds no such file
+        self.of: tuple[str, ...] = ()
+        self.below = 0
+        if bases:
+            self.of, self.below = tuple(f.path for f in bases), max(f.max_version for f in bases)
+        elif task is not None:
+            self.of, self.below = task.bases, task.below
         self.deltas = tuple(f.path for f in deltas) or ((task.delta,) if task is not None else ())
-        self.below = max(f.max_version for f in bases) if bases else task.below if task is not None else 0
         self.enabled = (spec.prior_rows and spec.kind == "compact" and bool(self.of) and bool(self.deltas)
                         and all(self.below < f.min_version for f in deltas))
         self.file: OutputFile | None = None
