@@ -1,6 +1,7 @@
 """Memory and scaling of one rewrite task: peak RSS per worker against the budget, and time against the file count.
 
     .venv/bin/python bench/bench_memory.py [--budget 512m] [--factors 1,4,16] [--files 100,200,400] [--samples 3]
+        [--forked]
 
 1. **Peak memory.** A compaction of one bucket whose rows take ``factor`` x the task memory budget in Arrow
    (``--factors``; 8 level-1 files per budget's worth, random overlapping keys, 10% deletes), each run in a
@@ -11,6 +12,8 @@
    peak RSS above that footprint; the goal is at most the budget + 20% whatever the factor. The process
    allocates Arrow memory from jemalloc, as maintd configures its Spark workers to
    (``spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL``; set ``ARROW_DEFAULT_MEMORY_POOL`` to compare others).
+   With ``--forked`` the task runs in a process forked after maintd's worker preload, as the workers of its
+   daemon module are (:mod:`maintd.pyspark_daemon`: their jemalloc has no background thread).
 2. **Time against the file count.** A compaction of one bucket of N small level-0 files (``--files``,
    ``--rows`` each, keys drawn from one key space), streamed (a budget of the bucket's Arrow size, a third of
    what reading it whole takes) and read whole (budget above it), ``--samples`` runs each in the same
@@ -106,8 +109,20 @@ def _spec(table: Table, inputs: list[AddFile], budget: int) -> TaskSpec:
                     target_file_bytes=128 << 20)
 
 
-def _child(spec_file: str) -> None:
-    """One task in a fresh process, as a Python worker runs it; prints its memory figures as JSON."""
+def _child(spec_file: str, forked: bool = False) -> None:
+    """One task in a fresh process, as a Python worker runs it; prints its memory figures as JSON.
+
+    ``forked``: the task runs in a process forked after :func:`maintd.pyspark_daemon.preload`, as a worker of
+    maintd's daemon module is (its jemalloc then has no background thread)."""
+    if forked:
+        from maintd.pyspark_daemon import PRELOAD_ENV, preload
+
+        os.environ[PRELOAD_ENV] = "1"
+        assert preload(), "the preload failed"
+        pid = os.fork()
+        if pid:
+            _, status = os.waitpid(pid, 0)
+            sys.exit(os.waitstatus_to_exitcode(status))
     def status(key: str) -> int:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith(key + ":"):
@@ -131,10 +146,12 @@ def _child(spec_file: str) -> None:
            "files": len(r.adds), "seconds": time.monotonic() - started, "baseline": baseline,
            "peak": status("VmHWM"), "arrow_peak": pa.default_memory_pool().max_memory(),
            "outputs": [a.path for a in r.adds]}
-    print(json.dumps(out))
+    print(json.dumps(out), flush=True)
+    if forked:
+        os._exit(0)
 
 
-def peak_memory(table: Table, budget: int, factors: list[int]) -> None:
+def peak_memory(table: Table, budget: int, factors: list[int], forked: bool = False) -> None:
     per_file = budget // FILES_PER_BUDGET // ROW_BYTES
     files = _generate(table, FILES_PER_BUDGET * max(factors), per_file, 2 * FILES_PER_BUDGET * per_file, 1, seed=7)
     mib = 1 << 20
@@ -146,8 +163,8 @@ def peak_memory(table: Table, budget: int, factors: list[int]) -> None:
         spec_file = Path(table.uri) / "spec.json"
         spec_file.write_text(_spec(table, inputs, budget).model_dump_json())
         env = {**os.environ, "ARROW_DEFAULT_MEMORY_POOL": os.environ.get("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")}
-        proc = subprocess.run([sys.executable, __file__, "--child", str(spec_file)], capture_output=True,
-                              text=True, check=True, env=env)
+        proc = subprocess.run([sys.executable, __file__, "--child", str(spec_file), *(["--forked"] if forked else [])],
+                              capture_output=True, text=True, check=True, env=env)
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         assert r["ok"], r["error"]
         for p in r["outputs"]:
@@ -196,10 +213,12 @@ def main() -> None:
     ap.add_argument("--workdir", default=None, help="where the generated files stay (default: a temporary dir)")
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--skip-scaling", action="store_true")
+    ap.add_argument("--forked", action="store_true",
+                    help="run each task in a process forked after maintd's worker preload, as Spark's workers are")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        _child(args.child)
+        _child(args.child, args.forked)
         return
     work = Path(args.workdir or tempfile.mkdtemp(prefix="maintd-bench-memory-"))
     uri = str(work / "t")
@@ -209,8 +228,9 @@ def main() -> None:
     try:
         if not args.skip_memory:
             budget = parse_size(args.budget)
-            print(f"\nPeak memory of one compaction task, budget {budget >> 20} MiB:")
-            peak_memory(table, budget, [int(x) for x in args.factors.split(",")])
+            print(f"\nPeak memory of one compaction task, budget {budget >> 20} MiB"
+                  + (", forked after the worker preload:" if args.forked else ":"))
+            peak_memory(table, budget, [int(x) for x in args.factors.split(",")], args.forked)
         if not args.skip_scaling:
             print(f"\nCompaction time against the number of level-0 files ({args.rows} rows each), "
                   f"{args.samples} samples:")

@@ -1,7 +1,7 @@
 """One plan executed on a warm local Spark session under different worker settings, and in process.
 
     .venv/bin/python bench/bench_spark_workers.py TABLE [--kind cluster] [--runs 7] [--rounds 2] [--variants ...]
-        [--input-bytes 256m] [--empty-tasks 8]
+        [--input-bytes 256m] [--empty-tasks 8] [--idle 0]
 
 ``TABLE`` is a table to execute on, e.g. the one ``bench_maintenance.py --dir DIR`` ingests (``DIR/t_partitioned``).
 Each variant runs in a process of its own on a copy of the table: a session with the variant's settings on
@@ -9,6 +9,8 @@ top of maintd's own (worker settings take effect when the Python workers start),
 execution, then ``--runs`` timed executions of the plan that rewrites every file of each bucket in one task
 (as ``bench_maintenance.py`` plans it). Nothing is committed; each execution's output files are deleted after
 it. ``--rounds`` rounds run every variant in turn, so a drift of the machine's speed spreads over all of them.
+``--idle SECONDS`` waits that long before every execution: above Spark's one minute (``--idle 65``), Spark has
+closed the idle Python workers, and every execution starts new ones, as the daemon's runs minutes apart do.
 
 ``--sequential`` instead runs the plan's units one after another in this process, three times, and prints
 the last pass: each unit's seconds, phases and minor page faults (``ARROW_DEFAULT_MEMORY_POOL`` and
@@ -21,8 +23,12 @@ workers then holding what a unit imports: the fixed cost of the Spark tasks of a
 (``--variants``, comma-separated):
 
 * ``default``: maintd's session settings (``maintd.execution.spark``), its daemon module included;
-* ``stock-daemon``: PySpark's own daemon (``spark.python.daemon.module=pyspark.daemon``), without the quick
-  acknowledgement and the freeze of maintd's (:mod:`maintd.pyspark_daemon`);
+* ``stock-daemon``: PySpark's own daemon (``spark.python.daemon.module=pyspark.daemon``), without the
+  quick acknowledgement and the freeze of maintd's (:mod:`maintd.pyspark_daemon`);
+* ``preload``: maintd's daemon with its preload (``MAINTD_WORKER_PRELOAD=1``): a new worker starts with
+  maintd, pyarrow and pandas imported, and without jemalloc's background thread (:mod:`maintd.pyspark_daemon`);
+* ``no-bg-thread``: ``JE_ARROW_MALLOC_CONF=background_thread:false`` in the workers (jemalloc purges as it
+  allocates, as in a preloaded worker, but the worker imports for itself);
 * ``in-process``: the plan in threads of this process (``spark.maintd.inProcess.maxInputBytes`` above it);
 * ``uds``: ``spark.python.unix.domain.socket.enabled=true`` (the JVM talks to its Python workers over Unix
   sockets, not loopback TCP);
@@ -53,6 +59,8 @@ VARIANTS: dict[str, dict[str, str]] = {
     "default": {},
     "in-process": {},
     "stock-daemon": {"spark.python.daemon.module": "pyspark.daemon"},
+    "preload": {"spark.executorEnv.MAINTD_WORKER_PRELOAD": "1"},
+    "no-bg-thread": {"spark.executorEnv.JE_ARROW_MALLOC_CONF": "background_thread:false"},
     "uds": {"spark.python.unix.domain.socket.enabled": "true"},
     "thp": {"spark.executorEnv.JE_ARROW_MALLOC_CONF": "thp:always"},
     "keep": {"spark.executorEnv.JE_ARROW_MALLOC_CONF": "oversize_threshold:0,dirty_decay_ms:-1,muzzy_decay_ms:-1"},
@@ -85,7 +93,8 @@ def empty_jobs(spark: Any, options: Any, tasks: int, runs: int = 15) -> list[flo
     return out
 
 
-def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int, input_bytes: str) -> dict[str, object]:
+def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int, input_bytes: str,
+          idle: float = 0.0) -> dict[str, object]:
     """Executions of one variant, in this process: wall seconds, summed unit seconds, summed merge seconds,
     and empty jobs' seconds (none in process)."""
     from bench_maintenance import full_plan
@@ -107,6 +116,8 @@ def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int, input_
         units: list[float] = []
         merges: list[float] = []
         for i in range(runs + 1):
+            if i and idle:
+                time.sleep(idle)
             t0 = time.perf_counter()
             results = execute(plan, table, spark, options)
             wall = time.perf_counter() - t0
@@ -119,7 +130,7 @@ def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int, input_
                 units.append(sum(r.seconds for r in results))
                 merges.append(sum(r.phases.get("merge", 0.0) for r in results))
         empty: list[float] = []
-        if spark is not None:
+        if spark is not None and not idle:
             empty = empty_jobs(spark, options, tasks)
             spark.stop()
         return {"variant": variant, "walls": walls, "units": units, "merges": merges, "empty": empty}
@@ -168,6 +179,8 @@ def main() -> None:
     ap.add_argument("--input-bytes", default="256m",
                     help="input per Spark task (default 256m, maintd's; smaller: more Spark tasks per plan)")
     ap.add_argument("--empty-tasks", type=int, default=8, help="tasks of the empty jobs timed (default 8)")
+    ap.add_argument("--idle", type=float, default=0.0,
+                    help="seconds to wait before every timed execution (65: Spark has closed the idle workers)")
     ap.add_argument("--sequential", action="store_true", help="the units one after another in this process")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -175,7 +188,8 @@ def main() -> None:
         sequential(args.table, args.kind)
         return
     if args.child:
-        print(json.dumps(child(args.table, args.child, args.kind, args.runs, args.empty_tasks, args.input_bytes)))
+        print(json.dumps(child(args.table, args.child, args.kind, args.runs, args.empty_tasks, args.input_bytes,
+                               args.idle)))
         return
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in variants if v not in VARIANTS]
@@ -195,7 +209,7 @@ def main() -> None:
         for v in variants:
             out = subprocess.run([sys.executable, __file__, args.table, "--kind", args.kind, "--runs", str(args.runs),
                                   "--empty-tasks", str(args.empty_tasks), "--input-bytes", args.input_bytes,
-                                  "--child", v],
+                                  "--idle", str(args.idle), "--child", v],
                                  capture_output=True, text=True, check=True)
             res = json.loads(out.stdout.strip().splitlines()[-1])
             for k in got[v]:
@@ -203,7 +217,7 @@ def main() -> None:
             print(f"round {r + 1}/{args.rounds} {v:11s} wall median {statistics.median(res['walls']):.3f} s "
                   f"(samples {', '.join(f'{x:.2f}' for x in res['walls'])})", flush=True)
     print(f"\n{args.kind} of {args.table}: {args.rounds} rounds x {args.runs} runs per variant, "
-          f"{args.input_bytes} of input per Spark task")
+          f"{args.input_bytes} of input per Spark task" + (f", {args.idle:g} s idle before each" if args.idle else ""))
     for v in variants:
         g = got[v]
         print(f"  {v:11s} wall median {statistics.median(g['walls']):.3f} s (spread {min(g['walls']):.2f}-"

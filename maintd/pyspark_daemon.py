@@ -1,5 +1,5 @@
-"""PySpark's worker daemon, with workers that acknowledge at once and collect garbage cheaply
-(``spark.python.daemon.module``).
+"""PySpark's worker daemon, with workers that acknowledge at once, collect garbage cheaply and, if asked,
+start with maintd loaded (``spark.python.daemon.module``).
 
 Why: the JVM writes a task to its Python worker in several small writes over loopback TCP with Nagle's
 algorithm on, and the worker's kernel delays its acknowledgement of the first one by up to 40 ms (delayed
@@ -16,16 +16,35 @@ after later tasks walk only what those tasks allocated. Garbage is never frozen 
 what a frozen object leaves behind is still freed by reference counting, and only a reference cycle among
 objects frozen while alive would outlive its use.
 
+Why the preload, and why it is off unless asked for (``MAINTD_WORKER_PRELOAD=1`` in the executors'
+environment, ``spark.executorEnv.MAINTD_WORKER_PRELOAD``): Spark closes a Python worker idle for a minute,
+so a daemon whose runs are minutes apart gets new workers for every run, and each imports maintd, pyarrow
+and (through pyarrow's first conversion of a numpy array) pandas on its first task, about 0.6 s before and
+inside its first unit. With the preload this module first imports all of that
+(:func:`maintd.execution.spark.preload_worker`), collects and freezes it, then forks its workers as
+PySpark's daemon does: each starts with maintd loaded, its pages shared with the daemon's. The price: the
+fork leaves the workers without jemalloc's background thread (below), and a warm worker then merges about
+15% slower on two busy cores, which a Spark task that starts with fresh workers does not pay; a plan of
+several tasks per core pays it on every task after the first (docs/benchmarks.md has both measurements). A
+preload that fails is reported on standard error and the workers import for themselves.
+
+Forking after the preload is safe because it leaves one thread besides the daemon's: the background
+thread of the jemalloc that pyarrow loads (numpy's OpenBLAS starts none: ``OPENBLAS_NUM_THREADS`` is 1 in
+the daemon, which no maintd task needs more of). jemalloc takes its locks around a fork and starts no
+background thread in the child, so such a worker's allocator purges freed pages as it allocates rather
+than while it idles; :func:`maintd.execution.spark.run_pack_in_worker` returns what Arrow freed at the end of
+every Spark task for that reason. Arrow creates its thread pools on first use, which the preload does not reach.
+
 This module is PySpark's own daemon (:mod:`pyspark.daemon`: forking, authentication, worker reuse, the
-flush-failure handling) with those two changes: the worker's input stream reads through
-:class:`QuickAckReader` (over TCP on Linux; over a Unix domain socket,
+flush-failure handling) with those changes: :func:`preload` runs before the first fork (if asked), the worker's
+input stream reads through :class:`QuickAckReader` (over TCP on Linux; over a Unix domain socket,
 ``spark.python.unix.domain.socket.enabled``, it is PySpark's), and :func:`freeze_after_imports` runs after
 each task. Importing the module changes nothing; run as Spark runs a daemon module
 (``python -m maintd.pyspark_daemon``) it puts its :func:`worker` in PySpark's daemon loop.
 
-It imports nothing but the standard library and :mod:`pyspark.daemon`, and lives at the top of the package
-for that reason: the daemon imports it before it forks its workers, and a module that started threads
-before a fork (pyarrow, pandas, :mod:`maintd.execution`) would hand the workers locks nobody holds.
+At import it loads nothing but the standard library and :mod:`pyspark.daemon`, and lives at the top of the
+package for that reason: importing it (tests, the daemon's own start) must not start threads; only the
+preload, run as the daemon, loads the rest, and only what is safe to fork (above).
 Executors need maintd installed for it, as for maintd's tasks; :func:`maintd.execution.spark.spark_session`
 sets it only in sessions it builds and not when code is shipped with ``spark.submit.pyFiles``, and a
 ``spark.python.daemon.module`` in the ``spark.conf`` settings (``pyspark.daemon``, say) replaces it.
@@ -119,6 +138,36 @@ def _task(sock: socket.socket, authenticated: bool) -> int:
         os.fdopen = stock_fdopen
 
 
+PRELOAD_ENV = "MAINTD_WORKER_PRELOAD"
+"""``1`` in the executors' environment: the daemon preloads maintd for its workers (see the module docstring)."""
+PRELOADED_ENV = "MAINTD_WORKER_PRELOADED"
+"""Set by a daemon whose preload succeeded (to the number of modules it loaded): its workers inherit it."""
+
+
+def preload() -> bool:
+    """In the daemon, before its first fork: import what maintd's tasks import, collect and freeze it (see
+    the module docstring). Returns whether it did; a failure is reported on standard error, not raised."""
+    global _modules_at_freeze
+    if os.environ.get(PRELOAD_ENV, "").strip() != "1":
+        return False
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # read when numpy loads OpenBLAS: no thread pool then
+    try:  # nothing may reach the standard output before the daemon writes its port there for the JVM
+        with contextlib.redirect_stdout(sys.stderr):
+            from maintd.execution.spark import preload_worker
+
+            preload_worker()
+    except Exception as exc:
+        print(f"maintd.pyspark_daemon: preloading maintd for the workers failed ({type(exc).__name__}: {exc}); "
+              "each worker imports it on its first task", file=sys.stderr, flush=True)
+        return False
+    gc.collect()
+    gc.freeze()
+    _modules_at_freeze = len(sys.modules)
+    os.environ[PRELOADED_ENV] = str(_modules_at_freeze)
+    return True
+
+
 if __name__ == "__main__":  # as Spark starts it: ``python -m maintd.pyspark_daemon``
     _daemon.worker = worker  # the daemon's loop calls the module-level name for every task
+    preload()
     _daemon.manager()

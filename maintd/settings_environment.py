@@ -9,6 +9,8 @@ reported naming the variable, instead of pydantic-settings' error about the whol
 Names that are not settings but are allowed:
 
 - ``MAINTD_CONFIG``: the settings file;
+- ``MAINTD_WORKER_PRELOAD`` and ``MAINTD_WORKER_PRELOADED``: read and set by the daemon module of Spark's
+  Python workers (:mod:`maintd.pyspark_daemon`); a local session's workers inherit the daemon's environment;
 - ``MAINTD_TEST_*`` and ``MAINTD_CI_*``: read by maintd's own test suite and CI, never by maintd;
 - Kubernetes service links: for a Service named ``maintd`` Kubernetes gives every pod of the namespace
   ``MAINTD_SERVICE_HOST``, ``MAINTD_SERVICE_PORT``, ``MAINTD_PORT``, ``MAINTD_PORT_9464_TCP``... A name is
@@ -33,6 +35,8 @@ from maintd.errors import ConfigError
 PREFIX = "MAINTD_"
 DELIMITER = "__"
 CONFIG_VARIABLE = "MAINTD_CONFIG"
+#: Variables of the Spark workers' daemon module (:mod:`maintd.pyspark_daemon`), not settings.
+WORKER_VARIABLES = ("MAINTD_WORKER_PRELOAD", "MAINTD_WORKER_PRELOADED")
 #: Prefixes of variables that belong to maintd's test suite and CI, not to its settings.
 RESERVED_PREFIXES = ("MAINTD_TEST_", "MAINTD_CI_")
 #: What follows ``<prefix>_`` in the variables of a Kubernetes service link.
@@ -102,7 +106,7 @@ def check_environment(environ: Mapping[str, str], model: type[BaseModel]) -> Non
     links = _service_links(present)
     problems = []
     for upper, original in sorted(present.items()):
-        if upper == CONFIG_VARIABLE or upper.startswith(RESERVED_PREFIXES) or upper in links:
+        if upper in (CONFIG_VARIABLE, *WORKER_VARIABLES) or upper.startswith(RESERVED_PREFIXES) or upper in links:
             continue
         if upper not in names and not upper.startswith(tuple(open_prefixes)):
             problems.append(

@@ -200,9 +200,9 @@ def current_attempt() -> int:
 
 
 def release_memory() -> None:
-    """Return the memory Arrow freed to the system after each chunk of a streamed merge, so a worker's RSS
-    follows the rows it still holds (see ``spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL`` in
-    :mod:`maintd.execution.spark`)."""
+    """Return the memory Arrow freed to the system, after each chunk of a streamed merge and after each Spark
+    task, so a worker's RSS follows the rows it still holds (see ``spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL``
+    in :mod:`maintd.execution.spark`)."""
     pa.default_memory_pool().release_unused()
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
-from maintd.execution.rewrite import run_pack_json
+from maintd.execution.rewrite import release_memory, run_pack_json
 from maintd.execution.specs import ExecutionOptions
 from maintd.storage import CarriedStorage
 
@@ -192,12 +192,43 @@ def run_pack_in_worker(pack: Sequence[str], threads: int = 1, freeze: bool = Tru
     """What one Spark task runs: a pack of task specs (JSON) in, one result JSON per task out.
 
     ``storage``: the table's storage options, carried from the driver, registered here before any spec runs.
+    What Arrow freed goes back to the system at the end (:func:`~maintd.execution.rewrite.release_memory`):
+    a worker forked after :func:`preload_worker` has no allocator thread to do it while it idles.
     """
     if freeze:
         freeze_zip_caches()
     if storage is not None:
         storage.install()
-    return run_pack_json(pack, threads)
+    try:
+        return run_pack_json(pack, threads)
+    finally:
+        release_memory()
+
+
+WORKER_MODULES = ("maintd.execution.spark", "maintd.execution.rewrite", "pyarrow.pandas_compat")
+"""What a maintd task imports in a Python worker: the task function's module, the rewrite and what they import."""
+
+
+def preload_worker() -> int:
+    """Import what a maintd task imports, in the PySpark daemon before it forks its workers (when
+    ``MAINTD_WORKER_PRELOAD=1``, :mod:`maintd.pyspark_daemon`); returns the number of modules loaded then.
+
+    Spark closes a Python worker idle for a minute, so a daemon whose runs are minutes apart starts its
+    workers again for every run, and each paid about 0.35 s of imports before its first task and 0.25 s
+    more inside its first unit: pyarrow's first conversion of anything not Arrow (``pa.array`` of a numpy
+    array) imports pandas, if installed, to recognise pandas objects (about 300 modules). Forked from a
+    daemon that has them, a worker starts with all of it (:mod:`maintd.pyspark_daemon` says why the fork is
+    safe). Runs nothing of Arrow's but that one conversion: no thread pool exists before the fork.
+    """
+    import importlib
+
+    import numpy as np
+    import pyarrow as pa
+
+    for name in WORKER_MODULES:
+        importlib.import_module(name)
+    pa.array(np.zeros(1, np.int64))
+    return len(sys.modules)
 
 
 def warm_up(spark: SparkSession, options: ExecutionOptions | None = None) -> None:

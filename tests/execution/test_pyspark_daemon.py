@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,3 +127,114 @@ def test_a_worker_freezes_what_its_imports_left_and_collects_what_tasks_drop() -
     # may fall); its cycle is left to the daemon's own collection.
     assert got["second"]["frozen_more"] <= 0 and got["second"]["garbage_freed"] is False
     assert got["collected_after"] is True
+
+
+# The daemon as Spark runs it, up to its first fork: preload, then a forked worker runs real units. The specs
+# come from a file, so the parent has imported nothing but what the preload imports.
+_PRELOAD_SCRIPT = textwrap.dedent("""
+    import json, os, sys, threading
+    import maintd.pyspark_daemon as d
+
+    assert "pyarrow" not in sys.modules  # importing the daemon module loads nothing of maintd's
+    ok = d.preload()
+    loaded = set(sys.modules)
+    threads = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+    parent = {"ok": ok, "python_threads": threading.active_count(), "threads": threads,
+              "blas": os.environ.get("OPENBLAS_NUM_THREADS"), "marker": os.environ.get(d.PRELOADED_ENV),
+              "settled": d._modules_at_freeze == len(sys.modules)}
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a worker: the units' imports, results and what the collector still walks
+        import gc
+        from maintd.execution.rewrite import run_pack_json
+        with open(sys.argv[1]) as fh:
+            specs = json.load(fh)
+        results = [json.loads(x) for x in run_pack_json(specs)]
+        heavy = ("maintd", "pyarrow", "pandas", "numpy")
+        new = sorted(m for m in set(sys.modules) - loaded if m.split(".")[0] in heavy)
+        written = [a["path"] for x in results for a in x["adds"]]
+        os.write(w, json.dumps({"ok": [x["ok"] for x in results], "written": written, "imported": new,
+                                "frozen": gc.get_freeze_count()}).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as fh:
+        child = json.loads(fh.read())
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps({"parent": parent, "child": child, "status": status}))
+""")
+
+
+def _run_preload(tmp_path: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    from maintd.execution import ExecutionOptions, task_specs
+
+    from .helpers import make_table, plan_all
+
+    table, _ = make_table(tmp_path, commits=6, rows=300, buckets=2)
+    specs = task_specs(plan_all(table, "cluster", level=1), table.snapshot(), ExecutionOptions())
+    (tmp_path / "specs.json").write_text(json.dumps([s.model_dump_json() for s in specs]))
+    inherited = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "MAINTD_WORKER_PRELOAD")}
+    out = subprocess.run([sys.executable, "-c", _PRELOAD_SCRIPT, str(tmp_path / "specs.json")], capture_output=True,
+                         text=True, timeout=120, check=True, env={**inherited, **(env or {})})
+    got: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    got["table"] = table
+    return got
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and forks")
+def test_a_worker_forked_after_the_preload_runs_units_without_importing_anything(tmp_path: Path) -> None:
+    got = _run_preload(tmp_path, {"MAINTD_WORKER_PRELOAD": "1"})
+    parent, child = got["parent"], got["child"]
+    assert parent["ok"] is True and parent["settled"] is True and int(parent["marker"]) > 500
+    # Safe to fork: no Python thread but the main one, and no native one but jemalloc's background thread.
+    assert parent["python_threads"] == 1
+    assert all(t == "jemalloc_bg_thd" for t in parent["threads"][1:]), parent["threads"]
+    assert parent["blas"] == "1"
+    # The worker ran every unit, imported nothing of maintd, pyarrow, pandas or numpy, and inherited the frozen
+    # generation (its collections never walk the preloaded modules).
+    assert got["status"] == 0 and child["ok"] and all(child["ok"]), child
+    assert child["imported"] == [], child["imported"]
+    assert child["frozen"] > 10_000
+    assert all((tmp_path / "t" / p).exists() for p in child["written"]) and child["written"]
+
+
+@pytest.mark.parametrize("value", [None, "0"])
+def test_the_preload_is_off_unless_the_executors_environment_asks_for_it(tmp_path: Path, value: str | None) -> None:
+    env = {"MAINTD_WORKER_PRELOAD": value} if value is not None else {}
+    got = _run_preload(tmp_path, env)
+    parent, child = got["parent"], got["child"]
+    assert parent["ok"] is False and parent["marker"] is None
+    assert got["status"] == 0 and all(child["ok"])
+    assert "maintd.execution.rewrite" in child["imported"]  # the worker imported it for itself, as before
+
+
+def test_a_failing_preload_is_reported_and_the_daemon_goes_on(monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    import maintd.execution.spark as spark_module
+    import maintd.pyspark_daemon as d
+
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    monkeypatch.setenv(d.PRELOAD_ENV, "1")
+    monkeypatch.delenv(d.PRELOADED_ENV, raising=False)
+    monkeypatch.setattr(spark_module, "WORKER_MODULES", ("maintd.no_such_module",))
+    assert d.preload() is False
+    err = capsys.readouterr().err
+    assert "preloading maintd for the workers failed (ModuleNotFoundError" in err
+    assert "each worker imports it on its first task" in err
+    assert d.PRELOADED_ENV not in os.environ
+
+
+def test_nothing_the_preload_prints_reaches_the_standard_output_the_jvm_reads_the_port_from(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import maintd.execution.spark as spark_module
+    import maintd.pyspark_daemon as d
+
+    def noisy() -> int:
+        print("a module that prints on import")
+        raise RuntimeError("and then fails")
+
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    monkeypatch.setenv(d.PRELOAD_ENV, "1")
+    monkeypatch.setattr(spark_module, "preload_worker", noisy)
+    assert d.preload() is False
+    out, err = capsys.readouterr()
+    assert out == "" and "a module that prints on import" in err and "RuntimeError: and then fails" in err

@@ -238,3 +238,37 @@ def test_spark_workers_read_their_tasks_through_the_quick_ack_reader(spark: Any)
 
     assert spark.sparkContext.getConf().get("spark.python.daemon.module") == "maintd.pyspark_daemon"
     assert "QuickAckReader" in spark.sparkContext.parallelize([0], 1).flatMap(inputs).collect()
+
+
+def test_spark_workers_import_maintd_themselves_unless_the_preload_is_asked_for(spark: Any) -> None:
+    """By default the session's daemon preloads nothing (:func:`maintd.pyspark_daemon.preload` is opt-in)."""
+
+    def worker_env(_: Any) -> list[str]:
+        import os
+
+        return [os.environ.get("MAINTD_WORKER_PRELOADED", "none")]
+
+    assert spark.sparkContext.parallelize([0], 1).flatMap(worker_env).collect() == ["none"]
+
+
+_PRELOADED_SESSION = """
+import json, os, sys
+os.environ["PYSPARK_PYTHON"] = sys.executable
+from maintd.execution import spark_session
+spark = spark_session(conf={"spark.master": "local[1]", "spark.driver.memory": "512m",
+                            "spark.executorEnv.MAINTD_WORKER_PRELOAD": "1"})
+def probe(_):
+    import os, sys
+    return [[os.environ.get("MAINTD_WORKER_PRELOADED", "none"), "pandas" in sys.modules]]
+print(json.dumps(spark.sparkContext.parallelize([0], 1).flatMap(probe).collect()))
+spark.stop()
+"""
+
+
+def test_a_session_asked_to_preload_forks_workers_with_maintd_and_pandas_loaded() -> None:
+    """``spark.executorEnv.MAINTD_WORKER_PRELOAD=1`` reaches the daemon, which preloads before it forks."""
+    env = {k: v for k, v in os.environ.items() if k != "MAINTD_WORKER_PRELOAD"}
+    out = subprocess.run([sys.executable, "-c", _PRELOADED_SESSION], capture_output=True, text=True, timeout=180,
+                         check=True, env=env)
+    ((loaded, pandas),) = json.loads(out.stdout.strip().splitlines()[-1])
+    assert int(loaded) > 500 and pandas is True

@@ -220,7 +220,16 @@ def test_the_config_file_variable_test_variables_and_kubernetes_service_links_ar
                         "MAINTD_PORT_9464_TCP_ADDR": "10.0.0.9", "MAINTD_PORT_9464_TCP_PROTO": "tcp"}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("MAINTD_SPARK__CONF__SPARK_UI_ENABLED", "false")  # below a mapping: any key
+    monkeypatch.setenv("MAINTD_WORKER_PRELOAD", "0")  # the Spark workers' daemon module's: inherited locally
+    monkeypatch.setenv("MAINTD_WORKER_PRELOADED", "812")
     assert load_settings().http.port == 8080
+
+
+def test_the_worker_variables_allowed_are_the_ones_the_daemon_module_reads_and_sets() -> None:
+    import maintd.pyspark_daemon as d
+    from maintd.settings_environment import WORKER_VARIABLES
+
+    assert set(WORKER_VARIABLES) == {d.PRELOAD_ENV, d.PRELOADED_ENV}
 
 
 def test_a_lone_service_port_like_name_is_still_refused(monkeypatch: pytest.MonkeyPatch) -> None:
