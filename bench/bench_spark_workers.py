@@ -9,8 +9,9 @@ top of maintd's own (worker settings take effect when the Python workers start),
 execution, then ``--runs`` timed executions of the plan that rewrites every file of each bucket in one task
 (as ``bench_maintenance.py`` plans it). Nothing is committed; each execution's output files are deleted after
 it. ``--rounds`` rounds run every variant in turn, so a drift of the machine's speed spreads over all of them.
-``--idle SECONDS`` waits that long before every execution: above Spark's one minute (``--idle 65``), Spark has
-closed the idle Python workers, and every execution starts new ones, as the daemon's runs minutes apart do.
+``--idle SECONDS`` waits that long before every execution: well above Spark's one minute (``--idle 75``), Spark has
+closed the idle Python workers (it looks every 10 s for workers idle over a minute; 75 is sure to pass a look),
+and every execution starts new ones, as the daemon's runs minutes apart do.
 
 ``--sequential`` instead runs the plan's units one after another in this process, three times, and prints
 the last pass: each unit's seconds, phases and minor page faults (``ARROW_DEFAULT_MEMORY_POOL`` and
@@ -29,6 +30,8 @@ workers then holding what a unit imports: the fixed cost of the Spark tasks of a
   maintd, pyarrow and pandas imported, and without jemalloc's background thread (:mod:`maintd.pyspark_daemon`);
 * ``no-bg-thread``: ``JE_ARROW_MALLOC_CONF=background_thread:false`` in the workers (jemalloc purges as it
   allocates, as in a preloaded worker, but the worker imports for itself);
+* ``keep-warm``: maintd's session with the daemon's keeper of a local session's workers running
+  (:mod:`maintd.service.warm_workers`: an empty job every 45 s), which matters with ``--idle 65``;
 * ``in-process``: the plan in threads of this process (``spark.maintd.inProcess.maxInputBytes`` above it);
 * ``uds``: ``spark.python.unix.domain.socket.enabled=true`` (the JVM talks to its Python workers over Unix
   sockets, not loopback TCP);
@@ -61,6 +64,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     "stock-daemon": {"spark.python.daemon.module": "pyspark.daemon"},
     "preload": {"spark.executorEnv.MAINTD_WORKER_PRELOAD": "1"},
     "no-bg-thread": {"spark.executorEnv.JE_ARROW_MALLOC_CONF": "background_thread:false"},
+    "keep-warm": {},
     "uds": {"spark.python.unix.domain.socket.enabled": "true"},
     "thp": {"spark.executorEnv.JE_ARROW_MALLOC_CONF": "thp:always"},
     "keep": {"spark.executorEnv.JE_ARROW_MALLOC_CONF": "oversize_threshold:0,dirty_decay_ms:-1,muzzy_decay_ms:-1"},
@@ -112,6 +116,13 @@ def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int, input_
                                               **VARIANTS[variant]})
             options = ExecutionOptions(in_process_max_bytes=0, task_input_bytes=parse_size(input_bytes))
             warm_up(spark, options)
+        keeper = None
+        if variant == "keep-warm":
+            from maintd.service.warm_workers import DEFAULT_LOCAL_INTERVAL, WarmWorkers, session_busy
+
+            keeper = WarmWorkers(DEFAULT_LOCAL_INTERVAL, lambda: warm_up(spark, options),
+                                 skip=lambda: session_busy(spark))
+            keeper.start()
         walls: list[float] = []
         units: list[float] = []
         merges: list[float] = []
@@ -129,6 +140,8 @@ def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int, input_
                 walls.append(wall)
                 units.append(sum(r.seconds for r in results))
                 merges.append(sum(r.phases.get("merge", 0.0) for r in results))
+        if keeper is not None:
+            keeper.stop()
         empty: list[float] = []
         if spark is not None and not idle:
             empty = empty_jobs(spark, options, tasks)
@@ -180,7 +193,7 @@ def main() -> None:
                     help="input per Spark task (default 256m, maintd's; smaller: more Spark tasks per plan)")
     ap.add_argument("--empty-tasks", type=int, default=8, help="tasks of the empty jobs timed (default 8)")
     ap.add_argument("--idle", type=float, default=0.0,
-                    help="seconds to wait before every timed execution (65: Spark has closed the idle workers)")
+                    help="seconds to wait before every timed execution (75: Spark has closed the idle workers)")
     ap.add_argument("--sequential", action="store_true", help="the units one after another in this process")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()

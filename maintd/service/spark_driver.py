@@ -19,11 +19,13 @@ Spark Connect (``spark.remote``) has no local driver JVM: a server outage makes 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from loguru import logger
 
 from maintd.errors import ConfigError, SparkDriverLostError
+from maintd.service.warm_workers import WarmWorkers, keep_warm_interval, session_busy
 from maintd.settings import Settings
 
 
@@ -32,6 +34,8 @@ class SparkDriver:
 
     def __init__(self) -> None:
         self.session: Any = None
+        self.warm: WarmWorkers | None = None
+        """Keeps a local session's Python workers alive between runs (:mod:`maintd.service.warm_workers`)."""
         self._lost: str | None = None
         self._lock = threading.Lock()
 
@@ -66,6 +70,7 @@ class SparkDriver:
             raise outcome["error"]
         self.session = outcome["session"]
         _quiet_accumulator_server(self.session)
+        self.warm = _warm_workers(self.session, settings, self.lost)
         return not stop.is_set()
 
     # -- health -----------------------------------------------------------------------------------------
@@ -106,6 +111,8 @@ class SparkDriver:
         """Stop the session unless its driver is gone already; returns False if stopping failed."""
         if self.session is None:
             return True
+        if self.warm is not None:
+            self.warm.stop()
         if self.lost() is not None:
             logger.info("not stopping the SparkSession: its driver is gone already")
             return True
@@ -143,6 +150,23 @@ def start_session(settings: Settings) -> Any:
     except Exception as exc:  # the session works; a failed warm-up only costs the first run its start-up
         logger.warning("Spark workers could not be warmed up: {}", exc)
     return spark
+
+
+def _warm_workers(spark: Any, settings: Settings, lost: Callable[[], str | None]) -> WarmWorkers | None:
+    """Start keeping the session's Python workers warm, if ``spark.keep_workers_warm_seconds`` (or, unset, a
+    local master) asks for it; None otherwise."""
+    if _is_connect(spark):
+        return None
+    interval = keep_warm_interval(settings.spark.keep_workers_warm_seconds, spark.sparkContext.master)
+    if interval <= 0:
+        return None
+    from maintd.execution.spark import options_from_settings, warm_up
+
+    options = options_from_settings(settings.spark)
+    warm = WarmWorkers(interval, lambda: warm_up(spark, options),
+                       skip=lambda: lost() is not None or session_busy(spark))
+    warm.start()
+    return warm
 
 
 def _driver_gone(spark: Any) -> str | None:
