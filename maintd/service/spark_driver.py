@@ -70,7 +70,10 @@ class SparkDriver:
             raise outcome["error"]
         self.session = outcome["session"]
         _quiet_accumulator_server(self.session)
-        self.warm = _warm_workers(self.session, settings, self.lost)
+        try:
+            self.warm = _warm_workers(self.session, settings, self.lost)
+        except Exception as exc:  # the session works; only runs after a minute idle start new workers
+            logger.warning("cannot keep the Spark workers warm between runs: {}: {}", type(exc).__name__, exc)
         return not stop.is_set()
 
     # -- health -----------------------------------------------------------------------------------------

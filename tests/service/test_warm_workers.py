@@ -119,3 +119,27 @@ def test_the_daemon_keeps_a_local_session_s_workers_and_pings_reuse_them(spark: 
     time.sleep(0.3)
     gone.stop()
     assert gone.pings == 0
+
+
+def test_a_keeper_that_cannot_start_leaves_the_driver_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session works without the keeper: a failure to start it is a warning, not a failed daemon start."""
+    import maintd.service.spark_driver as spark_driver
+
+    class Session:
+        pass
+
+    def broken(*_: Any) -> None:
+        raise RuntimeError("no sparkContext")
+
+    monkeypatch.setattr(spark_driver, "start_session", lambda _settings: Session())
+    monkeypatch.setattr(spark_driver, "_quiet_accumulator_server", lambda _spark: None)
+    monkeypatch.setattr(spark_driver, "_warm_workers", broken)
+    seen: list[str] = []
+    sink = logger.add(lambda m: seen.append(m.record["message"]), level="WARNING")
+    try:
+        driver = spark_driver.SparkDriver()
+        assert driver.start(Settings(), threading.Event()) is True
+    finally:
+        logger.remove(sink)
+    assert isinstance(driver.session, Session) and driver.warm is None
+    assert any("cannot keep the Spark workers warm between runs: RuntimeError: no sparkContext" in m for m in seen)
