@@ -31,7 +31,7 @@ workers then holding what a unit imports: the fixed cost of the Spark tasks of a
 * ``no-bg-thread``: ``JE_ARROW_MALLOC_CONF=background_thread:false`` in the workers (jemalloc purges as it
   allocates, as in a preloaded worker, but the worker imports for itself);
 * ``keep-warm``: maintd's session with the daemon's keeper of a local session's workers running
-  (:mod:`maintd.service.warm_workers`: an empty job every 45 s), which matters with ``--idle 65``;
+  (:mod:`maintd.service.warm_workers`: an empty job every 45 s), which matters with ``--idle 75``;
 * ``in-process``: the plan in threads of this process (``spark.maintd.inProcess.maxInputBytes`` above it);
 * ``uds``: ``spark.python.unix.domain.socket.enabled=true`` (the JVM talks to its Python workers over Unix
   sockets, not loopback TCP);
@@ -118,11 +118,9 @@ def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int, input_
             warm_up(spark, options)
         keeper = None
         if variant == "keep-warm":
-            from maintd.service.warm_workers import DEFAULT_LOCAL_INTERVAL, WarmWorkers, session_busy
+            from maintd.service.warm_workers import DEFAULT_LOCAL_INTERVAL, keep_session_warm
 
-            keeper = WarmWorkers(DEFAULT_LOCAL_INTERVAL, lambda: warm_up(spark, options),
-                                 skip=lambda: session_busy(spark))
-            keeper.start()
+            keeper = keep_session_warm(spark, DEFAULT_LOCAL_INTERVAL, options)
         walls: list[float] = []
         units: list[float] = []
         merges: list[float] = []

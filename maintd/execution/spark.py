@@ -209,9 +209,9 @@ WORKER_MODULES = ("maintd.execution.spark", "maintd.execution.rewrite", "pyarrow
 """What a maintd task imports in a Python worker: the task function's module, the rewrite and what they import."""
 
 
-def preload_worker() -> int:
+def preload_worker() -> None:
     """Import what a maintd task imports, in the PySpark daemon before it forks its workers (when
-    ``MAINTD_WORKER_PRELOAD=1``, :mod:`maintd.pyspark_daemon`); returns the number of modules loaded then.
+    ``MAINTD_WORKER_PRELOAD=1``, :mod:`maintd.pyspark_daemon`).
 
     Spark closes a Python worker idle for a minute, so a daemon whose runs are minutes apart starts its
     workers again for every run, and each paid about 0.35 s of imports before its first task and 0.25 s
@@ -228,7 +228,6 @@ def preload_worker() -> int:
     for name in WORKER_MODULES:
         importlib.import_module(name)
     pa.array(np.zeros(1, np.int64))
-    return len(sys.modules)
 
 
 def warm_up(spark: SparkSession, options: ExecutionOptions | None = None) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from loguru import logger
 
 from maintd.errors import ConfigError, SparkDriverLostError
-from maintd.service.warm_workers import WarmWorkers, keep_warm_interval, session_busy
+from maintd.service.warm_workers import WarmWorkers, keep_session_warm, keep_warm_interval
 from maintd.settings import Settings
 
 
@@ -163,13 +163,9 @@ def _warm_workers(spark: Any, settings: Settings, lost: Callable[[], str | None]
     interval = keep_warm_interval(settings.spark.keep_workers_warm_seconds, spark.sparkContext.master)
     if interval <= 0:
         return None
-    from maintd.execution.spark import options_from_settings, warm_up
+    from maintd.execution.spark import options_from_settings
 
-    options = options_from_settings(settings.spark)
-    warm = WarmWorkers(interval, lambda: warm_up(spark, options),
-                       skip=lambda: lost() is not None or session_busy(spark))
-    warm.start()
-    return warm
+    return keep_session_warm(spark, interval, options_from_settings(settings.spark), lost)
 
 
 def _driver_gone(spark: Any) -> str | None:

@@ -71,6 +71,18 @@ class WarmWorkers:
                 failed = True
 
 
+def keep_session_warm(spark: Any, interval: float, options: Any = None,
+                      lost: Callable[[], str | None] = lambda: None) -> WarmWorkers:
+    """A started keeper of ``spark``'s (classic) workers: :func:`maintd.execution.spark.warm_up` with
+    ``options`` every ``interval`` seconds, skipped while a job runs or once ``lost`` names a reason."""
+    from maintd.execution.spark import warm_up
+
+    warm = WarmWorkers(interval, lambda: warm_up(spark, options),
+                       skip=lambda: lost() is not None or session_busy(spark))
+    warm.start()
+    return warm
+
+
 def session_busy(spark: Any) -> bool:
     """Whether a job of the (classic) session is running."""
     return bool(spark.sparkContext.statusTracker().getActiveJobsIds())

@@ -228,7 +228,7 @@ def test_nothing_the_preload_prints_reaches_the_standard_output_the_jvm_reads_th
     import maintd.execution.spark as spark_module
     import maintd.pyspark_daemon as d
 
-    def noisy() -> int:
+    def noisy() -> None:
         print("a module that prints on import")
         raise RuntimeError("and then fails")
 
