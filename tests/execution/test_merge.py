@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from maintd.execution.merge import merge_chunk, merge_streams
+from maintd.execution.merge import merge_chunk, merge_streams, stable_order
 from maintd.table.merge import latest_rows, sort_by_key_version
 
 
@@ -98,3 +98,21 @@ def test_any_streams_merge_into_whole_keys_in_order(files: int, rows: int, a_val
     assert sum(c.num_rows for c in chunks) == sum(p.num_rows for p in parts)
     merged = pa.concat_tables([merge_chunk(c, ["a", "b"], "cluster", version_ordered=True) for c in chunks])
     assert merged.equals(sort_by_key_version(pa.concat_tables(parts), ["a", "b"], newest_first=False))
+
+
+INTEGER_TYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(INTEGER_TYPES), st.data())
+def test_the_stable_order_of_integer_keys_is_that_of_a_stable_sort(dtype: type, data: st.DataObject) -> None:
+    """Packed (key, row) words where the span allows (small spans, repeats), timsort where it does not
+    (a span near the type's whole range): the same indices as numpy's stable argsort either way."""
+    info = np.iinfo(dtype)
+    lo = data.draw(st.integers(int(info.min), int(info.max)), label="lo")
+    hi = data.draw(st.integers(lo, min(int(info.max), lo + data.draw(st.sampled_from([0, 5, 1 << 20, 1 << 70])))),
+                   label="hi")
+    keys = np.array(data.draw(st.lists(st.integers(lo, hi), max_size=400), label="keys"), dtype=dtype)
+    order = stable_order(keys)
+    assert order.dtype == np.int64
+    assert np.array_equal(order, np.argsort(keys, kind="stable"))
