@@ -136,8 +136,10 @@ def ingest(wl: Path, uri: str, layout: str) -> tuple[float, int]:
 
 def export_level0(table, out: Path) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
     """The table's level-0 files in the peers' layout: ``__seq`` = the file's version (from the log), written
-    with maintd's level-0 Parquet options (``level0_options``)."""
-    from maintd.table.files import level0_options, read_data_file
+    as maintd writes its level-0 files (``write_parquet`` with ``level0_options``: the same codecs, packed
+    columns and dictionaries)."""
+    from maintd.table.dictionaries import dictionary_types
+    from maintd.table.files import level0_options, read_data_file, write_parquet
 
     snap = table.snapshot()
     md = snap.metadata
@@ -151,8 +153,9 @@ def export_level0(table, out: Path) -> tuple[int, int, int]:  # type: ignore[no-
                       "qty": t.column("qty"), "note": t.column("note")})
         (out / f"bucket={bucket}").mkdir(parents=True, exist_ok=True)
         path = out / f"bucket={bucket}" / f"c{f.min_version:06d}-{f.bucket:03d}.parquet"
-        # encoded as maintd encodes its level-0 files, so that every contender decodes the same bytes
-        pq.write_table(t, path, **level0_options(t.schema, ["pk", "__seq", "__op"]))  # packed, with statistics
+        # encoded as maintd encodes its level-0 files, so that every contender decodes the same encoding
+        write_parquet(t, str(path), level0_options(t.schema, ["pk", "__seq", "__op"]),  # packed, with statistics
+                      dictionary_types(t.schema, ["pk"]))  # the text columns of few values as dictionaries
         rows += t.num_rows
         nbytes += path.stat().st_size
     return len(snap.files), rows, nbytes

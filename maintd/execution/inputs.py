@@ -30,9 +30,10 @@ import pyarrow.parquet as pq
 from maintd.execution.merge import key_at, restrict
 from maintd.storage import LocalStorage, Storage
 from maintd.table.actions import AddFile, Metadata
+from maintd.table.dictionaries import common_dictionaries, dictionary_schema, dictionary_types
 from maintd.table.files import data_file_errors, file_schema, map_in_runs, with_hidden_columns
 from maintd.table.keyranges import Key, KeyRange, key_value, sort_key
-from maintd.table.schema import OP_COLUMN, VERSION_COLUMN
+from maintd.table.schema import OP_COLUMN, VERSION_COLUMN, to_arrow
 
 KEY_INDEX = "maintd.key_index"
 """Footer key-value entry of files maintd writes: JSON list of the first key of every row group."""
@@ -52,10 +53,15 @@ class Layout:
     7 ms to decode, 2 ms to reorder and 7 ms to hash into a dictionary again, of 127 ms), and
     :attr:`schema`, the rows a unit merges, lacks them. :func:`partition_constants` reads their value once;
     the outputs write it back (:mod:`maintd.execution.output`). :attr:`full_schema` has them.
+
+    ``dictionaries``: the text columns every input lists as dictionary-encoded throughout
+    (:func:`unit_dictionaries`), read as dictionary arrays and typed so in :attr:`schema`
+    (:mod:`maintd.table.dictionaries`).
     """
 
-    def __init__(self, metadata: Metadata) -> None:
+    def __init__(self, metadata: Metadata, dictionaries: Iterable[str] = ()) -> None:
         self.metadata = metadata
+        self.dictionaries = frozenset(dictionaries)
         self.constant = tuple(metadata.partition_by)
         wanted = (set(metadata.column_names) | {OP_COLUMN, VERSION_COLUMN}) - set(self.constant)
         self._wanted = wanted
@@ -65,16 +71,22 @@ class Layout:
         base = file_schema(metadata, "delta", 1)
         self.full_schema = pa.schema([base.field(n) if n in keys or n in (OP_COLUMN, VERSION_COLUMN)
                                       else base.field(n).with_nullable(True) for n in names])
-        self.schema = pa.schema([f for f in self.full_schema if f.name in wanted])
+        self.schema = dictionary_schema(pa.schema([f for f in self.full_schema if f.name in wanted]),
+                                        self.dictionaries)
         level0 = file_schema(metadata, "delta", 0)
-        self.level0_schema = pa.schema([f for f in level0 if f.name in wanted])
-        """The columns read from a level-0 file, as written."""
+        self.level0_schema = dictionary_schema(pa.schema([f for f in level0 if f.name in wanted]), self.dictionaries)
+        """The columns read from a level-0 file, as written (and read: dictionaries typed so)."""
 
     def columns(self, f: AddFile) -> list[str]:
         key = (f.kind, f.level)
         if key not in self._columns:
             self._columns[key] = [c for c in file_schema(self.metadata, f.kind, f.level).names if c in self._wanted]
         return self._columns[key]
+
+    def read_dictionary(self, names: Sequence[str]) -> list[int] | None:
+        """The indices in ``names`` (a file's columns) of the columns read as dictionaries, or None."""
+        found = [i for i, n in enumerate(names) if n in self.dictionaries]
+        return found or None
 
     def unify(self, t: pa.Table) -> pa.Table:
         """Columns in one order, value columns nullable: so delete-bearing and base files concat."""
@@ -86,9 +98,34 @@ class Layout:
 # -- whole files --------------------------------------------------------------------------------------------------
 
 
-def fetch_all(storage: Storage, files: Sequence[AddFile], threads: int) -> list[pq.ParquetReader]:
-    """Every file fetched with one read and opened from memory (its footer parsed): ``threads`` at once
-    where reads wait on storage (:attr:`Storage.parallel_reads`), one after the other on a local disk.
+class Fetched:
+    """One input fetched whole: its bytes and its parsed footer (:attr:`metadata`), decoded by a reader opened
+    with the dictionaries the unit chose (:meth:`reader`) once every input's footer is known."""
+
+    __slots__ = ("buffer", "metadata")
+
+    def __init__(self, buffer: pa.Buffer, metadata: pq.FileMetaData) -> None:
+        self.buffer = buffer
+        self.metadata = metadata
+
+    def reader(self, read_dictionary: Sequence[int] | None = None) -> pq.ParquetReader:
+        """A reader of the file (its footer not parsed again), the columns at ``read_dictionary`` read as
+        dictionary arrays."""
+        reader = pq.ParquetReader()
+        reader.open(self.buffer, pre_buffer=False, metadata=self.metadata, read_dictionary=read_dictionary)
+        return reader
+
+
+def unit_dictionaries(metadata: Metadata, footers: Iterable[pq.FileMetaData]) -> frozenset[str]:
+    """The text value columns every input of a unit lists as dictionary-encoded throughout: read, merged and
+    written as dictionary arrays (:mod:`maintd.table.dictionaries`)."""
+    allowed = dictionary_types(to_arrow(metadata.fields), [*metadata.primary_key, *metadata.partition_by])
+    return common_dictionaries(footers, allowed)
+
+
+def fetch_all(storage: Storage, files: Sequence[AddFile], threads: int) -> list[Fetched]:
+    """Every file fetched with one read, its footer parsed: ``threads`` at once where reads wait on storage
+    (:attr:`Storage.parallel_reads`), one after the other on a local disk.
 
     A local file is read with plain ``open`` (no pathlib), at the path :meth:`Storage.full_paths` checked.
     """
@@ -101,18 +138,19 @@ def fetch_all(storage: Storage, files: Sequence[AddFile], threads: int) -> list[
     else:
         get = storage.read
 
-    def open_one(f: AddFile) -> pq.ParquetReader:
+    def open_one(f: AddFile) -> Fetched:
         # the reader under pq.ParquetFile: the wrapper resolves its source as a path first and maps every
         # nested column path in Python, a sixth of the GIL time of a unit of 50 small files
         with data_file_errors(storage, f):
+            buffer = pa.py_buffer(get(f.path))
             reader = pq.ParquetReader()
-            reader.open(pa.py_buffer(get(f.path)), pre_buffer=False)
-            return reader
+            reader.open(buffer, pre_buffer=False)
+            return Fetched(buffer, reader.metadata)
 
     return map_in_runs(open_one, files, threads if storage.parallel_reads else 1)
 
 
-def partition_constants(metadata: Metadata, readers: Iterable[pq.ParquetReader | pq.ParquetFile]
+def partition_constants(metadata: Metadata, readers: Iterable[pq.ParquetReader | pq.ParquetFile | Fetched]
                         ) -> dict[str, pa.Array]:
     """The value of each partition column (:attr:`Layout.constant`) as an array of one row, read from the
     first row of the first of ``readers`` that has one; empty when no reader has a row (nothing to write).
@@ -131,6 +169,8 @@ def partition_constants(metadata: Metadata, readers: Iterable[pq.ParquetReader |
         missing = [c for c in metadata.partition_by if c not in names]
         if missing:
             raise ValueError(f"data file lacks partition column(s) {', '.join(missing)}")
+        if isinstance(r, Fetched):
+            r = r.reader()
         if isinstance(r, pq.ParquetReader):
             t = r.read_row_group(group, column_indices=[names.index(c) for c in metadata.partition_by],
                                  use_threads=False)
@@ -140,7 +180,7 @@ def partition_constants(metadata: Metadata, readers: Iterable[pq.ParquetReader |
     return {}
 
 
-def decoded_bytes(pf: pq.ParquetFile | pq.ParquetReader) -> int:
+def decoded_bytes(pf: pq.ParquetFile | pq.ParquetReader | Fetched) -> int:
     """The uncompressed size of a Parquet file's row groups, from its footer (a proxy of its Arrow size)."""
     md = pf.metadata
     return sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
@@ -150,9 +190,10 @@ class TooLargeError(Exception):
     """The decoded inputs outgrew the limit given to :func:`read_all` (they are streamed instead)."""
 
 
-def read_all(metadata: Metadata, files: Sequence[AddFile], data: Sequence[pq.ParquetReader], threads: int,
-             key_range: KeyRange, limit: float | None = None) -> pa.Table:
-    """Decode fetched inputs, in the order given, restricted to ``key_range``.
+def read_all(metadata: Metadata, files: Sequence[AddFile], data: Sequence[Fetched], threads: int,
+             key_range: KeyRange, limit: float | None = None, dictionaries: Iterable[str] = ()) -> pa.Table:
+    """Decode fetched inputs, in the order given, restricted to ``key_range``, the ``dictionaries`` columns
+    as dictionary arrays (:func:`unit_dictionaries`).
 
     Files are decoded in parallel threads. When every input is a level-0 file with the same columns
     (the small-file case), the parts are concatenated as read and the version column, one constant
@@ -163,7 +204,7 @@ def read_all(metadata: Metadata, files: Sequence[AddFile], data: Sequence[pq.Par
             tell the Arrow size of every column (a dictionary-encoded string column decodes to far more),
             so the size is measured as the files are decoded, and decoding stops once it is exceeded.
     """
-    layout = Layout(metadata)
+    layout = Layout(metadata, dictionaries)
     keys = list(metadata.primary_key)
     level0 = all(f.kind == "delta" and f.level == 0 for f in files)
     constant = set(layout.constant)
@@ -174,9 +215,10 @@ def read_all(metadata: Metadata, files: Sequence[AddFile], data: Sequence[pq.Par
         if limit is not None and decoded[0] > limit:
             raise TooLargeError
         f = files[i]
-        reader = data[i]
+        names = data[i].metadata.schema.names
+        reader = data[i].reader(layout.read_dictionary(names))
         columns = None if level0 and not constant else [reader.column_name_idx(c) for c in layout.columns(f)]
-        t = reader.read_all(column_indices=columns, use_threads=False)
+        t = reader.read_all(column_indices=columns, use_threads=False).replace_schema_metadata(None)
         with lock:  # a freshly decoded table shares no buffers: their sum is its size (nbytes looks for
             decoded[0] += t.get_total_buffer_size()  # shared ones, 15 us a small file against 0.6)
         t = restrict(t, keys, key_range)
@@ -220,6 +262,8 @@ class StreamSource:
     """Estimated Arrow bytes of one row, hidden columns included."""
     overhead: int
     """Estimated bytes of an open reader: pages, dictionaries and read buffers of the columns read."""
+    dictionaries: frozenset[str] = frozenset()
+    """The columns read as dictionary arrays (set by the unit once it knows every input's footer)."""
 
     @property
     def rows(self) -> int:
@@ -243,7 +287,8 @@ class StreamSource:
 
     def open(self) -> pq.ParquetFile:
         src = self.location if self.filesystem is None else self.filesystem.open_input_file(self.location)
-        return pq.ParquetFile(src, metadata=self.metadata, buffer_size=READ_BUFFER, pre_buffer=False)
+        return pq.ParquetFile(src, metadata=self.metadata, buffer_size=READ_BUFFER, pre_buffer=False,
+                              read_dictionary=sorted(self.dictionaries) or None)
 
 
 def open_source(location: str, filesystem: pafs.FileSystem | None, f: AddFile | None, columns: list[str] | None,
@@ -353,7 +398,7 @@ def file_stream(src: StreamSource, layout: Layout | None, keys: Sequence[str], b
         batches = pf.iter_batches(batch_size=batch_rows, row_groups=src.row_groups, columns=src.columns,
                                   use_threads=False)
     for b in batches:
-        t = b if isinstance(b, pa.Table) else pa.Table.from_batches([b])
+        t = (b if isinstance(b, pa.Table) else pa.Table.from_batches([b])).replace_schema_metadata(None)
         if src.hidden is not None and layout is not None:
             t = layout.unify(with_hidden_columns(t, src.hidden))
         if key_range.hi is not None and t.num_rows and sort_key(key_at(t, keys, 0)) >= sort_key(key_range.hi):

@@ -18,7 +18,6 @@ driver can find what a failed attempt left behind.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import secrets
@@ -35,6 +34,16 @@ from maintd.execution.merge import key_at
 from maintd.execution.specs import TaskSpec
 from maintd.storage import Storage
 from maintd.table.actions import AddFile, FileKind
+from maintd.table.dictionaries import (
+    DICTIONARY_PAGE_LIMIT,
+    arrow_schema_metadata,
+    conform,
+    dictionary_schema,
+    dictionary_types,
+    encode_text,
+    footer_entries,
+    with_dictionaries,
+)
 from maintd.table.files import (
     WRITE_OPTIONS,
     data_file_path,
@@ -46,7 +55,8 @@ from maintd.table.files import (
 from maintd.table.keyranges import Key
 from maintd.table.schema import OP_COLUMN, OP_DELETE
 
-OUTPUT_OPTIONS: dict[str, Any] = {**WRITE_OPTIONS, "dictionary_pagesize_limit": 64 << 10, "data_page_size": OWN_PAGE}
+OUTPUT_OPTIONS: dict[str, Any] = {**WRITE_OPTIONS, "dictionary_pagesize_limit": DICTIONARY_PAGE_LIMIT,
+                                   "data_page_size": OWN_PAGE}
 """Parquet options of merge outputs: the format's (zstd 1, statistics), a 64 KiB dictionary page limit (a
 high-cardinality column falls back to plain encoding early instead of hashing 1 MiB of values first:
 faster, and smaller files after zstd) and 128 KiB data pages (cheap to stream)."""
@@ -113,11 +123,13 @@ def constant_column(value: pa.Array, rows: int) -> pa.DictionaryArray:
 def with_constants(t: pa.Table, schema: pa.Schema, values: Mapping[str, pa.Array | None]) -> pa.Table:
     """``t`` (the other columns of ``schema``) with the columns named in ``values`` added, each a
     :func:`constant_column` (null where the value is None), in ``schema``'s order, as :func:`writer_schema`
-    types them."""
+    types them (the other columns keep their type: a dictionary column stays one)."""
     n = t.num_rows
     cols = [constant_column(v if (v := values[f.name]) is not None else pa.nulls(1, f.type), n)
             if f.name in values else t.column(f.name) for f in schema]
-    return pa.Table.from_arrays(cols, schema=writer_schema(schema, values))
+    fields = [f if f.name in values else f.with_type(t.schema.field(f.name).type)
+              for f in writer_schema(schema, values)]
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields, metadata=schema.metadata))
 
 
 def writer_schema(schema: pa.Schema, constant: Sequence[str] | Mapping[str, Any]) -> pa.Schema:
@@ -126,39 +138,39 @@ def writer_schema(schema: pa.Schema, constant: Sequence[str] | Mapping[str, Any]
                       if f.name in constant else f for f in schema], metadata=schema.metadata)
 
 
-def arrow_schema_metadata(schema: pa.Schema) -> dict[bytes, bytes]:
-    """The footer entries through which Arrow readers restore ``schema``: the ``ARROW:schema`` entry, as
-    Arrow's Parquet writer makes it (the schema in Arrow's IPC format, base64), and the schema's own
-    metadata."""
-    return {**(schema.metadata or {}), b"ARROW:schema": base64.b64encode(schema.serialize().to_pybytes())}
-
-
 class OutputFile:
     """One output file being written.
 
     ``constants``: the value (an array of one row) of each column of ``schema`` that holds one value in
     every row, the partition columns of a unit: the row groups given to :meth:`write_group` lack them, and
-    each is written as a :func:`constant_column` (:func:`with_constants`). The file is written from
-    :func:`writer_schema`, and its footer says ``schema``: the Parquet schema is the same either way (a
-    dictionary-typed string column is a string column), and Arrow readers are told ``schema`` through
-    :func:`arrow_schema_metadata`, so a reader cannot tell it from a file written from ``schema`` itself.
+    each is written as a :func:`constant_column` (:func:`with_constants`).
+
+    ``text``: the string and binary value columns that may be written as dictionaries
+    (:mod:`maintd.table.dictionaries`). The first row group decides which are (:func:`encode_text`: those
+    of few distinct values; a merge of dictionary-read inputs hands them over as dictionary arrays, whose
+    entries are only unified and compacted); the footer lists those whose every row group was.
+
+    The file is written from its writer schema (constants and chosen text columns dictionary-typed), and
+    its footer says ``schema``: the Parquet schema is the same either way (a dictionary-typed string column is
+    a string column), and Arrow readers are told ``schema`` through :func:`arrow_schema_metadata`, so a reader
+    cannot tell it from a file written from ``schema`` itself.
     """
 
     def __init__(self, storage: Storage, path: str, schema: pa.Schema, options: dict[str, Any],
-                 constants: Mapping[str, pa.Array] | None = None) -> None:
+                 constants: Mapping[str, pa.Array] | None = None, text: Sequence[str] = ()) -> None:
         self.path = path
         self.storage = storage
         storage.makedirs(path.rsplit("/", 1)[0])
         self.sink = storage.filesystem.open_output_stream(storage.full_path(path))
         self.schema = schema
+        self.options = options
         self.constants = dict(constants or {})
-        self.footer: dict[bytes, bytes] = {}
-        if self.constants:
-            self.footer = arrow_schema_metadata(schema)
-            self.writer = pq.ParquetWriter(self.sink, writer_schema(schema, self.constants), **options,
-                                           store_schema=False)
-        else:
-            self.writer = pq.ParquetWriter(self.sink, schema, **options)
+        self.text = [c for c in text if c not in self.constants]
+        self.writer: pq.ParquetWriter | None = None
+        self.chosen: list[str] = []
+        """The text columns written as dictionaries (decided by the first row group)."""
+        self.flagged: set[str] = set()
+        """Those of :attr:`chosen` whose every row group so far was dictionary-encoded throughout."""
         self.rows = 0
         self.deletes = 0
         self.index: list[Key] = []
@@ -170,7 +182,11 @@ class OutputFile:
         """Write ``t`` as a row group, its constant columns added (null ones when ``null_constants``)."""
         if self.constants:
             t = with_constants(t, self.schema, {c: None if null_constants else v for c, v in self.constants.items()})
-        self.writer.write_table(t, row_group_size=t.num_rows)
+        encoded = {c: encode_text(t.column(c)) for c in self.text}
+        if self.writer is None:
+            self._open([c for c in self.text if encoded[c] is not None])
+        assert self.writer is not None
+        self.writer.write_table(self._as_written(t, encoded), row_group_size=t.num_rows)
         first = key_at(t, keys, 0)
         self.index.append(first)
         self.first = self.first or first
@@ -179,12 +195,47 @@ class OutputFile:
         if count_deletes:
             self.deletes += int(pc.sum(pc.equal(t.column(OP_COLUMN), OP_DELETE)).as_py() or 0)
 
+    def _open(self, chosen: list[str]) -> None:
+        self.chosen = chosen
+        self.flagged = set(chosen)
+        options = dict(self.options)
+        if isinstance(options.get("use_dictionary"), list):  # only the columns that are dictionaries
+            options["use_dictionary"] = [c for c in options["use_dictionary"] if c not in self.text] + chosen
+        written = dictionary_schema(writer_schema(self.schema, self.constants), chosen)
+        if written.equals(self.schema):
+            self.writer = pq.ParquetWriter(self.sink, self.schema, **options)
+        else:
+            self.writer = pq.ParquetWriter(self.sink, written, **options, store_schema=False)
+
+    def _as_written(self, t: pa.Table, encoded: Mapping[str, pa.DictionaryArray | None]) -> pa.Table:
+        """``t`` with its text columns as the writer schema types them: a chosen column whose dictionary does not
+        fit this row group is given whole (the Parquet writer then falls back to plain pages part way, and the
+        column is no longer listed in the footer), another text column as plain values."""
+        for c in self.text:
+            col = t.column(c)
+            if c in self.chosen:
+                arr = encoded[c]
+                if arr is None:
+                    self.flagged.discard(c)
+                    arr = pc.dictionary_encode(col) if not pa.types.is_dictionary(col.type) else col
+                t = with_dictionaries(t, {c: arr})
+            elif pa.types.is_dictionary(col.type):
+                t = t.set_column(t.schema.get_field_index(c), self.schema.field(c), col.cast(self.schema.field(c).type))
+        return t
+
     @property
     def size(self) -> int:
         return int(self.sink.tell())
 
     def close(self, *, durable: bool) -> int:
-        self.writer.add_key_value_metadata({**self.footer, KEY_INDEX.encode(): json.dumps(self.index).encode()})
+        if self.writer is None:  # no row group: a file of the schema alone
+            self._open([])
+        assert self.writer is not None
+        footer: dict[bytes, bytes] = {}
+        if self.constants or self.chosen:
+            footer = footer_entries(self.schema, sorted(self.flagged)) if self.flagged else arrow_schema_metadata(
+                self.schema)
+        self.writer.add_key_value_metadata({**footer, KEY_INDEX.encode(): json.dumps(self.index).encode()})
         self.writer.close()
         size = self.size
         self.sink.close()
@@ -194,7 +245,8 @@ class OutputFile:
 
     def abort(self) -> None:
         with contextlib.suppress(Exception):
-            self.writer.close()
+            if self.writer is not None:
+                self.writer.close()
         with contextlib.suppress(Exception):
             self.sink.close()
 
@@ -222,6 +274,8 @@ class Outputs:
         :func:`constant_column` of the value set by :meth:`set_constants`."""
         self.values: dict[str, pa.Array] | None = None if self.constant else {}
         self.row_schema = pa.schema([f for f in self.schema if f.name not in self.constant])
+        self.text = dictionary_types(self.schema, [*self.constant, *self.keys])
+        """The columns that may be written as dictionaries (:class:`OutputFile`)."""
         self.row_group_rows = max(1, row_group_rows)
         self.attempt = attempt
         self.target = spec.target_file_bytes if self.kind == "base" else None
@@ -246,9 +300,7 @@ class Outputs:
         """Append rows (sorted, all keys above those written before) of every column but the partition ones."""
         if t.num_rows == 0:
             return
-        t = t.select(self.row_schema.names)
-        if not t.schema.equals(self.row_schema):
-            t = t.cast(self.row_schema)
+        t = conform(t.select(self.row_schema.names), self.row_schema)
         self._pending.append(t)
         self._pending_rows += t.num_rows
         if self._pending_rows >= self.row_group_rows:
@@ -276,7 +328,7 @@ class Outputs:
                                   unique=file_unique(s.token, self.attempt))
             if self.values is None:
                 raise RuntimeError("rows to write before the partition columns' values were set")
-            self._current = OutputFile(self.storage, path, self.schema, self.options, self.values)
+            self._current = OutputFile(self.storage, path, self.schema, self.options, self.values, self.text)
         self._current.write_group(group, self.keys, self.kind == "delta")
         if self.target is not None and self._current.size >= self.target:
             self._finish_current()

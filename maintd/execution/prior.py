@@ -33,6 +33,7 @@ from maintd.execution.output import OutputFile, file_unique, output_options
 from maintd.execution.specs import TaskSpec
 from maintd.storage import Storage
 from maintd.table.actions import PriorRows
+from maintd.table.dictionaries import conform, dictionary_types
 from maintd.table.files import prior_file_path
 from maintd.table.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
 
@@ -106,7 +107,7 @@ class PriorWriter:
         keyed = chunk.select([*self.keys, VERSION_COLUMN]).take(wanted)
         order = pc.sort_indices(keyed, sort_keys=[*((k, "ascending") for k in self.keys),
                                                   (VERSION_COLUMN, "ascending")])
-        rows = chunk.take(wanted.take(order)).select(self.row_schema.names).cast(self.row_schema)
+        rows = conform(chunk.take(wanted.take(order)).select(self.row_schema.names), self.row_schema)
         self.key_count += len(held) + missing.num_rows
         self.row_count += len(held)
         self.delta_count += rows.num_rows - len(held)
@@ -147,7 +148,8 @@ class PriorWriter:
         s = self.spec
         path = prior_file_path(s.metadata, s.partition, s.bucket, unique=file_unique(s.token, self.attempt))
         options = output_options(self.schema, "delta", 1, [*s.metadata.partition_by, *self.keys], self.constant)
-        self.file = OutputFile(self.storage, path, self.schema, options, self.values)
+        text = dictionary_types(self.schema, [*self.constant, *self.keys])
+        self.file = OutputFile(self.storage, path, self.schema, options, self.values, text)
 
     def close(self) -> PriorRows | None:
         """Finish the file and describe it (None: the unit stores none). A unit whose range holds no DeltaFile

@@ -60,6 +60,7 @@ from maintd.execution.inputs import (
     open_source,
     partition_constants,
     read_all,
+    unit_dictionaries,
 )
 from maintd.execution.merge import in_version_order, integer_key, merge_chunk, merge_streams
 from maintd.execution.output import Outputs
@@ -313,8 +314,10 @@ def _read_whole(storage: Storage, spec: TaskSpec, files: Sequence[AddFile]
     room = spec.task_memory_bytes * MEMORY_PATH_SHARE - packed
     if 2 * sum(decoded_bytes(d) for d in data) > room:
         return None
+    dictionaries = unit_dictionaries(spec.metadata, (d.metadata for d in data))
     try:
-        rows = read_all(spec.metadata, files, data, spec.decode_threads, spec.key_range, limit=room / 2)
+        rows = read_all(spec.metadata, files, data, spec.decode_threads, spec.key_range, limit=room / 2,
+                        dictionaries=dictionaries)
     except TooLargeError:  # decoded larger than the footers said (dictionary-encoded strings): stream
         return None
     return [rows], partition_constants(spec.metadata, data)
@@ -329,18 +332,22 @@ class _Streaming:
         self.run_kind = "cluster" if every_version else spec.kind
         """How a spilled run merges: as the unit does, or keeping every row version (prior rows)."""
         self.keys = list(spec.metadata.primary_key)
-        self.layout = Layout(spec.metadata)
         self.disjoint = disjoint
-        self.numeric = integer_key(self.layout.schema, self.keys)
         self.budget = spec.task_memory_bytes
+        columns = Layout(spec.metadata)
+        self.numeric = integer_key(columns.schema, self.keys)
 
         def footer(f: AddFile) -> StreamSource:
             with data_file_errors(storage, f):
-                return open_source(storage.full_path(f.path), storage.filesystem, f, self.layout.columns(f),
+                return open_source(storage.full_path(f.path), storage.filesystem, f, columns.columns(f),
                                    self.keys, spec.key_range)
 
         with ThreadPoolExecutor(max(1, min(spec.read_threads, len(files)))) as pool:  # one small read each
             self.sources = list(pool.map(footer, files))
+        dictionaries = unit_dictionaries(spec.metadata, (s.metadata for s in self.sources))
+        self.layout = Layout(spec.metadata, dictionaries)
+        for s in self.sources:
+            s.dictionaries = dictionaries
         self.constants = partition_constants(spec.metadata, (s.open() for s in self.sources if s.rows))
         self.passes = 1
         self.rows_read = 0

@@ -30,6 +30,16 @@ import pyarrow.parquet as pq
 from maintd.errors import DataFileMissingError, DataFileSchemaError
 from maintd.storage import Storage
 from maintd.table.actions import AddFile, Field_, FileKind, KeyValue, Metadata
+from maintd.table.dictionaries import (
+    DICTIONARY_PAGE_LIMIT,
+    conform,
+    dictionary_types,
+    encode_text,
+    file_dictionary,
+    fits,
+    footer_entries,
+    with_dictionaries,
+)
 from maintd.table.keyranges import key_value
 from maintd.table.lazy import lazy_module
 from maintd.table.schema import OP_COLUMN, OP_DELETE, OP_UPSERT, VERSION_COLUMN, to_arrow
@@ -245,16 +255,20 @@ def write_data_files(storage: Storage, metadata: Metadata, contents: Sequence[Fi
             storage.makedirs(d)
         dirs[d] = storage.full_path(d) if d else storage.full_path(paths[0]).rpartition("/")[0]
     keys = metadata.primary_key
-    options = (level0_options(schema, [*metadata.partition_by, *keys]) if kind == "delta" and level == 0
-               else WRITE_OPTIONS)
+    level0 = kind == "delta" and level == 0
+    options = level0_options(schema, [*metadata.partition_by, *keys]) if level0 else WRITE_OPTIONS
+    text = dictionary_types(schema, [*metadata.partition_by, *keys]) if level0 else []
+
+    shape = conform(contents[0][0].select(schema.names), schema).schema  # the files of a batch share it
+    shared: dict[Any, Any] = {}
 
     def one(i: int) -> AddFile:
         data, partition, bucket = contents[i]
-        if not data.schema.equals(schema):
-            data = data.select(schema.names).cast(schema)
+        if not data.schema.equals(shape):
+            data = conform(data.select(schema.names), schema)
         d, _, name = paths[i].rpartition("/")  # a new random name in a checked directory
         with storage.filesystem.open_output_stream(f"{dirs[d]}/{name}") as sink:
-            pq.write_table(data, sink, **options)
+            write_parquet(data, sink, options, text, schema, shared)
             size = int(sink.tell())
         deletes = int(pc.sum(pc.equal(data.column(OP_COLUMN), OP_DELETE)).as_py() or 0) if kind == "delta" else 0
         kmin, kmax = key_bounds(data, keys)
@@ -267,6 +281,51 @@ def write_data_files(storage: Storage, metadata: Metadata, contents: Sequence[Fi
     adds = [one(0)] if len(contents) == 1 else list(_write_pool().map(one, range(len(contents))))
     storage.make_durable_many(paths)
     return adds
+
+
+def write_parquet(data: pa.Table, sink: Any, options: Mapping[str, Any], text: Sequence[str] = (),
+                  schema: pa.Schema | None = None, shared: dict[Any, Any] | None = None) -> None:
+    """Write ``data`` as one Parquet file with ``options``, those of its ``text`` columns that have few distinct
+    values as dictionaries, listed in the footer (docs/format.md, "Data files"); the footer's Arrow schema is
+    ``schema`` (default: ``data``'s, its dictionaries as plain columns).
+
+    A text column that comes as a dictionary array (a writer's batch encoded before it was split,
+    :func:`~maintd.table.dictionaries.encode_batch`) is written as it is; a plain one is encoded here
+    (:func:`~maintd.table.dictionaries.encode_text`). ``shared``: what the files of one batch share (their
+    writer's options and schema, the footer entries in its metadata), worked out for the first of them: a
+    streaming writer's commit writes a hundred files of a hundred rows, where every 10 us per file is a
+    millisecond per commit.
+    """
+    encoded: list[str] = []
+    for c in text:
+        col = data.column(c)
+        if pa.types.is_dictionary(col.type):
+            if col.num_chunks == 1 and len(d := col.chunk(0).dictionary) <= len(col) and fits(d):
+                encoded.append(c)  # a slice of an encoded batch, as it is
+                continue
+            arr = file_dictionary(col)
+        else:
+            arr = encode_text(col)
+        if arr is not None:
+            data = with_dictionaries(data, {c: arr})
+            encoded.append(c)
+        elif pa.types.is_dictionary(col.type):  # too large a dictionary for one page: plain values
+            data = data.set_column(data.schema.get_field_index(c), c, col.cast(col.type.value_type))
+    plain = schema or pa.schema([f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f
+                                 for f in data.schema], metadata=data.schema.metadata)
+    if not encoded:
+        pq.write_table(conform(data, plain), sink, **options)
+        return
+    key = tuple(encoded)
+    got = shared.get(key) if shared is not None else None
+    if got is None:
+        got = ({**options, "use_dictionary": encoded, "dictionary_pagesize_limit": DICTIONARY_PAGE_LIMIT,
+                "store_schema": False}, footer_entries(plain, encoded))
+        if shared is not None:
+            shared[key] = got
+    with pq.ParquetWriter(sink, data.schema, **got[0]) as writer:
+        writer.write_table(data)
+        writer.add_key_value_metadata(got[1])
 
 
 def read_data_file(storage: Storage, metadata: Metadata, f: AddFile, columns: Sequence[str] | None = None,
@@ -339,7 +398,8 @@ def _decode(storage: Storage, f: AddFile, full_path: str, projection: _Projectio
             if not found.equals(expected):  # a file maintd wrote for this schema matches as a whole
                 _check_columns(f"table {storage.uri}: data file {f.path}", f.path, expected, found, read_cols)
                 indices = [found.get_field_index(c) for c in read_cols]
-            return reader.read_all(column_indices=indices, use_threads=threads)
+            # the footer's entries (key index, dictionary list) describe the file, not the rows: not passed on
+            return reader.read_all(column_indices=indices, use_threads=threads).replace_schema_metadata(None)
     except (pa.ArrowInvalid, OSError) as exc:
         raise _file_error(storage, f, exc) from None
 
@@ -372,7 +432,7 @@ def read_rows_of_keys(storage: Storage, metadata: Metadata, f: AddFile, keys: pa
                   if at is None or _may_hold(lead, meta.row_group(i).column(at).statistics)]
         if not groups:
             return with_hidden_columns(expected.empty_table(), f)
-        t = pf.read_row_groups(groups, columns=expected.names)
+        t = pf.read_row_groups(groups, columns=expected.names).replace_schema_metadata(None)
     return with_hidden_columns(rows_with_keys(t, pk, keys), f)
 
 

@@ -12,6 +12,7 @@ from maintd.errors import InvalidInputError, PrimaryKeyError
 from maintd.storage import Storage
 from maintd.table.actions import AddFile, Metadata
 from maintd.table.bucketing import bucket_of
+from maintd.table.dictionaries import dictionary_types, encode_batch
 from maintd.table.files import file_schema, write_data_files
 from maintd.table.lazy import lazy_module
 from maintd.table.merge import first_of_each_key
@@ -127,7 +128,10 @@ def split_and_write(storage: Storage, metadata: Metadata, batch: pa.Table) -> li
     s = s.filter(pa.array(first_of_each_key(s, [*group_cols, *pk])))
     starts = np.flatnonzero(first_of_each_key(s, group_cols))
     ends = [*starts[1:].tolist(), s.num_rows]
-    data = s.select(file_schema(metadata, "delta", 0).names).cast(file_schema(metadata, "delta", 0))
+    layout = file_schema(metadata, "delta", 0)
+    # text columns of few values become dictionaries once for the batch: its files share them (write_parquet)
+    data = encode_batch(s.select(layout.names).cast(layout),
+                        dictionary_types(layout, [*metadata.partition_by, *metadata.primary_key]))
     contents = []
     for a, b in zip(starts.tolist(), ends, strict=True):
         partition = {c: s.column(f"__p{i}")[a].as_py() for i, c in enumerate(metadata.partition_by)}

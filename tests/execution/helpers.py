@@ -12,7 +12,8 @@ from maintd import Table
 from maintd.execution import PlanDoc, PlanTaskDoc
 from maintd.table import Snapshot
 
-SCHEMA = "id:int64,name:string,amount:float64"
+SCHEMA = "id:int64,name:string,amount:float64,tier:string"
+"""``name`` of many values, ``tier`` of few (and nulls): files store it as a dictionary, merges read it as one."""
 
 
 class Model:
@@ -32,13 +33,15 @@ class Model:
     def table(self) -> pa.Table:
         rows = [self.rows[k] for k in sorted(self.rows)]
         return pa.Table.from_pylist(rows, schema=pa.schema([("id", pa.int64()), ("name", pa.string()),
-                                                           ("amount", pa.float64())]))
+                                                           ("amount", pa.float64()), ("tier", pa.string())]))
 
 
 def batch(rng: np.random.Generator, n: int, keyspace: int, delete_share: float = 0.2) -> pa.Table:
     k = rng.integers(0, keyspace, n)
+    tiers = [None, "gold", "silver", "bronze"]
     return pa.table({"id": pa.array(k, pa.int64()), "name": [f"n{x}-{rng.integers(0, 9)}" for x in k],
-                     "amount": rng.random(n), "op": pa.array((rng.random(n) < delete_share).astype(np.int8))})
+                     "amount": rng.random(n), "tier": pa.array([tiers[i] for i in rng.integers(0, 4, n)], pa.string()),
+                     "op": pa.array((rng.random(n) < delete_share).astype(np.int8))})
 
 
 def make_table(root: Path, commits: int = 20, rows: int = 200, keyspace: int = 600, buckets: int = 4,

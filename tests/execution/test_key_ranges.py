@@ -82,6 +82,7 @@ def test_a_key_range_reads_only_the_row_groups_that_can_hold_its_keys(tmp_path: 
 def _growing(table: Table, model: Model, rng: np.random.Generator, lo: int, hi: int, n: int = 600) -> None:
     k = rng.integers(lo, hi, n)
     b = pa.table({"id": pa.array(k, pa.int64()), "name": [f"n{x}" for x in k], "amount": rng.random(n),
+                  "tier": pa.array(np.array(["gold", "silver"])[k % 2]),
                   "op": pa.array((rng.random(n) < 0.1).astype(np.int8))})
     table.write_changes(b, "op")
     model.apply(b)

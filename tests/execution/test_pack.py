@@ -32,7 +32,7 @@ from maintd.execution.merge import in_version_order, merge_chunk
 from maintd.execution.specs import PlanDoc, PlanTaskDoc, TaskResult
 from maintd.table.merge import latest_rows, sort_by_key_version
 
-from .helpers import Model, batch, make_table, plan_all, sorted_read
+from .helpers import SCHEMA, Model, batch, make_table, plan_all, sorted_read
 
 
 def _rows(table: Table, r: TaskResult) -> pa.Table:
@@ -217,7 +217,7 @@ def _plan(table: Table, kind: str, paths: list[str], level: int | None = 1) -> P
 def test_merging_files_whose_version_ranges_overlap_keeps_the_rule(tmp_path: Path, options: ExecutionOptions) -> None:
     """Odd and even commits clustered apart give two level-1 files with interleaved versions; merging those
     (with newer level-0 files) must still order versions by their value, not by file."""
-    table = Table.create(str(tmp_path / "t"), "id:int64,name:string,amount:float64", primary_key="id", buckets=1)
+    table = Table.create(str(tmp_path / "t"), SCHEMA, primary_key="id", buckets=1)
     model, rng = Model(), np.random.default_rng(3)
     for _ in range(10):
         b = batch(rng, 120, 150)
@@ -351,9 +351,9 @@ def test_spark_tasks_in_flight_follow_the_cores_the_cluster_has_now(tmp_path: Pa
 
 
 @pytest.mark.parametrize(("level", "codecs_by_column"), [
-    (1, {"id": "UNCOMPRESSED", "name": "LZ4", "amount": "LZ4", "_maintd_op": "UNCOMPRESSED",
+    (1, {"id": "UNCOMPRESSED", "name": "LZ4", "amount": "LZ4", "tier": "LZ4", "_maintd_op": "UNCOMPRESSED",
          "_maintd_version": "UNCOMPRESSED"}),
-    (2, dict.fromkeys(["id", "name", "amount", "_maintd_op", "_maintd_version"], "ZSTD"))])
+    (2, dict.fromkeys(["id", "name", "amount", "tier", "_maintd_op", "_maintd_version"], "ZSTD"))])
 def test_level2_outputs_are_zstd_while_level0_and_level1_files_are_lz4(tmp_path: Path, level: int,
                                                                           codecs_by_column: dict[str, str]) -> None:
     """Level 1 packs its integer columns (DELTA_BINARY_PACKED, uncompressed) and LZ4s the others."""

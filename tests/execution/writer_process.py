@@ -19,6 +19,7 @@ def main(uri: str, commits: int, seed: int, out: str) -> None:
     for _ in range(commits):
         k = rng.integers(0, 600, 100)
         b = pa.table({"id": pa.array(k, pa.int64()), "name": [f"w{x}" for x in k], "amount": rng.random(100),
+                      "tier": pa.array(np.array(["gold", "silver"])[k % 2]),
                       "op": pa.array((rng.random(100) < 0.2).astype(np.int8))})
         table.write_changes(b, "op")
         written.append(b)

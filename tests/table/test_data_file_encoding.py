@@ -1,6 +1,7 @@
-"""How data files are encoded (docs/format.md, "Data files"): a writer's level-0 files in LZ4 without
-dictionaries, integer keys packed (DELTA_BINARY_PACKED), with statistics for the key and hidden columns only;
-the files maintenance writes in zstd; a table mixing them reads as one."""
+"""How data files are encoded (docs/format.md, "Data files"): a writer's level-0 files in LZ4 with
+dictionaries for text columns of few values only (listed in the footer), integer keys packed
+(DELTA_BINARY_PACKED), with statistics for the key and hidden columns only; the files maintenance writes in
+zstd; a table mixing them reads as one."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pyarrow.parquet as pq
 from table_helpers import groups, rewrite_bucket
 
 from maintd import Table
+from maintd.table.dictionaries import dictionary_columns
 
 
 def _encodings(table: Table, path: str) -> dict[str, tuple[str, bool, bool]]:
@@ -23,22 +25,27 @@ def _encodings(table: Table, path: str) -> dict[str, tuple[str, bool, bool]]:
             for i in range(rg.num_columns)}
 
 
-def test_level0_files_are_lz4_without_dictionaries_with_statistics_of_their_keys(tmp_path: Path) -> None:
-    table = Table.create(str(tmp_path / "t"), "r:string,id:int64!,name:string,qty:int64,price:float64",
+def test_level0_files_are_lz4_with_dictionaries_for_text_of_few_values_and_statistics_of_their_keys(
+        tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), "r:string,id:int64!,name:string,qty:int64,price:float64,tag:string",
                          primary_key="id", partition_by="r", buckets=1)
     table.upsert(pa.table({"r": ["eu"] * 200, "id": list(range(200)), "name": ["a", "b"] * 100, "qty": [7] * 200,
-                           "price": [1.5] * 200}))
+                           "price": [1.5] * 200, "tag": [f"t{i}" for i in range(200)]}))
     (f,) = table.snapshot().files.values()
     assert f.level == 0
     assert _encodings(table, f.path) == {
-        "r": ("LZ4", False, True), "id": ("UNCOMPRESSED", False, True), "name": ("LZ4", False, False),
-        "qty": ("LZ4", False, False), "price": ("LZ4", False, False),
-        "_maintd_op": ("UNCOMPRESSED", False, True)}
-    md = pq.ParquetFile(table.storage.full_path(f.path)).metadata.row_group(0)
+        "r": ("LZ4", False, True), "id": ("UNCOMPRESSED", False, True), "name": ("LZ4", True, False),
+        "qty": ("LZ4", False, False), "price": ("LZ4", False, False), "tag": ("LZ4", False, False),
+        "_maintd_op": ("UNCOMPRESSED", False, True)}, "a dictionary for the text of few values only"
+    pf = pq.ParquetFile(table.storage.full_path(f.path))
+    assert dictionary_columns(pf.metadata) == {"name"}, "listed in the footer"
+    assert pf.schema_arrow.field("name").type == pa.string(), "the footer's Arrow schema is the table's"
+    md = pf.metadata.row_group(0)
     packed = {md.column(i).path_in_schema for i in range(md.num_columns)
               if "DELTA_BINARY_PACKED" in md.column(i).encodings}
     assert packed == {"id", "_maintd_op"}, "integer key and hidden columns are packed, not compressed"
     assert (f.key_min, f.key_max) == ((0,), (199,))
+    assert table.read().schema.metadata is None, "footer entries are not passed on to readers"
 
 
 def test_files_written_by_maintenance_are_zstd_and_a_table_mixing_both_reads_as_one(tmp_path: Path) -> None:

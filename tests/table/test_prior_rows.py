@@ -47,19 +47,21 @@ PRIOR = {"changes.prior.rows": "true"}
 
 
 def _batch(rng: np.random.Generator, n: int, keyspace: int, composite: bool, deletes: float = 0.2,
-           partitioned: bool = False, offset: int = 0) -> pa.Table:
+           partitioned: bool = False, offset: int = 0, text: bool = False) -> pa.Table:
     k = rng.integers(offset, offset + keyspace, n)
     cols: dict[str, Any] = ({"a": pa.array(k % 3, pa.int64()), "b": [f"k{x:06d}" for x in k]} if composite
                             else {"id": pa.array(k, pa.int64())})
     if partitioned:  # a key lives in one partition
         cols["ds"] = pa.array(np.where(k % 2 == 0, "even", "odd"))
+    if text:  # a text column of few values: dictionary-encoded in every file, merged as a dictionary
+        cols["c"] = pa.array([(None, "x", "y")[i] for i in rng.integers(0, 3, n)], pa.string())
     return pa.table({**cols, "v": rng.random(n), "op": pa.array((rng.random(n) < deletes).astype(np.int8))})
 
 
 def _create(root: Path, composite: bool, buckets: int = 2, properties: dict[str, str] | None = None,
-            partitioned: bool = False) -> Table:
+            partitioned: bool = False, text: bool = False) -> Table:
     schema = "a:int64,b:string,v:float64" if composite else "id:int64,v:float64"
-    return Table.create(str(root), schema + (",ds:string" if partitioned else ""),
+    return Table.create(str(root), schema + (",ds:string" if partitioned else "") + (",c:string" if text else ""),
                         primary_key=("a", "b") if composite else "id", buckets=buckets,
                         partition_by="ds" if partitioned else (),
                         properties=PRIOR if properties is None else properties)
@@ -230,17 +232,18 @@ def test_the_feed_with_prior_rows_equals_the_full_diff_between_any_two_versions(
 
     with (tempfile.TemporaryDirectory() as tmp, patch.object(GroupPriors, "record", counted_record),
           patch.object(PriorWriter, "__init__", counted_init)):
-        table = _create(Path(tmp) / "t", composite, partitioned=partitioned)
+        table = _create(Path(tmp) / "t", composite, partitioned=partitioned, text=True)
         # more than 1,024 rows per bucket: compactions into BaseFiles of 2,000 bytes write several; keys from
         # 100 up, so that later keys below 100 make key ranges below every BaseFile
-        table.write_changes(_batch(rng, 2500, 3000, composite, deletes=0, partitioned=partitioned, offset=100), "op")
+        table.write_changes(_batch(rng, 2500, 3000, composite, deletes=0, partitioned=partitioned, offset=100,
+                                   text=True), "op")
         for _ in range(rounds):
             for _ in range(int(rng.integers(1, 4))):
-                batch = _batch(rng, int(rng.integers(5, 120)), 400, composite, partitioned=partitioned)
+                batch = _batch(rng, int(rng.integers(5, 120)), 400, composite, partitioned=partitioned, text=True)
                 table.write_changes(batch, "op")
             _compact(table, target_file_bytes=target, options=UNITS[units])
         for _ in range(int(rng.integers(1, 4))):
-            batch = _batch(rng, int(rng.integers(5, 60)), 500, composite, partitioned=partitioned)
+            batch = _batch(rng, int(rng.integers(5, 60)), 500, composite, partitioned=partitioned, text=True)
             table.write_changes(batch, "op")
         for r in _compact(table, target_file_bytes=target, options=UNITS[units]):
             event(f"last compaction: {'one unit' if r.units == 1 else 'key ranges'}, {r.mode}")

@@ -1,0 +1,139 @@
+"""Merges of text columns of few values: read as dictionaries where every input lists them, written as such."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from maintd.execution import ExecutionOptions, commit_rewrites, execute, task_specs
+from maintd.execution import inputs as inputs_module
+from maintd.execution.rewrite import run_task
+from maintd.table.dictionaries import dictionary_columns
+
+from .helpers import Model, batch, make_table, plan_all, sorted_read
+
+IN_MEMORY = ExecutionOptions()
+STREAMING = ExecutionOptions(task_memory_bytes=60_000)
+
+
+def _listed(table: Any, path: str) -> frozenset[str]:
+    return dictionary_columns(pq.read_metadata(table.storage.full_path(path)))
+
+
+def _spy_dictionaries(monkeypatch: pytest.MonkeyPatch) -> list[frozenset[str]]:
+    """The columns each unit reads as dictionaries (both ways of reading: whole files and streams)."""
+    seen: list[frozenset[str]] = []
+    real = inputs_module.Layout.__init__
+
+    def init(self: Any, metadata: Any, dictionaries: Any = ()) -> None:
+        real(self, metadata, dictionaries)
+        seen.append(self.dictionaries)
+
+    monkeypatch.setattr(inputs_module.Layout, "__init__", init)
+    return seen
+
+
+@pytest.mark.parametrize("options", [IN_MEMORY, STREAMING], ids=["memory", "stream"])
+@pytest.mark.parametrize("kind", ["cluster", "compact"])
+def test_a_unit_whose_inputs_list_a_column_merges_it_as_a_dictionary_and_lists_it_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: ExecutionOptions, kind: str) -> None:
+    table, model = make_table(tmp_path, commits=8, buckets=2)
+    assert all(_listed(table, p) == {"tier"} for p in table.snapshot().files), "a writer's files list tier only"
+    seen = _spy_dictionaries(monkeypatch)
+    plan = plan_all(table, kind)
+    results = execute(plan, table, None, options)
+    assert all(r.ok for r in results)
+    if options is STREAMING:
+        assert {r.mode for r in results} <= {"stream", "spill"}
+    assert frozenset({"tier"}) in seen and all(d <= {"tier"} for d in seen)
+    assert commit_rewrites(table, plan, results).committed
+    outputs = [a for r in results for a in r.adds]
+    assert outputs and all(_listed(table, a.path) == {"tier"} for a in outputs)
+    for a in outputs:
+        assert pq.ParquetFile(table.storage.full_path(a.path)).schema_arrow.field("tier").type == pa.string()
+    assert sorted_read(table).equals(model.table())
+
+
+def test_an_input_that_does_not_list_the_column_makes_the_unit_read_it_plain_and_its_output_lists_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file of an older maintd (no footer list) among new ones: the unit reads the column as plain strings, and
+    its output, encoding them itself, lists it: the next merge reads a dictionary again."""
+    import maintd.table.writer as writer
+
+    table, model = make_table(tmp_path, commits=4, buckets=1)
+    with monkeypatch.context() as m:  # a writer that stores no dictionary
+        m.setattr(writer, "encode_batch", lambda t, columns: t)
+        m.setattr(writer, "dictionary_types", lambda *a: [])
+        import maintd.table.files as files
+
+        real = files.write_parquet
+        m.setattr(files, "write_parquet", lambda data, sink, options, text=(), *a: real(data, sink, options, (), *a))
+        b = batch(np.random.default_rng(9), 200, 600)
+        table.write_changes(b, "op")
+        model.apply(b)
+    listed = [_listed(table, p) for p in table.snapshot().files]
+    assert sorted(listed, key=len) == [frozenset(), *[frozenset({"tier"})] * 4]
+    seen = _spy_dictionaries(monkeypatch)
+    plan = plan_all(table, "cluster")
+    results = execute(plan, table, None, IN_MEMORY)
+    assert all(r.ok for r in results) and commit_rewrites(table, plan, results).committed
+    assert frozenset() in seen and frozenset({"tier"}) not in seen
+    [out] = [a for r in results for a in r.adds]
+    assert _listed(table, out.path) == {"tier"}
+    assert sorted_read(table).equals(model.table())
+
+
+def test_an_output_whose_dictionary_outgrows_a_page_part_way_writes_plain_values_and_does_not_list_it(
+        tmp_path: Path) -> None:
+    """Every input's dictionary fits; their union in a later row group does not. The file's writer is set up for a
+    dictionary by its first row group; the later one falls back to plain pages, and the footer does not list the
+    column, so no reader takes it for a dictionary throughout."""
+    from maintd import Table
+
+    table = Table.create(str(tmp_path / "t"), "id:int64!,c:string", primary_key="id", buckets=1)
+    rng = np.random.default_rng(1)
+    expected: dict[int, str] = {}
+    for commit in range(40):
+        if commit < 10:  # the lowest keys, two values
+            keys, pool = np.arange(commit * 200, commit * 200 + 200), ["a", "b"]
+        else:  # interleaved keys, 40 values of 204 bytes per file (8 KB): any 1,024 rows hold 100 KB of them
+            keys = 2000 + (commit - 10) + 30 * np.arange(200)
+            pool = [f"{commit:03d}-{i:0200d}" for i in range(40)]
+        values = [pool[i] for i in rng.integers(0, len(pool), 200)]
+        table.upsert(pa.table({"id": pa.array(keys, pa.int64()), "c": values}))
+        expected.update(zip(keys.tolist(), values, strict=True))
+    assert all(_listed(table, p) == {"c"} for p in table.snapshot().files)
+    [spec] = task_specs(plan_all(table, "compact"), table.snapshot())
+    result = run_task(spec.model_copy(update={"task_memory_bytes": 4 << 20, "target_file_bytes": 1 << 30}))
+    assert result.ok and len(result.adds) == 1, result.error
+    path = table.storage.full_path(result.adds[0].path)
+    md = pq.read_metadata(path)
+    assert md.num_row_groups >= 2, "the test needs a later row group"
+    assert md.row_group(0).column(1).has_dictionary_page, "the first row group's dictionary fits"
+    assert _listed(table, result.adds[0].path) == frozenset()
+    got = pq.read_table(path)
+    assert dict(zip(got.column("id").to_pylist(), got.column("c").to_pylist(), strict=True)) == expected
+
+
+def test_the_model_check_of_a_whole_table_with_dictionaries(tmp_path: Path) -> None:
+    """Cluster, compact, write again, compact: the reads equal the model at every step, every output lists tier."""
+    table, model = make_table(tmp_path, commits=10, buckets=3)
+    rng = np.random.default_rng(5)
+    for kind in ("cluster", "compact", None, "compact"):
+        if kind is None:
+            for _ in range(4):
+                b = batch(rng, 150, 600)
+                table.write_changes(b, "op")
+                model.apply(b)
+            continue
+        plan = plan_all(table, kind)
+        results = execute(plan, table, None, IN_MEMORY)
+        assert all(r.ok for r in results) and commit_rewrites(table, plan, results).committed
+        assert all(_listed(table, a.path) == {"tier"} for r in results for a in r.adds)
+        assert sorted_read(table).equals(model.table())
+    assert Model  # the model above is the helpers' one
