@@ -37,7 +37,11 @@ workers then holding what a unit imports: the fixed cost of the Spark tasks of a
   sockets, not loopback TCP);
 * ``thp``: ``JE_ARROW_MALLOC_CONF=thp:always`` in the workers (Arrow's jemalloc maps transparent huge pages);
 * ``keep``: ``JE_ARROW_MALLOC_CONF=oversize_threshold:0,dirty_decay_ms:-1,muzzy_decay_ms:-1`` in the workers
-  (jemalloc keeps the pages it frees).
+  (jemalloc keeps the pages it frees);
+* ``c2``: the driver JVM compiles with the server compiler too (``-XX:TieredStopAtLevel=4``, the JVM's default),
+  where maintd's sessions stop at the client compiler (``DRIVER_JIT_OPTION`` in ``maintd.execution.spark``).
+
+Also printed per variant: the median CPU seconds the driver JVM spent per execution (from ``/proc``).
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     "uds": {"spark.python.unix.domain.socket.enabled": "true"},
     "thp": {"spark.executorEnv.JE_ARROW_MALLOC_CONF": "thp:always"},
     "keep": {"spark.executorEnv.JE_ARROW_MALLOC_CONF": "oversize_threshold:0,dirty_decay_ms:-1,muzzy_decay_ms:-1"},
+    "c2": {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4"},
 }
 
 
@@ -124,12 +129,15 @@ def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int, input_
         walls: list[float] = []
         units: list[float] = []
         merges: list[float] = []
+        jvm: list[float] = []
         for i in range(runs + 1):
             if i and idle:
                 time.sleep(idle)
+            cpu0 = jvm_cpu()
             t0 = time.perf_counter()
             results = execute(plan, table, spark, options)
             wall = time.perf_counter() - t0
+            cpu = jvm_cpu() - cpu0
             assert all(r.ok for r in results), [r.error for r in results if not r.ok]
             for r in results:
                 for a in r.adds:
@@ -138,13 +146,31 @@ def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int, input_
                 walls.append(wall)
                 units.append(sum(r.seconds for r in results))
                 merges.append(sum(r.phases.get("merge", 0.0) for r in results))
+                jvm.append(cpu)
         if keeper is not None:
             keeper.stop()
         empty: list[float] = []
         if spark is not None and not idle:
             empty = empty_jobs(spark, options, tasks)
             spark.stop()
-        return {"variant": variant, "walls": walls, "units": units, "merges": merges, "empty": empty}
+        return {"variant": variant, "walls": walls, "units": units, "merges": merges, "empty": empty, "jvm": jvm}
+
+
+def jvm_cpu() -> float:
+    """CPU seconds (user and system) of the JVMs this process started (the local session's driver), 0 without."""
+    total = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                stat = fh.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                java = b"java" in fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if java and int(fields[1]) == os.getpid():  # its parent is this process
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def sequential(table_uri: str, kind: str) -> None:
@@ -214,7 +240,7 @@ def main() -> None:
     except TableNotFoundError as exc:
         raise SystemExit(f"{exc}: give the path of a maintd table, e.g. DIR/t_partitioned after "
                          "bench_maintenance.py --dir DIR") from exc
-    got: dict[str, dict[str, list[float]]] = {v: {"walls": [], "units": [], "merges": [], "empty": []}
+    got: dict[str, dict[str, list[float]]] = {v: {"walls": [], "units": [], "merges": [], "empty": [], "jvm": []}
                                               for v in variants}
     for r in range(args.rounds):
         for v in variants:
@@ -234,6 +260,7 @@ def main() -> None:
         print(f"  {v:11s} wall median {statistics.median(g['walls']):.3f} s (spread {min(g['walls']):.2f}-"
               f"{max(g['walls']):.2f})  units {statistics.median(g['units']):.2f} s  "
               f"merge {statistics.median(g['merges']):.2f} s"
+              + (f"  JVM CPU {statistics.median(g['jvm']):.3f} s per execution" if any(g["jvm"]) else "")
               + (f"  empty job of {args.empty_tasks} tasks {statistics.median(g['empty']) * 1000:.0f} ms "
                  f"({min(g['empty']) * 1000:.0f}-{max(g['empty']) * 1000:.0f})" if g["empty"] else ""))
 

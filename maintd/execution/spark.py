@@ -72,6 +72,15 @@ DAEMON_MODULE = "maintd.pyspark_daemon"
 for the collector: tens of milliseconds less per Python task (:mod:`maintd.pyspark_daemon`). Set in sessions
 maintd builds, unless the settings name a daemon module themselves or ship code with ``spark.submit.pyFiles``
 (the daemon starts before any shipped file is on its path, so it needs maintd installed on the executors)."""
+DRIVER_JAVA_OPTIONS_CONF = "spark.driver.extraJavaOptions"
+DRIVER_JIT_OPTION = "-XX:TieredStopAtLevel=1"
+"""The driver JVM of a session maintd builds compiles with the client compiler (C1) only. maintd's driver
+schedules Python tasks and reads their small results; it runs no query of its own, so the server compiler's
+faster code gains it little, while its compilations kept coming for runs on end: on the 25x benchmark's
+clustering plan (8 units, 2 cores) the JVM's compiler threads took 137 ms of CPU per execution, beside the Python
+workers (the whole JVM 0.10-0.145 s against 0.055-0.07 s with C1 only, and the plan 0.39-0.44 against
+0.37-0.39 s, bench/bench_spark_workers.py --variants default,c2). Options of the user's that choose a tiered
+level themselves are left alone."""
 _LOCAL = re.compile(r"local(?:\[(\*|\d+)\])?")
 
 
@@ -99,7 +108,7 @@ def spark_session(spark_settings: Any = None, *, conf: Mapping[str, str] | None 
         builder = builder.config("spark.driver.memory", getattr(s, "driver_memory", "2g"))
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = builder.config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
-        merged = with_daemon_module(merged)
+        merged = with_driver_jit(with_daemon_module(merged))
     for k, v in merged.items():
         if not remote or not k.startswith("spark.ui"):
             builder = builder.config(k, v)
@@ -118,6 +127,16 @@ def with_daemon_module(conf: Mapping[str, str]) -> dict[str, str]:
     out = dict(conf)
     if "spark.submit.pyFiles" not in out:
         out.setdefault(DAEMON_MODULE_CONF, DAEMON_MODULE)
+    return out
+
+
+def with_driver_jit(conf: Mapping[str, str]) -> dict[str, str]:
+    """``conf`` with :data:`DRIVER_JIT_OPTION` added to the driver's Java options, unless they choose a tiered
+    compilation level themselves."""
+    out = dict(conf)
+    given = out.get(DRIVER_JAVA_OPTIONS_CONF, "")
+    if "TieredStopAtLevel" not in given and "TieredCompilation" not in given:
+        out[DRIVER_JAVA_OPTIONS_CONF] = f"{given} {DRIVER_JIT_OPTION}".strip()
     return out
 
 

@@ -226,6 +226,25 @@ def test_spark_workers_allocate_arrow_memory_from_jemalloc(spark: Any) -> None:
     assert spark.sparkContext.parallelize([0], 1).flatMap(pool).collect() == ["jemalloc"]
 
 
+def test_the_driver_jvm_of_a_session_maintd_builds_compiles_with_the_client_compiler_only(spark: Any) -> None:
+    """``-XX:TieredStopAtLevel=1`` (maintd.execution.spark.DRIVER_JIT_OPTION) reaches the running JVM."""
+    from maintd.execution.spark import DRIVER_JIT_OPTION
+
+    jvm = spark.sparkContext._jvm
+    arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert DRIVER_JIT_OPTION in arguments, arguments
+
+
+def test_the_driver_jit_option_joins_the_users_java_options_unless_they_choose_a_tiered_level() -> None:
+    from maintd.execution.spark import DRIVER_JIT_OPTION, with_driver_jit
+
+    key = "spark.driver.extraJavaOptions"
+    assert with_driver_jit({})[key] == DRIVER_JIT_OPTION
+    assert with_driver_jit({key: "-Dx=1"})[key] == f"-Dx=1 {DRIVER_JIT_OPTION}"
+    for theirs in ("-XX:TieredStopAtLevel=4", "-XX:-TieredCompilation -Dx=1"):
+        assert with_driver_jit({key: theirs, "a": "b"}) == {key: theirs, "a": "b"}
+
+
 def test_spark_workers_read_their_tasks_through_the_quick_ack_reader(spark: Any) -> None:
     """maintd's daemon module runs the workers, and a task's input stream is its QuickAckReader."""
 
