@@ -29,7 +29,10 @@ copies; the worker's own interpreter and libraries come on top), whatever the si
 
 The shares of the budget (open readers, buffers, one chunk, its merged copy, the writer's row group)
 are fixed below and leave about a quarter for the allocator and Python objects; ``bench/bench_memory.py``
-measures the peak RSS of a worker against the budget.
+measures the peak RSS of a worker against the budget. Text columns every input lists as dictionary-encoded
+are read as dictionary arrays (:func:`maintd.execution.inputs.unit_dictionaries`): smaller than the plain
+strings the estimates assume, and a chunk's merged dictionary is at most the union of its inputs' (64 KiB per
+input and row group at most, within the page each open reader is counted for).
 """
 
 from __future__ import annotations
