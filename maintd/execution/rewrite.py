@@ -58,6 +58,7 @@ from maintd.execution.inputs import (
     StreamSource,
     TooLargeError,
     decoded_bytes,
+    dictionary_candidates,
     fetch_all,
     file_stream,
     open_source,
@@ -312,7 +313,7 @@ def _read_whole(storage: Storage, spec: TaskSpec, files: Sequence[AddFile]
                 ) -> tuple[list[pa.Table], dict[str, pa.Array]] | None:
     """The inputs fetched and decoded whole, and the partition columns' values (:func:`partition_constants`),
     or None when their footers say they would not fit."""
-    data = fetch_all(storage, files, spec.read_threads)
+    data = fetch_all(storage, files, spec.read_threads, dictionary_candidates(spec.metadata))
     packed = sum(f.bytes for f in files)
     room = spec.task_memory_bytes * MEMORY_PATH_SHARE - packed
     if 2 * sum(decoded_bytes(d) for d in data) > room:

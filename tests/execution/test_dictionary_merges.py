@@ -137,3 +137,19 @@ def test_the_model_check_of_a_whole_table_with_dictionaries(tmp_path: Path) -> N
         assert all(_listed(table, a.path) == {"tier"} for r in results for a in r.adds)
         assert sorted_read(table).equals(model.table())
     assert Model  # the model above is the helpers' one
+
+
+def test_inputs_are_opened_once_with_the_dictionaries_the_first_lists_and_again_only_when_the_unit_differs(
+        tmp_path: Path) -> None:
+    from maintd.execution.inputs import dictionary_candidates, fetch_all, unit_dictionaries
+
+    table, _ = make_table(tmp_path, commits=5, buckets=1)
+    files = sorted(table.snapshot().files.values(), key=lambda f: f.min_version)
+    fetched = fetch_all(table.storage, files, 4, dictionary_candidates(table.metadata))
+    chosen = unit_dictionaries(table.metadata, (f.metadata for f in fetched))
+    assert chosen == {"tier"}
+    assert all(f.reader(chosen) is f.reader() for f in fetched[1:]), "opened with tier as a dictionary already"
+    assert fetched[0].reader(chosen) is not fetched[0].reader(), "the first was opened before anything was known"
+    plain = fetched[1].reader(frozenset())
+    assert plain is not fetched[1].reader() and pa.types.is_string(plain.read_all().schema.field("tier").type)
+    assert pa.types.is_dictionary(fetched[1].reader(chosen).read_all().schema.field("tier").type)

@@ -133,9 +133,9 @@ def test_a_unit_fetches_on_its_read_threads_and_decodes_on_its_decode_threads(
     seen: dict[str, list[int]] = {"fetch": [], "decode": []}
     real_fetch, real_read = rewrite.fetch_all, rewrite.read_all
 
-    def fetch_all(storage: Any, files: Any, threads: int) -> Any:
+    def fetch_all(storage: Any, files: Any, threads: int, *args: Any) -> Any:
         seen["fetch"].append(threads)
-        return real_fetch(storage, files, threads)
+        return real_fetch(storage, files, threads, *args)
 
     def read_all(metadata: Any, files: Any, data: Any, threads: int, *args: Any, **kwargs: Any) -> Any:
         seen["decode"].append(threads)
