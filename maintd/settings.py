@@ -171,7 +171,11 @@ class SparkSettings(_Group):
         description="Memory of the Spark driver (`spark.driver.memory`). JVM size such as `2g`.",
     )
     conf: dict[str, str] = Field(
-        default_factory=dict, description="Extra Spark configuration, key to value. Mapping of strings."
+        default_factory=dict,
+        description="Extra Spark configuration, key to value. Mapping of strings. In sessions maintd builds, "
+        "`-XX:TieredStopAtLevel=1` joins `spark.driver.extraJavaOptions` (the driver JVM compiles with the client "
+        "compiler only: docs/architecture.md, \"Spark modes\") unless those options choose a tiered level, e.g. "
+        "`-XX:TieredStopAtLevel=4` for the JVM's default."
     )
     keep_workers_warm_seconds: float | None = Field(
         default=None,
