@@ -227,7 +227,7 @@ def stable_order(k: np.ndarray) -> np.ndarray:
     number into one word, ``(value - min) << bits | row``: the words are distinct and sort in exactly the
     stable order of ``k``, so numpy's unstable sort of plain integers (vectorised: x86-simd-sort where the
     processor has AVX-512 or AVX2) sorts them in place and the low bits are the indices. On the 482 k keys of
-    a clustering unit of the benchmark's 25x workload (50 presorted runs) that is 2.6 against 11.7 ms for
+    a clustering unit of the benchmark's 25x workload (50 presorted runs) that is 2.7 against 9.2-9.4 ms for
     timsort (``np.argsort(kind="stable")``), which remains the way for wider spans: it merges presorted
     runs in O(n log runs).
     """
