@@ -15,9 +15,11 @@
 4. SAMPLES times each, alternating: the DuckDB dedupe peer and the delta-rs optimize.compact peer on the
    exported files; maintd's clustering of every level-0 file and full compaction of the level-0 files,
    each on a fresh copy of the ingested table (plan + execute + commit, where the daemon would run it: in
-   its own process when the plan's input is within ``spark.maintd.inProcess.maxInputBytes``, default 64 MiB,
-   else on a warm local SparkSession as in the daemon's long-lived session: workers started by
-   ``warm_up``, then one untimed clustering of a copy: the JVM compiles the task path's hot methods then;
+   process when the plan's input is within ``spark.maintd.inProcess.maxInputBytes``, default 64 MiB (in the
+   daemon's local worker processes, started before the samples as the daemon starts them at its own start;
+   ``--in-process-workers threads``: in threads of this process), else on a warm local SparkSession as in
+   the daemon's long-lived session: workers started by ``warm_up``, then one untimed clustering of a copy:
+   the JVM compiles the task path's hot methods then;
    ``--in-process-max-bytes 0`` runs every step on Spark; no session is started when every step runs in
    process), and compaction after clustering;
 5. every step's samples, median and spread (min-max), and the ratios of the medians; read time of the
@@ -244,6 +246,8 @@ def main() -> None:
     ap.add_argument("--in-process-max-bytes", default=None,
                     help="plans up to this input run in this process, as in the daemon (default: the daemon's, "
                          "64m); 0 runs every step on Spark")
+    ap.add_argument("--in-process-workers", choices=["processes", "threads"], default="processes",
+                    help="what runs the units of a plan in process (default: the daemon's, local worker processes)")
     args = ap.parse_args()
     work = Path(args.dir or tempfile.mkdtemp(prefix="maintd-bench-"))
     wl = work / "wl"
@@ -260,7 +264,8 @@ def main() -> None:
     local_bytes = {} if args.in_process_max_bytes is None else {
         "in_process_max_bytes": parse_size(args.in_process_max_bytes)}
     options = ExecutionOptions(task_input_bytes=parse_size(args.input_bytes), pack_threads=args.pack_threads,
-                               read_threads=args.read_threads, decode_threads=args.decode_threads, **local_bytes)
+                               read_threads=args.read_threads, decode_threads=args.decode_threads,
+                               in_process_workers=args.in_process_workers, **local_bytes)
 
     base_uri = str(work / f"t_{args.layout}")
     shutil.rmtree(base_uri, ignore_errors=True)
@@ -288,6 +293,14 @@ def main() -> None:
     # the full plan reads every file: if it runs in process, so does every step, and no session is started
     on_spark = not runs_in_process(full_plan(base, "cluster"), base.snapshot(), options)
     with PeakRss() as rss:
+        if options.in_process_workers == "processes" and options.in_process_max_bytes > 0:
+            from maintd.execution.driver import in_process_threads
+            from maintd.execution.processes import warm_workers
+
+            t0 = time.monotonic()  # the daemon starts them once, at its own start (untimed here too)
+            warm_workers(in_process_threads(options))
+            print(f"  {in_process_threads(options)} local worker processes for plans run in process, started in "
+                  f"{time.monotonic() - t0:.2f} s (untimed: the daemon starts them once)", flush=True)
         spark = None
         first_s, floor = 0.0, []
         if on_spark:
@@ -301,8 +314,9 @@ def main() -> None:
             first_s, _ = timed_maintenance(fresh("warmup"), "cluster", spark, options)
             floor = spark_floor(spark, options, cores=spark.sparkContext.defaultParallelism)
         else:
-            print("  every step runs in process (the plans are within the in-process limit): no Spark session",
-                  flush=True)
+            where = "local worker processes" if options.in_process_workers == "processes" else "threads of this process"
+            print(f"  every step runs in process, in {where} (the plans are within the in-process limit): no Spark "
+                  "session", flush=True)
         cstats = kstats = rstats = {}
         compacted = None
         for s in range(args.samples):

@@ -32,7 +32,9 @@ workers then holding what a unit imports: the fixed cost of the Spark tasks of a
   allocates, as in a preloaded worker, but the worker imports for itself);
 * ``keep-warm``: maintd's session with the daemon's keeper of a local session's workers running
   (:mod:`maintd.service.warm_workers`: an empty job every 45 s), which matters with ``--idle 75``;
-* ``in-process``: the plan in threads of this process (``spark.maintd.inProcess.maxInputBytes`` above it);
+* ``in-process``: the plan in process (``spark.maintd.inProcess.maxInputBytes`` above it), in the local worker
+  processes (the untimed first execution starts them, as the daemon does at its start);
+* ``in-process-threads``: the same in threads of this process (``spark.maintd.inProcess.workers=threads``);
 * ``uds``: ``spark.python.unix.domain.socket.enabled=true`` (the JVM talks to its Python workers over Unix
   sockets, not loopback TCP);
 * ``thp``: ``JE_ARROW_MALLOC_CONF=thp:always`` in the workers (Arrow's jemalloc maps transparent huge pages);
@@ -65,6 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 VARIANTS: dict[str, dict[str, str]] = {
     "default": {},
     "in-process": {},
+    "in-process-threads": {},
     "stock-daemon": {"spark.python.daemon.module": "pyspark.daemon"},
     "preload": {"spark.executorEnv.MAINTD_WORKER_PRELOAD": "1"},
     "no-bg-thread": {"spark.executorEnv.JE_ARROW_MALLOC_CONF": "background_thread:false"},
@@ -113,8 +116,9 @@ def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int, input_
 
     with copied_table(table_uri) as table:
         plan = full_plan(table, kind)
-        if variant == "in-process":
-            spark, options = None, ExecutionOptions(in_process_max_bytes=1 << 50)
+        if variant.startswith("in-process"):
+            spark, options = None, ExecutionOptions(in_process_max_bytes=1 << 50, in_process_workers=(
+                "threads" if variant == "in-process-threads" else "processes"))
         else:
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             spark = spark_session(None, conf={"spark.master": "local[*]", "spark.driver.memory": "1g",

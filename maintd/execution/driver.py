@@ -1,4 +1,4 @@
-"""Executing a plan: its units on Spark (or local threads), results combined per plan task, committed in groups.
+"""Executing a plan: units on Spark (or local workers), results combined per plan task, committed in groups.
 
 :func:`run_plan` is the whole of execution for one plan: it resolves the plan's inputs at the read
 version, splits large compactions into key ranges (:mod:`maintd.execution.units`), runs the units as
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from maintd.execution.commit import CommitOutcome, IncrementalCommitter
+from maintd.execution.processes import ProcessBackend, workers_can_open
 from maintd.execution.scheduler import Backend, LocalBackend, SparkBackend, run_units
 from maintd.execution.specs import ExecutionOptions, PlanDoc, TaskResult
 from maintd.execution.units import combine, task_specs
@@ -40,11 +41,12 @@ class ExecutionReport:
     master: str | None = None
     app_id: str | None = None
     engine: str | None = None
-    """Where the units ran: ``spark``, or ``in-process`` (threads of this process); None when nothing ran."""
+    """Where the units ran: ``spark``, or ``in-process`` (local worker processes or threads of this process);
+    None when nothing ran."""
 
 
 def runs_in_process(plan: Any, snapshot: Snapshot, options: ExecutionOptions) -> bool:
-    """Whether ``plan`` is small enough to execute in threads of this process rather than as Spark jobs: the
+    """Whether ``plan`` is small enough to execute in process (:func:`local_backend`) rather than as Spark jobs: the
     files it reads (sizes from ``snapshot``, the plan's read version) total at most
     ``options.in_process_max_bytes`` (:class:`ExecutionOptions` says why)."""
     doc = PlanDoc.of(plan)
@@ -55,6 +57,16 @@ def runs_in_process(plan: Any, snapshot: Snapshot, options: ExecutionOptions) ->
 
 
 _WORKER_FAULTS = frozenset({"kill_once", "hold_once"})
+
+
+def local_backend(table_uri: str, options: ExecutionOptions) -> Backend:
+    """Where a run in process executes its units: the local worker pool (``options.in_process_workers``,
+    :mod:`maintd.execution.processes`), or threads of this process when asked, or when the table's storage
+    is registered in this process only (a worker would not find it)."""
+    workers = in_process_threads(options)
+    if options.in_process_workers == "processes" and workers_can_open(table_uri):
+        return ProcessBackend(workers, table_uri, pack_threads=options.pack_threads)
+    return LocalBackend(workers, pack_threads=options.pack_threads)
 
 
 def in_process_threads(options: ExecutionOptions) -> int:
@@ -79,7 +91,7 @@ def usable_cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
 
 
 def execute(plan: Any, table: Table, spark: Any = None, options: ExecutionOptions | None = None) -> list[TaskResult]:
-    """Run every task of ``plan`` (on Spark, or in local threads when ``spark`` is None), committing nothing.
+    """Run every task of ``plan`` (on Spark, or in process when ``spark`` is None), committing nothing.
 
     Returns one result per plan task, in plan order. A task that fails is reported (``ok=False``); its
     units' outputs stay until the caller commits or discards them (:func:`~maintd.execution.commit.commit_rewrites`
@@ -96,7 +108,7 @@ def run_plan(plan: Any, table: Table, spark: Any = None, options: ExecutionOptio
     Args:
         plan: the plan (a ``MaintenancePlan``, :class:`PlanDoc`, dict or JSON).
         table: the table it was made for.
-        spark: the session to run on; None runs in local threads.
+        spark: the session to run on; None runs in process (:func:`local_backend`).
         options: memory, split and pack sizes, commit group bounds, faults.
         commit: commit finished tasks (``options.commit_max_tasks`` / ``commit_interval_seconds`` per group).
         before_commit: called before each group's commit (see :class:`IncrementalCommitter`).
@@ -109,7 +121,7 @@ def run_plan(plan: Any, table: Table, spark: Any = None, options: ExecutionOptio
         return report
     snapshot = table.snapshot(doc.read_version)
     specs = task_specs(doc, snapshot, opts, storage=table.storage, run_id=uuid.uuid4().hex)
-    run = backend or (LocalBackend(in_process_threads(opts), pack_threads=opts.pack_threads) if spark is None else
+    run = backend or (local_backend(doc.table_uri, opts) if spark is None else
                       SparkBackend(spark, opts, f"maintd: {len(doc.tasks)} task(s) of {doc.table_uri}",
                                    table_uri=doc.table_uri))
     report.master, report.app_id = run.describe()

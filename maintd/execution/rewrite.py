@@ -108,24 +108,27 @@ def run_task_json(spec_json: str) -> str:
     return _run_json(spec_json).model_dump_json()
 
 
-def run_pack_json(specs_json: Sequence[str], threads: int = 1) -> list[str]:
+def run_pack_json(specs_json: Sequence[str], threads: int = 1, attempt: int | None = None) -> list[str]:
     """Entry point of a Spark task running a pack of units: one result JSON per spec; never raises."""
-    return [r.model_dump_json() for r in run_pack(list(specs_json), threads)]
+    return [r.model_dump_json() for r in run_pack(list(specs_json), threads, attempt)]
 
 
-def run_pack(specs: Sequence[TaskSpec | str], threads: int = 1) -> list[TaskResult]:
+def run_pack(specs: Sequence[TaskSpec | str], threads: int = 1, attempt: int | None = None) -> list[TaskResult]:
     """Run several units in one process, ``threads`` at a time, in the order given; never raises.
 
     A unit failing (or even its spec failing to parse) is reported in its own result; the other
     units of the pack are unaffected. Run one at a time, the units' output files are made durable
     together once the last one is done (:class:`_Unsynced`), before any result leaves the pack.
+    ``attempt``: this run's attempt at the pack (None: Spark's, :func:`current_attempt`).
     """
     if threads <= 1 or len(specs) <= 1:
         unsynced = _Unsynced()
-        results = [_run_json(s, unsynced) if isinstance(s, str) else run_task(s, unsynced=unsynced) for s in specs]
+        results = [_run_json(s, unsynced, attempt) if isinstance(s, str) else
+                   run_task(s, unsynced=unsynced, attempt=attempt) for s in specs]
         return unsynced.settle(results)
     with ThreadPoolExecutor(min(threads, len(specs))) as pool:
-        return list(pool.map(lambda s: _run_json(s) if isinstance(s, str) else run_task(s), specs))
+        return list(pool.map(lambda s: _run_json(s, attempt=attempt) if isinstance(s, str) else
+                             run_task(s, attempt=attempt), specs))
 
 
 class _Unsynced:
@@ -174,7 +177,7 @@ class _Unsynced:
         return out
 
 
-def _run_json(spec_json: str, unsynced: _Unsynced | None = None) -> TaskResult:
+def _run_json(spec_json: str, unsynced: _Unsynced | None = None, attempt: int | None = None) -> TaskResult:
     started = time.monotonic()
     try:
         spec = TaskSpec.model_validate_json(spec_json)
@@ -188,7 +191,7 @@ def _run_json(spec_json: str, unsynced: _Unsynced | None = None) -> TaskResult:
         return TaskResult(task_id=task_id, kind=kind if kind in ("cluster", "compact") else "cluster", ok=False,
                           inputs=inputs, seconds=time.monotonic() - started,
                           error=f"invalid task spec: {type(exc).__name__}: {exc}")
-    return run_task(spec, unsynced=unsynced)
+    return run_task(spec, unsynced=unsynced, attempt=attempt)
 
 
 def current_attempt() -> int:
@@ -211,13 +214,14 @@ def release_memory() -> None:
     pa.default_memory_pool().release_unused()
 
 
-def run_task(spec: TaskSpec, *, unsynced: _Unsynced | None = None) -> TaskResult:
+def run_task(spec: TaskSpec, *, unsynced: _Unsynced | None = None, attempt: int | None = None) -> TaskResult:
     """Rewrite one unit. A failure is reported in the result, and the unit's partial output deleted.
 
     ``unsynced``: leave the output files to be made durable with the pack's (the default syncs each).
+    ``attempt``: the attempt number its files and result carry (None: Spark's, :func:`current_attempt`).
     """
     started = time.monotonic()
-    attempt = current_attempt()
+    attempt = current_attempt() if attempt is None else attempt
     out: Outputs | None = None
     prior: PriorWriter | None = None
     phases: dict[str, float] = {}

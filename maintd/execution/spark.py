@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
+from maintd.errors import ConfigError
 from maintd.execution.rewrite import release_memory, run_pack_json
 from maintd.execution.specs import ExecutionOptions
 from maintd.storage import CarriedStorage
@@ -50,7 +51,9 @@ PACK_THREADS_CONF = "spark.maintd.task.packThreads"
 IN_PROCESS_BYTES_CONF = "spark.maintd.inProcess.maxInputBytes"
 """Input of a run up to which it executes in threads of the daemon, not on Spark, e.g. ``64m`` (0: always Spark)."""
 IN_PROCESS_THREADS_CONF = "spark.maintd.inProcess.threads"
-"""Units at once when a run executes in the daemon's process (default 0: one per CPU it may run on)."""
+"""Units at once when a run executes in process (default 0: one per CPU the daemon may run on)."""
+IN_PROCESS_WORKERS_CONF = "spark.maintd.inProcess.workers"
+"""What runs them: ``processes`` (default, a pool of local worker processes) or ``threads`` of the daemon."""
 FAULTS_CONF = "spark.maintd.faults"
 """Fault injection for tests: JSON object of plan task id (or ``*``) to fault (:class:`ExecutionOptions`)."""
 MAX_FAILURES_CONF = "spark.task.maxFailures"
@@ -177,7 +180,7 @@ def spark_info(spark: Any) -> tuple[str | None, str | None]:
 def options_from_settings(spark_settings: Any = None, **overrides: Any) -> ExecutionOptions:
     """Execution options from ``spark.conf`` (``spark.maintd.task.memory``, ``...readThreads``,
     ``...decodeThreads``, ``...inputBytes``, ``...packThreads``, ``spark.maintd.inProcess.maxInputBytes``,
-    ``...threads``, ``spark.maintd.faults``)."""
+    ``...threads``, ``...workers``, ``spark.maintd.faults``)."""
     conf = dict(getattr(spark_settings, "conf", {}) or {})
     values: dict[str, Any] = {}
     if TASK_MEMORY_CONF in conf:
@@ -194,6 +197,12 @@ def options_from_settings(spark_settings: Any = None, **overrides: Any) -> Execu
         values["in_process_max_bytes"] = parse_size(conf[IN_PROCESS_BYTES_CONF])
     if IN_PROCESS_THREADS_CONF in conf:
         values["in_process_threads"] = int(conf[IN_PROCESS_THREADS_CONF])
+    if IN_PROCESS_WORKERS_CONF in conf:
+        workers = str(conf[IN_PROCESS_WORKERS_CONF]).strip().lower()
+        if workers not in ("processes", "threads"):
+            raise ConfigError(f"spark.conf {IN_PROCESS_WORKERS_CONF} is {conf[IN_PROCESS_WORKERS_CONF]!r}; use "
+                              "'processes' (local worker processes, the default) or 'threads' (threads of the daemon)")
+        values["in_process_workers"] = workers
     if FAULTS_CONF in conf:
         values["faults"] = json.loads(conf[FAULTS_CONF])
     return ExecutionOptions(**(values | overrides))
@@ -207,10 +216,11 @@ def parse_size(text: str) -> int:
 
 
 def run_pack_in_worker(pack: Sequence[str], threads: int = 1, freeze: bool = True,
-                       storage: CarriedStorage | None = None) -> list[str]:
+                       storage: CarriedStorage | None = None, attempt: int | None = None) -> list[str]:
     """What one Spark task runs: a pack of task specs (JSON) in, one result JSON per task out.
 
     ``storage``: the table's storage options, carried from the driver, registered here before any spec runs.
+    ``attempt``: the attempt at the pack (None: the Spark task's; a local worker is given it).
     What Arrow freed goes back to the system at the end (:func:`~maintd.execution.rewrite.release_memory`):
     a worker forked after :func:`preload_worker` has no allocator thread to do it while it idles.
     """
@@ -219,7 +229,7 @@ def run_pack_in_worker(pack: Sequence[str], threads: int = 1, freeze: bool = Tru
     if storage is not None:
         storage.install()
     try:
-        return run_pack_json(pack, threads)
+        return run_pack_json(pack, threads, attempt)
     finally:
         release_memory()
 

@@ -96,16 +96,24 @@ class ExecutionOptions(_Model):
     pack_threads: int = Field(default=1, ge=1)
     """Plan tasks of one pack run at once (each holds up to ``task_memory_bytes``)."""
     in_process_max_bytes: int = Field(default=DEFAULT_IN_PROCESS_BYTES, ge=0)
-    """A run whose plan reads at most this many bytes executes in threads of the process that planned it (the
-    daemon, ``maintd run``), not as Spark jobs, and starts no Spark session for it; 0: every run on Spark.
+    """A run whose plan reads at most this many bytes executes in process: in local worker processes (or
+    threads, ``in_process_workers``) of the process that planned it (the daemon, ``maintd run``), not as Spark
+    jobs, and starts no Spark session for it; 0: every run on Spark.
 
     Every Spark job costs a fixed time before any work (a local session: about 0.15 s for one empty job per
     core; a cluster with dynamic allocation: seconds while executors start), which is most of a small
     rewrite. 64 MiB of small files take about half a second on two cores in process (docs/benchmarks.md).
     Units run in process with the same memory budget per unit as on Spark, ``in_process_threads`` at once."""
     in_process_threads: int = Field(default=0, ge=0)
-    """Units at once when a run executes in process; 0: one per CPU this process may run on, within its
-    container's CPU quota (:func:`maintd.execution.driver.usable_cpus`)."""
+    """Units at once when a run executes in process (worker processes or threads, ``in_process_workers``); 0:
+    one per CPU this process may run on, within its container's CPU quota
+    (:func:`maintd.execution.driver.usable_cpus`)."""
+    in_process_workers: Literal["processes", "threads"] = "processes"
+    """What runs the units of a run in process: ``processes``, a pool of local worker processes kept for the
+    life of this process (:mod:`maintd.execution.processes`: no GIL shared between units, and a worker killed
+    for memory fails its pack, not this process), or ``threads`` of this process (no workers to start or keep,
+    each about 125 MiB resident when idle; slower on many small files). A table whose storage is registered in
+    this process only runs in threads either way."""
     commit_max_tasks: int = Field(default=64, ge=1)
     """A group of finished plan tasks is committed once it holds this many..."""
     commit_interval_seconds: float = Field(default=30.0, ge=0)

@@ -67,6 +67,7 @@ def serve(settings: Settings, *, stop: threading.Event | None = None, holder: st
                 {"spark_driver": driver.alive},
             )
             if not stop.is_set() and driver.start(settings, stop):
+                _warm_local_workers(settings)
                 jobs = TableJobs(settings, store, metrics, holder=holder, spark=driver.session)
                 daemon = Daemon(
                     settings, store, jobs.maintain, jobs.reclaim, discover=jobs.discover, metrics=metrics,
@@ -86,6 +87,7 @@ def _shut_down(daemon: Daemon | None, driver: SparkDriver, server: HealthServer 
     if daemon is not None:
         steps.append(("stop the daemon loop", daemon.stop))
     steps.append(("stop Spark", driver.stop))
+    steps.append(("stop the local worker processes", _stop_local_workers))
     if server is not None:
         steps.append(("close the HTTP endpoint", server.stop))
     steps.append(("close the state store", store.close))
@@ -99,6 +101,28 @@ def _shut_down(daemon: Daemon | None, driver: SparkDriver, server: HealthServer 
             clean = False
     logger.info("state store closed")
     return clean
+
+
+def _warm_local_workers(settings: Settings) -> None:
+    """Start the local worker processes that run small plans (:mod:`maintd.execution.processes`) now, so the
+    first such run does not pay for their start; a failure only costs that run the start."""
+    from maintd.execution.driver import in_process_threads
+    from maintd.execution.processes import warm_workers
+    from maintd.execution.spark import options_from_settings
+
+    options = options_from_settings(settings.spark)
+    if options.in_process_workers != "processes" or options.in_process_max_bytes <= 0:
+        return
+    try:
+        warm_workers(in_process_threads(options))
+    except Exception as exc:
+        logger.warning("the local worker processes could not be started ahead of the first run: {}", exc)
+
+
+def _stop_local_workers() -> None:
+    from maintd.execution.processes import stop_workers
+
+    stop_workers()
 
 
 def _http_server(

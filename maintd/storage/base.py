@@ -156,21 +156,37 @@ StorageFactory = Callable[[str], Storage]
 """Builds the storage of a table URI."""
 
 _FACTORIES: dict[str, StorageFactory] = {}
+_BUILTIN: dict[str, StorageFactory] = {}
 
 
-def register_storage(scheme: str, factory: StorageFactory) -> StorageFactory | None:
+def register_storage(scheme: str, factory: StorageFactory, *, builtin: bool = False) -> StorageFactory | None:
     """Make ``storage_for_uri`` build the storages of ``scheme`` (``file`` for local paths) with ``factory``.
 
     Returns the factory it replaces (None if there was none), so that a wrapper (the fault-injecting
-    storage of the tests) can be installed and removed again.
+    storage of the tests) can be installed and removed again. ``builtin``: maintd's own registration, which
+    every process that imports maintd makes (:func:`is_builtin_storage`).
     """
     previous = _FACTORIES.get(scheme)
     _FACTORIES[scheme] = factory
+    if builtin:
+        _BUILTIN[scheme] = factory
     return previous
 
 
 def unregister_storage(scheme: str) -> None:
     _FACTORIES.pop(scheme, None)
+
+
+def is_builtin_storage(uri: str) -> bool:
+    """Whether ``uri``'s scheme is served by maintd's own storage, not by one registered in this process only
+    (a test's wrapper, an embedding program's scheme): then another process opens the table as this one."""
+    import maintd.storage.local  # registers file
+
+    scheme = uri_scheme(uri)
+    if scheme != "file":
+        import maintd.storage.objectstore  # noqa: F401  (registers the object-store schemes)
+    factory = _FACTORIES.get(scheme)
+    return factory is not None and factory is _BUILTIN.get(scheme)
 
 
 def uri_scheme(uri: str) -> str:

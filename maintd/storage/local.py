@@ -266,4 +266,4 @@ class LocalStorage(Storage):
         self._abs(path).mkdir(parents=True, exist_ok=True)
 
 
-register_storage("file", LocalStorage)
+register_storage("file", LocalStorage, builtin=True)

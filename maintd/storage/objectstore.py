@@ -440,6 +440,6 @@ def object_store_factory(uri: str) -> Storage:
 
 
 for _scheme in FAMILIES:
-    register_storage(_scheme, object_store_factory)
+    register_storage(_scheme, object_store_factory, builtin=True)
 
 __all__ = ["ObjectStoreStorage", "object_store_factory", "split_uri", "storage_error"]

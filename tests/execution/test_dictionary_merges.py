@@ -17,8 +17,9 @@ from maintd.table.dictionaries import dictionary_columns
 
 from .helpers import Model, batch, make_table, plan_all, sorted_read
 
-IN_MEMORY = ExecutionOptions()
-STREAMING = ExecutionOptions(task_memory_bytes=60_000)
+# in threads of this process: the tests spy on the units' Layout (a worker process would not see the spy)
+IN_MEMORY = ExecutionOptions(in_process_workers="threads")
+STREAMING = ExecutionOptions(task_memory_bytes=60_000, in_process_workers="threads")
 
 
 def _listed(table: Any, path: str) -> frozenset[str]:

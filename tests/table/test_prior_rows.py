@@ -156,7 +156,7 @@ def test_a_spilling_unit_stores_the_prior_rows_a_streaming_one_does(tmp_path: Pa
     assert seen == [], "the feed read data files after the spilled compaction"
     assert _keyed(got).equals(_keyed(copy.full_changes(start, end)))
     monkeypatch.setattr(rewrite, "fits_in_memory", lambda spec: False)  # the streamed merge, in one pass
-    stream = _compact(table)
+    stream = _compact(table, options=ExecutionOptions(in_process_workers="threads"))  # where the patch applies
     assert stream[0].mode == "stream" and stream[0].priors
     (a,), (b,) = stream[0].priors, spill[0].priors
     assert (a.keys, a.rows, a.delta_rows, a.below) == (b.keys, b.rows, b.delta_rows, b.below)
