@@ -160,7 +160,7 @@ def print_summaries(console: Console, summaries: Sequence[Any], *, dry_run: bool
             console.print(f"{s.uri}: ran as Spark application {s.spark_app_id} on {s.spark_master} "
                           f"({s.spark_tasks} Spark task(s){retried}; {len(s.commits)} commit(s))", highlight=False)
         elif s.engine == "in-process":
-            console.print(f"{s.uri}: ran in this process, not on Spark ({s.spark_tasks} pack(s); "
+            console.print(f"{s.uri}: ran on this machine, not on Spark ({s.spark_tasks} pack(s); "
                           f"{len(s.commits)} commit(s))", highlight=False)
         if s.reclaim:
             r = s.reclaim

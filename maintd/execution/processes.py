@@ -1,14 +1,14 @@
 """Small plans in local worker processes: every core busy, no Spark job, no shared GIL.
 
-A plan below ``in_process_max_bytes`` runs on this machine rather than as Spark jobs (a Spark job's fixed
-cost is most of a small rewrite). Its units are mostly Arrow's native code, but a unit of many small files
-makes thousands of short calls, and the Python between them holds the GIL: the clustering of the default
-benchmark workload (3,200 files) took 0.490 s in two threads of one process and 0.397 s in two worker
-processes, its full compaction 0.439 and 0.349 s (medians of 14 alternating executions, docs/benchmarks.md). So by default (``in_process_workers="processes"``) units run in
-worker processes of this machine, one pack per worker at a time, as a Spark task runs them in a Python
-worker (:func:`maintd.execution.spark.run_pack_in_worker`): specs and results cross as JSON lines on the
-worker's stdin and stdout, and each worker opens the table's storage from its URI and the options carried
-with the pack (:mod:`maintd.execution.worker`).
+A plan below ``in_process_max_bytes`` runs on this machine rather than as Spark jobs (a Spark job's fixed cost
+is most of a small rewrite). Its units are mostly Arrow's native code, but a unit of many small files makes
+thousands of short calls, and the Python between them holds the GIL: the clustering of the default benchmark
+workload (3,200 files) took 0.490 s in two threads of one process and 0.397 s in two worker processes, its
+full compaction 0.439 and 0.349 s (medians of 14 alternating executions, docs/benchmarks.md). So by default
+(``in_process_workers="processes"``) units run in worker processes of this machine, one pack per worker at a
+time, as a Spark task runs them in a Python worker (:func:`maintd.execution.spark.run_pack_in_worker`): specs
+and results cross as JSON lines on the worker's stdin and stdout, and each worker opens the table's storage
+from its URI and the options carried with the pack (:mod:`maintd.execution.worker`).
 
 **Workers** are ``python -m maintd.execution.worker`` processes of this interpreter, started on first use
 and kept for the life of this process (a daemon starts them once, not per run; :func:`warm_workers` starts
