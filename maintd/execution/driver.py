@@ -63,16 +63,25 @@ def local_backend(table_uri: str, options: ExecutionOptions) -> Backend:
     """Where a run in process executes its units: the local worker pool (``options.in_process_workers``,
     :mod:`maintd.execution.processes`), or threads of this process when asked, or when the table's storage
     is registered in this process only (a worker would not find it)."""
-    workers = in_process_threads(options)
     if options.in_process_workers == "processes" and workers_can_open(table_uri):
-        return ProcessBackend(workers, table_uri, pack_threads=options.pack_threads)
-    return LocalBackend(workers, pack_threads=options.pack_threads)
+        return ProcessBackend(in_process_threads(options), table_uri, pack_threads=options.pack_threads)
+    return LocalBackend(in_process_threads(options), pack_threads=options.pack_threads)
+
+
+DEFAULT_MAX_WORKERS = 4
+"""Local worker processes by default at most (``spark.maintd.inProcess.threads`` sets any number): each holds
+about 125 MiB even when idle, and a plan run in process reads at most ``in_process_max_bytes`` (64 MiB), which
+two workers rewrite in about half a second; a pod without a CPU limit on a 64-core node would otherwise keep
+64 of them, 8 GiB, and start them all with the daemon."""
 
 
 def in_process_threads(options: ExecutionOptions) -> int:
     """Units at once in process: ``options.in_process_threads``, or one per CPU this process may use
-    (:func:`usable_cpus`)."""
-    return options.in_process_threads or usable_cpus()
+    (:func:`usable_cpus`), at most :data:`DEFAULT_MAX_WORKERS` when they are local worker processes."""
+    if options.in_process_threads:
+        return options.in_process_threads
+    cpus = usable_cpus()
+    return min(cpus, DEFAULT_MAX_WORKERS) if options.in_process_workers == "processes" else cpus
 
 
 def usable_cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:

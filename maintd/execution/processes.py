@@ -222,9 +222,10 @@ def stop_workers() -> None:
 
 
 def workers_can_open(uri: str) -> bool:
-    """Whether a worker process opens the table at ``uri`` as this process does: its scheme's storage is
+    """Whether a worker process can run units of the table at ``uri`` as this process would: this process
+    knows its interpreter (an embedded one may not: ``sys.executable`` empty), and the scheme's storage is
     maintd's own (a worker has no storage registered in this process only)."""
-    return is_builtin_storage(uri)
+    return bool(sys.executable) and is_builtin_storage(uri)
 
 
 class ProcessBackend:

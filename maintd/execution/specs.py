@@ -107,7 +107,8 @@ class ExecutionOptions(_Model):
     in_process_threads: int = Field(default=0, ge=0)
     """Units at once when a run executes in process (worker processes or threads, ``in_process_workers``); 0:
     one per CPU this process may run on, within its container's CPU quota
-    (:func:`maintd.execution.driver.usable_cpus`)."""
+    (:func:`maintd.execution.driver.usable_cpus`), and at most 4 worker processes
+    (:data:`maintd.execution.driver.DEFAULT_MAX_WORKERS`)."""
     in_process_workers: Literal["processes", "threads"] = "processes"
     """What runs the units of a run in process: ``processes``, a pool of local worker processes kept for the
     life of this process (:mod:`maintd.execution.processes`: no GIL shared between units, and a worker killed

@@ -99,6 +99,13 @@ def test_a_storage_registered_in_this_process_only_runs_in_threads(tmp_path: Pat
     assert isinstance(local_backend(table.uri, ExecutionOptions()), ProcessBackend)
 
 
+def test_an_interpreter_that_does_not_know_its_executable_runs_units_in_threads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table, _ = make_table(tmp_path, commits=2, buckets=1)
+    monkeypatch.setattr(sys, "executable", "")
+    assert isinstance(local_backend(table.uri, ExecutionOptions()), LocalBackend)
+
+
 def test_a_cancelled_run_starts_no_further_pack(tmp_path: Path) -> None:
     table, _ = make_table(tmp_path, commits=4, buckets=2)
     backend = ProcessBackend(1, table.uri)
@@ -173,3 +180,14 @@ def test_the_daemon_starts_its_workers_with_itself_only_when_they_will_run_units
     pool = processes._POOL
     assert (len(pool._idle) if pool is not None else 0) == started
     assert all(w.ready and w.alive() for w in (pool._idle if pool is not None else []))
+
+
+def test_a_node_of_many_cpus_keeps_at_most_four_workers_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    from maintd.execution import driver
+
+    monkeypatch.setattr(driver, "usable_cpus", lambda: 64)
+    assert driver.in_process_threads(ExecutionOptions()) == driver.DEFAULT_MAX_WORKERS == 4
+    assert driver.in_process_threads(ExecutionOptions(in_process_workers="threads")) == 64
+    assert driver.in_process_threads(ExecutionOptions(in_process_threads=16)) == 16
+    monkeypatch.setattr(driver, "usable_cpus", lambda: 2)
+    assert driver.in_process_threads(ExecutionOptions()) == 2
