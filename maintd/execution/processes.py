@@ -58,11 +58,12 @@ class WorkerDiedError(Exception):
 class _Worker:
     """One worker process and its pipes; used by one thread at a time (the pool hands it out)."""
 
-    def __init__(self) -> None:
+    def __init__(self, command: Sequence[str] | None = None) -> None:
+        """Start ``python -m maintd.execution.worker`` (or ``command``, which speaks the same protocol)."""
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])  # this maintd, whatever sys.path the caller set up
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-        self.proc = subprocess.Popen([sys.executable, "-m", WORKER_MODULE], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen(list(command or [sys.executable, "-m", WORKER_MODULE]), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, start_new_session=True)
         self.ready = False
 
@@ -83,7 +84,7 @@ class _Worker:
         except (BrokenPipeError, OSError) as exc:
             raise self._died("before it took the pack") from exc
         line = self._stdout().readline()
-        if not line:
+        if not line.endswith(b"\n"):  # nothing, or an answer cut short: the worker is gone
             raise self._died("while it ran the pack")
         out: list[str] = json.loads(line)
         return out
@@ -133,7 +134,8 @@ class WorkerPool:
         self._closed = False
 
     def take(self, cancelled: threading.Event | None = None) -> _Worker:
-        """An idle worker, a new one if fewer than ``size`` run, else the next one freed (None-safe cancel)."""
+        """An idle worker, a new one if fewer than ``size`` run, else the next one freed; raises once ``cancelled``
+        is set or the pool is stopped."""
         with self._cond:
             while True:
                 if self._closed:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -191,3 +192,20 @@ def test_a_node_of_many_cpus_keeps_at_most_four_workers_unless_told(monkeypatch:
     assert driver.in_process_threads(ExecutionOptions(in_process_threads=16)) == 16
     monkeypatch.setattr(driver, "usable_cpus", lambda: 2)
     assert driver.in_process_threads(ExecutionOptions()) == 2
+
+
+@pytest.mark.parametrize(("script", "message"), [
+    ("import sys; sys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.readline(); "
+     "sys.stdout.write('[\"{\"task'); sys.stdout.flush(); sys.exit(3)", "ended while it ran the pack (exit code 3)"),
+    ("import sys; sys.exit(5)", "ended while starting (exit code 5)"),
+    ("import os, signal, sys; sys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.readline(); "
+     "os.kill(os.getpid(), signal.SIGKILL)", "ended while it ran the pack (killed by signal 9)"),
+], ids=["answer-cut-short", "died-starting", "killed"])
+def test_a_worker_that_ends_without_a_whole_answer_is_reported_dead(script: str, message: str) -> None:
+    w = _Worker([sys.executable, "-c", script])
+    try:
+        with pytest.raises(WorkerDiedError, match=re.escape(message)):
+            w.call({"pack": [], "threads": 1, "attempt": 0, "uri": None, "options": None})
+    finally:
+        w.stop(kill=True)
+    assert not w.alive()
