@@ -293,13 +293,11 @@ def main() -> None:
     # the full plan reads every file: if it runs in process, so does every step, and no session is started
     on_spark = not runs_in_process(full_plan(base, "cluster"), base.snapshot(), options)
     with PeakRss() as rss:
-        if options.in_process_workers == "processes" and options.in_process_max_bytes > 0:
-            from maintd.execution.driver import in_process_threads
-            from maintd.execution.processes import warm_workers
+        from maintd.execution.driver import warm_local_workers
 
-            t0 = time.monotonic()  # the daemon starts them once, at its own start (untimed here too)
-            warm_workers(in_process_threads(options))
-            print(f"  {in_process_threads(options)} local worker processes for plans run in process, started in "
+        t0 = time.monotonic()  # the daemon starts them once, at its own start (untimed here too)
+        if workers := warm_local_workers(options):
+            print(f"  {workers} local worker processes for plans run in process, started in "
                   f"{time.monotonic() - t0:.2f} s (untimed: the daemon starts them once)", flush=True)
         spark = None
         first_s, floor = 0.0, []

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from maintd.execution.commit import CommitOutcome, IncrementalCommitter
-from maintd.execution.processes import ProcessBackend, workers_can_open
+from maintd.execution.processes import ProcessBackend, warm_workers, workers_can_open
 from maintd.execution.scheduler import Backend, LocalBackend, SparkBackend, run_units
 from maintd.execution.specs import ExecutionOptions, PlanDoc, TaskResult
 from maintd.execution.units import combine, task_specs
@@ -73,6 +73,16 @@ DEFAULT_MAX_WORKERS = 4
 about 125 MiB even when idle, and a plan run in process reads at most ``in_process_max_bytes`` (64 MiB), which
 two workers rewrite in about half a second; a pod without a CPU limit on a 64-core node would otherwise keep
 64 of them, 8 GiB, and start them all with the daemon."""
+
+
+def warm_local_workers(options: ExecutionOptions) -> int:
+    """Start the local worker processes that runs in process will use, if they will use any (workers
+    ``processes``, ``in_process_max_bytes`` above 0); returns how many there are (0: none)."""
+    if options.in_process_workers != "processes" or options.in_process_max_bytes <= 0:
+        return 0
+    workers = in_process_threads(options)
+    warm_workers(workers)
+    return workers
 
 
 def in_process_threads(options: ExecutionOptions) -> int:

@@ -101,24 +101,24 @@ class _Worker:
                 self.proc.stdin.close()
         except OSError:
             pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        self._reap()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+
+    def _reap(self) -> int:
+        """Its exit code once it has ended (killed if it has not within 5 s)."""
+        try:
+            return self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
 
     def _stdout(self):  # type: ignore[no-untyped-def]
         assert self.proc.stdout is not None
         return self.proc.stdout
 
     def _died(self, when: str) -> WorkerDiedError:
-        try:
-            code = self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait()
+        code = self._reap()
         how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
         return WorkerDiedError(f"local worker process {self.proc.pid} ended {when} ({how})")
 
@@ -253,23 +253,24 @@ class ProcessBackend:
 
     def _run_pack(self, wire: list[str]) -> list[TaskResult]:
         pool = worker_pool(self.workers)
-        for attempt in (0, 1):  # the second attempt's results say so: its pack's other attempts are deleted
-            request = {**self.request, "pack": wire, "attempt": attempt}
-            worker = pool.take(self._cancelled)
-            try:
-                out = worker.call(request)
-            except WorkerDiedError as exc:
-                pool.discard(worker)
-                if attempt:
-                    raise
-                logger.warning("{}; its pack of {} unit(s) runs again on a new worker", exc, len(wire))
-                continue
-            except BaseException:
-                pool.discard(worker)  # interrupted mid-pack: its pipe state is unknown
-                raise
-            pool.give(worker)
-            return [TaskResult.model_validate_json(x) for x in out]
-        raise AssertionError("unreachable")
+        try:
+            out = self._call(pool, wire, attempt=0)
+        except WorkerDiedError as exc:
+            # once more on a new worker: that attempt's results say so, and when they are accepted the dead
+            # attempt's files are deleted (a second death fails the pack)
+            logger.warning("{}; its pack of {} unit(s) runs again on a new worker", exc, len(wire))
+            out = self._call(pool, wire, attempt=1)
+        return [TaskResult.model_validate_json(x) for x in out]
+
+    def _call(self, pool: WorkerPool, wire: list[str], attempt: int) -> list[str]:
+        worker = pool.take(self._cancelled)
+        try:
+            out = worker.call({**self.request, "pack": wire, "attempt": attempt})
+        except BaseException:
+            pool.discard(worker)  # dead, or interrupted mid-pack: its pipe state is unknown
+            raise
+        pool.give(worker)
+        return out
 
     def cancel(self) -> None:
         """Packs of this run that have no worker yet are not started (a running pack finishes; its files are

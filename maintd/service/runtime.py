@@ -106,15 +106,12 @@ def _shut_down(daemon: Daemon | None, driver: SparkDriver, server: HealthServer 
 def _warm_local_workers(settings: Settings) -> None:
     """Start the local worker processes that run small plans (:mod:`maintd.execution.processes`) now, so the
     first such run does not pay for their start; a failure only costs that run the start."""
-    from maintd.execution.driver import in_process_threads
-    from maintd.execution.processes import warm_workers
+    from maintd.execution.driver import warm_local_workers
     from maintd.execution.spark import options_from_settings
 
-    options = options_from_settings(settings.spark)
-    if options.in_process_workers != "processes" or options.in_process_max_bytes <= 0:
-        return
+    options = options_from_settings(settings.spark)  # a bad setting fails the start, outside the try
     try:
-        warm_workers(in_process_threads(options))
+        warm_local_workers(options)
     except Exception as exc:
         logger.warning("the local worker processes could not be started ahead of the first run: {}", exc)
 
