@@ -2,16 +2,19 @@
 
     .venv/bin/python bench/bench_reads.py [--rows 1000000 --changed 0.01 --files 200 --file-rows 5000 --samples 5]
 
-1. ``changes``: a table of ROWS rows (8 columns, 16 buckets, ``changes.prior.rows`` set), written as one
-   commit and compacted (one BaseFile of about 62,500 rows per bucket), then 10 commits that together change
-   CHANGED of the rows (80% updates of existing keys, 10% deletes, 10% new keys). Timed:
-   ``Table.changes(s, e)`` (the incremental feed) and ``Table.full_changes(s, e)`` (the diff of two full
-   reads of the touched buckets) over those commits, results checked equal, and, as the floor of a feed
-   that must read the prior rows from the data files (changed keys fall in every row group), decoding once
-   every file of (s, e] and every file of the touched buckets at s. Three steps: (1) before the next
-   compaction, (2) that compaction, on copies of the table with the property on and off (what storing the
-   prior rows costs), (3) after it, when the feed reads the prior rows the compaction stored. ``--task-memory``
-   gives that compaction's units a memory budget (e.g. ``8m``: they merge through spilled runs).
+1. ``changes``: a table of ROWS rows (8 columns, 16 buckets, ``changes.prior.rows=lookup``), written as one
+   commit and compacted (one BaseFile of about 62,500 rows per bucket), then 20 commits (10 upserts, 10
+   deletes) that together change CHANGED of the rows (80% updates of existing keys, 10% deletes, 10% new
+   keys). Timed: ``Table.changes(s, e)`` (the incremental feed) and ``Table.full_changes(s, e)`` (the diff of
+   two full reads of the touched buckets) over those commits, results checked equal, and, as the floor of a
+   feed that must read the prior rows from the data files (changed keys fall in every row group), decoding
+   once every file of (s, e] and every file of the touched buckets at s. Five steps: (1) before any
+   maintenance, (2) the clustering of each bucket's 20 level-0 files into one level-1 file, on copies of the
+   table with the lookup on and off (what looking the prior rows up costs), (3) after it, when the feed
+   reads the rows the clustering looked up, (4) the compaction that folds the bucket, with prior rows on and
+   off, (5) after it. ``--prior-rows true``: compactions only store prior rows (step 2 is then not timed).
+   ``--task-memory`` gives that compaction's units a memory budget (e.g. ``8m``: they
+   merge through spilled runs).
 2. merge-on-read: a one-bucket table of FILES level-0 files (one commit each, FILE_ROWS rows, keys drawn
    with repeats across files, 20% deletes). Timed: ``Table.read()`` against DuckDB reading the same files
    with the same dedupe: the version of each file comes from the table's log (it is not in the file), the
@@ -67,14 +70,16 @@ def report(title: str, times: dict[str, list[float]], ours: str, peer: str) -> N
           else f"  ratio {ours} / {peer}: {m_ours / m_peer:.3f}x")
 
 
-def compact(table, task_memory: int | None = None) -> list:  # type: ignore[no-untyped-def,type-arg]
+def compact(table, task_memory: int | None = None, kind: str = "compact") -> list:  # type: ignore[no-untyped-def,type-arg]
     """Compact every bucket of ``table`` in process (as the daemon runs small tables), committed; with a
-    ``task_memory`` budget (bytes) per unit, if given."""
+    ``task_memory`` budget (bytes) per unit, if given. ``kind="cluster"``: merge each bucket's DeltaFiles into
+    one level-1 file instead (a clustering)."""
     from maintd.execution import ExecutionOptions, PlanDoc, PlanTaskDoc, commit_rewrites, run_plan
 
     snap = table.snapshot()
-    tasks = tuple(PlanTaskDoc(task_id=f"compact-{b}", kind="compact", partition=dict(part), bucket=b,
-                              inputs=tuple(sorted(f.path for f in files)))
+    tasks = tuple(PlanTaskDoc(task_id=f"{kind}-{b}", kind=kind, partition=dict(part), bucket=b,
+                              inputs=tuple(sorted(f.path for f in files if kind == "compact" or f.kind == "delta")),
+                              target_level=None if kind == "compact" else 1)
                   for (part, b), files in sorted(snap.by_bucket().items(), key=lambda kv: kv[0][1]))
     plan = PlanDoc(table_uri=table.uri, read_version=snap.version, tasks=tasks)
     options = ExecutionOptions() if task_memory is None else ExecutionOptions(task_memory_bytes=task_memory)
@@ -83,12 +88,13 @@ def compact(table, task_memory: int | None = None) -> list:  # type: ignore[no-u
     return results
 
 
-def bench_changes(work: Path, nrows: int, changed: float, samples: int, task_memory: int | None = None) -> None:
+def bench_changes(work: Path, nrows: int, changed: float, samples: int, task_memory: int | None = None,
+                  prior_rows: str = "lookup") -> None:
     from maintd import Table
 
     rng = np.random.default_rng(3)
     table = Table.create(str(work / "changes"), SCHEMA, primary_key="pk", buckets=16,
-                         properties={"changes.prior.rows": "true"})
+                         properties={"changes.prior.rows": prior_rows})
     table.upsert(rows(rng, np.arange(nrows)))
     compact(table)  # the table as maintenance keeps it: one BaseFile per bucket
     start = table.version
@@ -102,11 +108,16 @@ def bench_changes(work: Path, nrows: int, changed: float, samples: int, task_mem
     end = table.version
     print(f"changes: {nrows:,} rows in 16 buckets (one BaseFile each), {end - start} commits changing {n:,} rows "
           f"({changed:.1%})")
-    feed_steps(table, start, end, samples, "1. before the next compaction: prior rows are in the BaseFiles")
-    compaction_cost(work, table, samples, task_memory)
+    feed_steps(table, start, end, samples, "1. before any maintenance: prior rows are in the BaseFiles")
+    if prior_rows == "lookup":
+        maintenance_cost(work, table, samples, None, "cluster", "2. the clustering of those level-0 files")
+    compact(table, kind="cluster")
+    feed_steps(table, start, end, samples, f"3. after the clustering (changes.prior.rows={prior_rows}), "
+               "no compaction yet")
+    maintenance_cost(work, table, samples, task_memory, "compact", "4. the compaction that folds them")
     modes = sorted({r.mode for r in compact(table, task_memory)})
     print(f"   the compaction's units merged: {', '.join(modes)}")
-    feed_steps(table, start, end, samples, "3. after it: prior rows stored by the compaction (changes.prior.rows)")
+    feed_steps(table, start, end, samples, "5. after it (its prior rows answer for the BaseFiles)")
 
 
 def feed_steps(table, start: int, end: int, samples: int, title: str) -> None:  # type: ignore[no-untyped-def]
@@ -121,30 +132,33 @@ def feed_steps(table, start: int, end: int, samples: int, title: str) -> None:  
            "decode once (floor)")
 
 
-def compaction_cost(work: Path, table, samples: int, task_memory: int | None) -> None:  # type: ignore[no-untyped-def]
-    """What storing prior rows costs the compaction that folds the changes: the same compaction of copies of
-    the table, with ``changes.prior.rows`` on and off (each sample on a fresh copy)."""
+def maintenance_cost(work: Path, table, samples: int, task_memory: int | None, kind: str,  # type: ignore[no-untyped-def]
+                     title: str) -> None:
+    """What storing prior rows costs the clustering (looked up) or the compaction that takes the changes: the
+    same task on copies of the table, with ``changes.prior.rows`` as it is and without what the task stores
+    (each sample on a fresh copy)."""
     from maintd import Table
 
-    times: dict[str, list[float]] = {"compaction, prior rows": [], "compaction, none": []}
+    name = "clustering" if kind == "cluster" else "compaction"
+    off = "true" if kind == "cluster" else "false"  # a clustering looks up with "lookup" only
+    times: dict[str, list[float]] = {f"{name}, prior rows": [], f"{name}, none": []}
     written: dict[str, int] = {}
     for s in range(samples):
-        for name in (list(times) if s % 2 == 0 else list(reversed(times))):
-            copy = work / f"copy-{s}-{len(written)}-{name.split()[-1]}"
+        for label in (list(times) if s % 2 == 0 else list(reversed(times))):
+            copy = work / f"copy-{s}-{len(written)}-{label.split()[-1]}"
             shutil.copytree(table.uri, copy)
             t = Table.open(str(copy))
-            if name.endswith("none"):
-                t.set_properties({"changes.prior.rows": "false"})
+            if label.endswith("none"):
+                t.set_properties({"changes.prior.rows": off})
             t0 = time.perf_counter()
-            results = compact(t, task_memory)
-            times[name].append(time.perf_counter() - t0)
-            written[name] = sum(a.bytes for r in results for a in r.adds)
-            written[name + " (prior rows)"] = sum(p.bytes for r in results for p in r.priors)
+            results = compact(t, task_memory, kind)
+            times[label].append(time.perf_counter() - t0)
+            written[label] = sum(a.bytes for r in results for a in r.adds)
+            written[label + " (prior rows)"] = sum(p.bytes for r in results for p in r.priors)
             shutil.rmtree(copy, ignore_errors=True)
-    print(f"2. the compaction that folds them (in process), BaseFiles written "
-          f"{written['compaction, none'] / 1e6:.1f} MB; prior-rows files "
-          f"{written['compaction, prior rows (prior rows)'] / 1e6:.2f} MB")
-    report("", times, "compaction, prior rows", "compaction, none")
+    print(f"{title} (in process), data files written {written[f'{name}, none'] / 1e6:.1f} MB; prior-rows files "
+          f"{written[f'{name}, prior rows (prior rows)'] / 1e6:.2f} MB")
+    report("", times, f"{name}, prior rows", f"{name}, none")
 
 
 def decode_once(table, start: int, end: int) -> None:  # type: ignore[no-untyped-def]
@@ -214,6 +228,8 @@ def main() -> None:
     ap.add_argument("--file-rows", type=int, default=5000)
     ap.add_argument("--samples", type=int, default=5)
     ap.add_argument("--only", choices=["changes", "mor"], default=None)
+    ap.add_argument("--prior-rows", choices=["lookup", "true"], default="lookup",
+                    help="the table's changes.prior.rows: lookup (clusterings look up too) or true (compactions only)")
     ap.add_argument("--task-memory", default=None,
                     help="memory budget of a compaction unit in step 2 and 3 of 'changes' (e.g. 8m: the units "
                          "merge through spilled runs, as those of buckets far larger than their budget do)")
@@ -224,7 +240,7 @@ def main() -> None:
             from maintd.execution.spark import parse_size
 
             memory = None if args.task_memory is None else parse_size(args.task_memory)
-            bench_changes(work, args.rows, args.changed, args.samples, memory)
+            bench_changes(work, args.rows, args.changed, args.samples, memory, args.prior_rows)
         if args.only in (None, "mor"):
             bench_merge_on_read(work, args.files, args.file_rows, args.samples)
     finally:

@@ -111,7 +111,8 @@ def describe(snap: Snapshot, pins: tuple[list[Pin], int] | None = None) -> dict[
         "protocol": {"reader": snap.protocol.min_reader_version, "writer": snap.protocol.min_writer_version},
         "files": len(snap.files),
         "bytes": snap.total_bytes(),
-        "prior_rows": {"files": len(snap.priors), "bytes": sum(p.bytes for p in snap.priors.values())},
+        "prior_rows": {"files": len(snap.priors), "bytes": sum(p.bytes for p in snap.priors.values()),
+                       "looked_up": sum(p.attached for p in snap.priors.values())},
         "layers": {k: layers[k] for k in sorted(layers)},
         "per_bucket": [
             {"partition": part, "bucket": bucket, **dict(sorted(c.items()))}
@@ -153,8 +154,10 @@ def describe_command(
     out.print(f"files: {desc['files']}, {fmt_bytes(desc['bytes'])}   protocol: reader {desc['protocol']['reader']}, "
               f"writer {desc['protocol']['writer']}")
     if desc["prior_rows"]["files"]:
+        looked_up = desc["prior_rows"]["looked_up"]
         out.print(f"prior-rows files (for the change feed): {desc['prior_rows']['files']}, "
-                  f"{fmt_bytes(desc['prior_rows']['bytes'])}")
+                  f"{fmt_bytes(desc['prior_rows']['bytes'])}"
+                  + (f" ({looked_up} looked up by clusterings, their BaseFiles live)" if looked_up else ""))
     layers = RichTable("layer", "files", "bytes", "rows", title="files per kind and level")
     for name, s in desc["layers"].items():
         layers.add_row(name, str(s["files"]), fmt_bytes(s["bytes"]), str(s["rows"]))

@@ -110,6 +110,10 @@ def commit_group(table: Table, doc: PlanDoc, results: Sequence[TaskResult], outc
             outcome.conflicts += 1
             outcome.conflict_types.append(type(exc).__name__)
             gone = set(getattr(exc, "paths", ()))
+            stale = [r for r in pending if not gone & set(r.inputs) and gone & _looked_up_in(r)]
+            if stale:  # a clustering whose BaseFiles were compacted meanwhile: commit it without its lookup
+                pending = [_without_lookup(table, r) if r in stale else r for r in pending]
+                continue
             lost = [r for r in pending if gone & set(r.inputs)]
             if not lost:  # cannot tell which task clashed: give up on all, certainly not landed
                 lost = pending
@@ -144,6 +148,20 @@ def discard_outputs(table: Table, results: Sequence[TaskResult]) -> None:
     for r in results:
         for path in r.written:
             table.storage.delete(path)
+
+
+def _looked_up_in(r: TaskResult) -> set[str]:
+    """The BaseFiles ``r``'s looked-up prior-rows files answer for (they must stay live until it commits)."""
+    return {b for p in r.priors if p.lookup for b in p.of}
+
+
+def _without_lookup(table: Table, r: TaskResult) -> TaskResult:
+    """``r`` without its looked-up prior-rows files, which are deleted (never part of any commit): a concurrent
+    commit removed BaseFiles they answer for, so they may not be added; the clustering itself still holds."""
+    for p in r.priors:
+        if p.lookup:
+            table.storage.delete(p.path)
+    return r.model_copy(update={"priors": tuple(p for p in r.priors if not p.lookup)})
 
 
 def _discard(table: Table, lost: Sequence[TaskResult], outcome: CommitOutcome) -> None:

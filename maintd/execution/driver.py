@@ -21,6 +21,7 @@ from maintd.execution.processes import ProcessBackend, warm_workers, workers_can
 from maintd.execution.scheduler import Backend, LocalBackend, SparkBackend, run_units
 from maintd.execution.specs import ExecutionOptions, PlanDoc, TaskResult
 from maintd.execution.units import combine, task_specs
+from maintd.table.snapshot import partition_key
 
 if TYPE_CHECKING:
     from maintd.table import Snapshot, Table
@@ -48,11 +49,17 @@ class ExecutionReport:
 def runs_in_process(plan: Any, snapshot: Snapshot, options: ExecutionOptions) -> bool:
     """Whether ``plan`` is small enough to execute in process (:func:`local_backend`) rather than as Spark jobs: the
     files it reads (sizes from ``snapshot``, the plan's read version) total at most
-    ``options.in_process_max_bytes`` (:class:`ExecutionOptions` says why)."""
+    ``options.in_process_max_bytes`` (:class:`ExecutionOptions` says why). A clustering that looks up prior rows
+    (``changes.prior.rows=lookup``) may read its bucket's BaseFiles too: they count."""
     doc = PlanDoc.of(plan)
     if any(f.split(":", 1)[0] in _WORKER_FAULTS for f in options.faults.values()):
         return False  # a fault that kills or holds its Python worker is meant for a Spark worker, not this process
     size = sum(f.bytes for t in doc.tasks for p in t.inputs if (f := snapshot.files.get(p)) is not None)
+    if snapshot.looks_up_prior_rows and any(t.kind == "cluster" for t in doc.tasks):
+        groups = snapshot.by_bucket()
+        pb = snapshot.metadata.partition_by
+        size += sum(f.bytes for t in doc.tasks if t.kind == "cluster"
+                    for f in groups.get((partition_key(t.partition, pb), t.bucket), []) if f.kind == "base")
     return bool(doc.tasks) and size <= options.in_process_max_bytes
 
 

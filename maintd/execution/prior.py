@@ -114,7 +114,7 @@ class PriorWriter:
         for start in range(0, rows.num_rows, self.row_group_rows):
             self._write(rows.slice(start, self.row_group_rows))
         if missing.num_rows:
-            self._write(_markers(missing, self.row_schema), markers=True)
+            self._write(markers(missing, self.row_schema), markers=True)
 
     def _split(self, chunk: pa.Table, newer: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, pa.Table]:
         """(the indices of the BaseFile rows of the keys DeltaFile rows hold, those keys no BaseFile row holds)."""
@@ -177,7 +177,7 @@ class PriorWriter:
         self.key_count = self.row_count = self.delta_count = 0
 
 
-def _markers(keys: pa.Table, schema: pa.Schema) -> pa.Table:
+def markers(keys: pa.Table, schema: pa.Schema) -> pa.Table:
     """One row per key of ``keys``: the key, ``_maintd_op`` = delete, version 0, every other column null."""
     n = keys.num_rows
     cols: list[pa.Array | pa.ChunkedArray] = []

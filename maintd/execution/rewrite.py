@@ -66,6 +66,7 @@ from maintd.execution.inputs import (
     read_all,
     unit_dictionaries,
 )
+from maintd.execution.lookup import prior_writer
 from maintd.execution.merge import in_version_order, integer_key, merge_chunk, merge_streams
 from maintd.execution.output import Outputs
 from maintd.execution.prior import PriorWriter
@@ -231,7 +232,7 @@ def run_task(spec: TaskSpec, *, unsynced: _Unsynced | None = None, attempt: int 
         storage = storage_for_uri(spec.table_uri)
         group_rows = _row_group_rows(spec)
         out = Outputs(storage, spec, row_group_rows=group_rows, attempt=attempt, durable=unsynced is None)
-        prior = PriorWriter(storage, spec, Layout(spec.metadata).full_schema, row_group_rows=group_rows,
+        prior = prior_writer(storage, spec, Layout(spec.metadata).full_schema, row_group_rows=group_rows,
                             attempt=attempt, durable=unsynced is None)
         rows_read, mode = _rewrite(storage, spec, out, prior, phases)
         adds = out.close()

@@ -152,6 +152,15 @@ class TaskPriors(_Model):
     """One DeltaFile of the task."""
 
 
+class TaskLookup(_Model):
+    """The BaseFiles a clustering of a ``changes.prior.rows=lookup`` table looks the keys of its DeltaFiles up
+    in (:mod:`maintd.execution.lookup`): every live BaseFile of its bucket when it was planned."""
+
+    bases: tuple[AddFile, ...] = Field(min_length=1)
+    below: int = Field(ge=0)
+    """The greatest version they hold; every DeltaFile the clustering merges is newer."""
+
+
 class TaskSpec(_Model):
     """Everything one Spark task needs to rewrite one unit (a key range, or all) of one bucket's files."""
 
@@ -181,6 +190,9 @@ class TaskSpec(_Model):
     task, whichever of those files its own key range holds, so that the task's files form a whole record."""
     task_priors: TaskPriors | None = None
     """For a unit of such a task whose key range holds none of its BaseFiles or none of its DeltaFiles."""
+    lookup: TaskLookup | None = None
+    """A clustering that also stores the BaseFile rows of the keys it merges (tables with
+    ``changes.prior.rows=lookup``)."""
 
     @property
     def key_range(self) -> KeyRange:

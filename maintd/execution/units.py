@@ -31,6 +31,7 @@ from maintd.execution.specs import (
     ExecutionOptions,
     PlanDoc,
     PlanTaskDoc,
+    TaskLookup,
     TaskPriors,
     TaskResult,
     TaskSpec,
@@ -123,14 +124,32 @@ def _units(uri: str, t: PlanTaskDoc, snapshot: Snapshot, groups: Mapping[tuple[P
         kinds = {f.kind == "base" for f in files}
         return task_priors if len(kinds) < 2 else None
 
+    lookup = None
+    if t.kind == "cluster" and snapshot.looks_up_prior_rows:
+        key = (partition_key(t.partition, snapshot.metadata.partition_by), t.bucket)
+        lookup = task_lookup([f for f in groups.get(key, []) if f.kind == "base"], inputs)
+
     return [TaskSpec(table_uri=uri, task_id=t.task_id, kind=t.kind, partition=dict(t.partition), bucket=t.bucket,
                      target_level=level, metadata=snapshot.metadata, inputs=files, unit=i, units=len(ranges),
                      key_lo=r.lo, key_hi=r.hi, target_file_bytes=t.target_file_bytes or DEFAULT_TARGET_FILE_BYTES,
                      token=unit_token(run_id, t.task_id, i), task_memory_bytes=opts.task_memory_bytes,
                      read_threads=opts.read_threads, decode_threads=opts.decode_threads,
                      fault=opts.fault_of(t.task_id, i), prior_rows=prior_rows,
-                     task_priors=priors_of(files))
+                     task_priors=priors_of(files), lookup=lookup)
             for i, (r, files) in enumerate(ranges)]
+
+
+def task_lookup(bases: Sequence[AddFile], inputs: Sequence[AddFile]) -> TaskLookup | None:
+    """What a clustering of ``inputs`` looks up (``changes.prior.rows=lookup``): every live BaseFile of its
+    bucket, or None when there is none, or when a DeltaFile it merges is not newer than all of them (its rows
+    would then not all be changes since those BaseFiles were written; a compaction takes every DeltaFile of
+    its bucket, so this holds but for a table whose history says otherwise)."""
+    if not bases:
+        return None
+    below = max(f.max_version for f in bases)
+    if any(f.min_version <= below for f in inputs):
+        return None
+    return TaskLookup(bases=tuple(bases), below=below)
 
 
 def kept_bases(bucket: Sequence[AddFile], inputs: Sequence[str]) -> list[AddFile]:

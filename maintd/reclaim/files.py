@@ -5,7 +5,8 @@ Three kinds of file are deleted, each for its own reason:
 * **log files** (``log``): commits and checkpoints of versions older than the oldest retained version;
 * **data files** (``data``): files removed by a commit at or before the oldest retained version, so no
   retained version reads them (they are tombstones of the latest snapshot), and the prior-rows files of
-  those of them that were BaseFiles (added by the commit that removed them, so they go at the same time);
+  those of them that were BaseFiles (with the deletion time of the commit that removed them, so they go at
+  the same time; a looked-up one whose BaseFiles are all live has none, and stays);
 * **orphans** (``orphan``): files no log entry references (a writer or a job that crashed before its
   commit landed), once older than the grace period, because an in-flight writer's files look the same.
 
@@ -131,13 +132,14 @@ def missing_live_files(snapshot: Snapshot, listing: Listing, listed_ms: int) -> 
 
 def expired_data_files(snapshot: Snapshot, listing: Listing, cutoff_ms: int, where: PartitionFilter) -> list[FileRef]:
     """Tombstones (and prior-rows files) removed at or before ``cutoff_ms`` (a commit time) whose files are still
-    on storage.
+    on storage. A looked-up prior-rows file whose BaseFiles are all live is not removed: it has no deletion time.
 
     Commit times strictly increase with the version, so "removed at or before the commit time of R" is
     "removed at a version <= R": no version from R on holds the file.
     """
     out = []
-    removed: list[tuple[str, RemoveFile | PriorRows]] = [*snapshot.tombstones.items(), *snapshot.priors.items()]
+    priors = [(p, r) for p, r in snapshot.priors.items() if not r.attached]
+    removed: list[tuple[str, RemoveFile | PriorRows]] = [*snapshot.tombstones.items(), *priors]
     for path, tomb in removed:
         info = listing.get(path)
         if info is None or tomb.deletion_time > cutoff_ms or path in snapshot.files:

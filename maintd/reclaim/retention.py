@@ -117,7 +117,8 @@ def held_by_pins(table: Table, snapshot: Snapshot, now: datetime) -> tuple[list[
     if floor_ms is None or by_time_ms is None:
         return live, 0
     held = sum(r.bytes or 0 for r in snapshot.tombstones.values() if floor_ms < r.deletion_time <= by_time_ms)
-    held += sum(p.bytes for p in snapshot.priors.values() if floor_ms < p.deletion_time <= by_time_ms)
+    held += sum(p.bytes for p in snapshot.priors.values()
+                if not p.attached and floor_ms < p.deletion_time <= by_time_ms)
     return live, held
 
 

@@ -7,6 +7,8 @@ task's output estimated by :class:`~maintd.simulate.sizes.SizeModel` and committ
 passes (files no retained version reads are dropped, by the rule of :mod:`maintd.reclaim`) and samples of the
 state. In a table with ``changes.prior.rows``, a compaction that rewrites a BaseFile also writes prior-rows files
 (their bytes estimated by the size model); they are history: kept, and reclaimed, with the BaseFiles it removed.
+With ``lookup``, a clustering of a bucket that has BaseFiles writes one too, estimated the same way: it stays
+while the bucket's BaseFiles do and becomes history at the bucket's next compaction.
 Nothing touches storage; the simulated files are ``AddFile`` values with made-up paths, versions and commit times
 exactly as the real log would give them, so the planner cannot tell them from real ones.
 
@@ -28,7 +30,7 @@ from maintd.simulate.pattern import HOUR_MS, BucketKey, WritePattern, WriterComm
 from maintd.simulate.schedule import Schedule
 from maintd.simulate.sizes import OutputEstimate, SizeModel
 from maintd.table.actions import AddFile
-from maintd.table.properties import prior_rows
+from maintd.table.properties import lookup_prior_rows, prior_rows
 from maintd.table.snapshot import PartitionKey, Snapshot, format_partition, partition_key
 
 LEVELS = ("L0", "L1", "L2", "base")
@@ -99,10 +101,16 @@ class SimTable:
         self.tombs = _Tombstones()
         # prior-rows files are history too: deleted with the BaseFiles they were written with
         held = [(r.deletion_time, r.bytes or 0) for r in start.tombstones.values()]
-        held += [(p.deletion_time, p.bytes) for p in start.priors.values()]
+        held += [(p.deletion_time, p.bytes) for p in start.priors.values() if not p.attached]
         for time_ms, size in sorted(held):
             self.tombs.add(time_ms, size)
         self.prior_rows = prior_rows(start.metadata.properties)
+        self.lookup = lookup_prior_rows(start.metadata.properties)
+        self.attached: Counter[BucketKey] = Counter()
+        """Bytes of looked-up prior-rows files per bucket, live until the bucket's next compaction."""
+        for p in start.priors.values():
+            if p.attached:
+                self.attached[(partition_key(p.partition, start.metadata.partition_by), p.bucket)] += p.bytes
         self.per_bucket: Counter[BucketKey] = Counter()
         self.levels: Counter[str] = Counter()
         self.level_bytes: Counter[str] = Counter()
@@ -192,20 +200,29 @@ class SimTable:
         ts = max(now_ms, self.timestamp + 1)
         removes: list[str] = []
         adds: list[AddFile] = []
-        prior = 0
+        prior = looked_up = freed = 0
+        pb = self.start.metadata.partition_by
+        based = {(partition_key(f.partition, pb), f.bucket) for f in self.files.values() if f.kind == "base"}
         for task in p.tasks:
             inputs = [self.files[path] for path in task.inputs]
+            key = (partition_key(task.partition, pb), task.bucket)
             for est in estimate_outputs(task, inputs, sizes):
                 adds.append(self._output(task, inputs, est, ts))
             if self.prior_rows and task.kind == "compact":
                 prior += sizes.prior_bytes(inputs)
+            if task.kind == "compact":  # the bucket's looked-up files go with the BaseFiles it removes
+                freed += self.attached.pop(key, 0)
+            elif self.lookup and task.kind == "cluster" and key in based:
+                size = sizes.prior_bytes(inputs, has_base=True)
+                self.attached[key] += size
+                looked_up += size
             removes += task.inputs
             self.tasks[task.kind] += 1
             self.maintenance_read += task.input_bytes
-        self.maintenance_written += sum(a.bytes for a in adds) + prior
+        self.maintenance_written += sum(a.bytes for a in adds) + prior + looked_up
         ts = self._commit(now_ms, removes, adds)
-        if prior:
-            self.tombs.add(ts, prior)
+        if prior + freed:
+            self.tombs.add(ts, prior + freed)
         return len(p.tasks)
 
     def _output(self, task: PlanTask, inputs: Sequence[AddFile], est: OutputEstimate, ts: int) -> AddFile:

@@ -120,19 +120,23 @@ class SizeModel:
         """The key overlap of one bucket: its own where its compactions were seen, else the table's."""
         return self.bucket_overlap.get(bucket_key(partition, bucket), self.key_overlap)
 
-    def prior_driver(self, inputs: Sequence[AddFile]) -> float:
+    def prior_driver(self, inputs: Sequence[AddFile], *, has_base: bool | None = None) -> float:
         """What a compaction's prior-rows files hold, in payload bytes: its DeltaFiles' payload, and BaseFile
-        bytes per row for each changed key that was live (0 when it rewrites no BaseFile: it writes none)."""
+        bytes per row for each changed key that was live (0 when it rewrites no BaseFile: it writes none). A
+        clustering that looks up (``has_base``: its bucket has BaseFiles) stores the same."""
         deltas = [f for f in inputs if f.kind == "delta"]
-        if not deltas or not any(f.kind == "base" for f in inputs):
+        if has_base is None:
+            has_base = any(f.kind == "base" for f in inputs)
+        if not deltas or not has_base:
             return 0.0
         upserts, deletes = delta_rows(deltas)
         overlap = self.overlap_of(inputs[0].partition, inputs[0].bucket)
         return sum(self.payload(f) for f in deltas) + self.base.slope * (upserts * overlap + deletes)
 
-    def prior_bytes(self, inputs: Sequence[AddFile]) -> int:
-        """Bytes of the prior-rows files a compaction of ``inputs`` writes in a table with ``changes.prior.rows``."""
-        x = self.prior_driver(inputs)
+    def prior_bytes(self, inputs: Sequence[AddFile], *, has_base: bool | None = None) -> int:
+        """Bytes of the prior-rows files a compaction of ``inputs`` writes in a table with ``changes.prior.rows``
+        (or a clustering that looks up, ``has_base``)."""
+        x = self.prior_driver(inputs, has_base=has_base)
         if x <= 0:
             return 0
         return (self.prior or Line(self.overhead.get("merged", 0), 1.0))(x)
@@ -296,8 +300,9 @@ def learn_sizes(pattern: WritePattern, files: Iterable[AddFile], *, overheads: M
 
 
 def _prior_line(model: SizeModel, merges: Iterable[MergeObservation]) -> Line | None:
-    """Prior-rows bytes from their driver, over the compactions of the log that wrote prior-rows files."""
-    points = [(model.prior_driver(m.inputs), float(m.prior_bytes)) for m in merges if m.prior_bytes]
+    """Prior-rows bytes from their driver, over the maintenance commits of the log that wrote prior-rows files
+    (compactions, and clusterings that looked up: a BaseFile was there, or none would have been written)."""
+    points = [(model.prior_driver(m.inputs, has_base=True), float(m.prior_bytes)) for m in merges if m.prior_bytes]
     xs = [x for x, _ in points if x > 0]
     ys = [y for x, y in points if x > 0]
     return fit_line(xs, ys) or _anchored(model.overhead.get("merged", 0), xs, ys)

@@ -14,7 +14,15 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from maintd.storage import check_path
 
@@ -23,12 +31,13 @@ KeyValue = int | float | str | bool | None
 
 FileKind = Literal["delta", "base"]
 IsolationLevel = Literal["WriteSerializable", "Serializable"]
-READER_VERSION = 4
-"""The newest reader protocol this code implements (2: self-verifying commit files; 3: pins; 4: prior-row files,
-docs/format.md)."""
-WRITER_VERSION = 4
+READER_VERSION = 5
+"""The newest reader protocol this code implements (2: self-verifying commit files; 3: pins; 4: prior-row files;
+5: looked-up prior-row files, docs/format.md)."""
+WRITER_VERSION = 5
 """The newest writer protocol this code implements (2: also transaction records in checkpoints; 3: pins and
-expire records, which reclamation honours; 4: prior-row files, which reclamation deletes with their BaseFiles)."""
+expire records, which reclamation honours; 4: prior-row files, which reclamation deletes with their BaseFiles;
+5: looked-up prior-row files, which live while their BaseFiles do)."""
 BASE_VERSION = 2
 """The protocol tables are created at (and ``Table.upgrade_protocol`` raises older tables to)."""
 PINS_VERSION = 3
@@ -37,6 +46,11 @@ writes it (older code refuses it with ``UnsupportedProtocolError``)."""
 PRIOR_ROWS_VERSION = 4
 """The protocol of a table whose compactions store prior rows (property ``changes.prior.rows``): it may hold
 ``prior`` actions, which older code does not know (it refuses the table by its protocol)."""
+LOOKUP_PRIORS_VERSION = 5
+"""The protocol of a table whose clusterings also look up prior rows (``changes.prior.rows=lookup``): its
+``prior`` actions may be *looked up* ones, added while their BaseFiles stay live. Code of protocol 4 would take
+their deletion time (0 until their BaseFiles are removed) for one long past and delete them at once, so it
+must refuse such a table."""
 LOG_DIR_PREFIX = "_log/"
 
 
@@ -167,6 +181,12 @@ class PriorRows(_Action):
     small file rather than from the BaseFiles, or from the many small DeltaFiles. It is never read as table
     data. It lives exactly as long as its BaseFiles: reclamation deletes it with them (``deletion_time`` is
     the commit time at which they were removed, as in their ``remove`` actions). Protocol 4 tables only.
+
+    A *looked-up* file (``lookup``, protocol 5) is written by a clustering instead, for the keys of the
+    DeltaFiles it merges: it holds the rows BaseFiles ``of`` hold for them (or markers) and every row of those
+    DeltaFiles, and it is added while ``of`` stay live. Its ``deletion_time`` is 0 until a commit removes one of ``of``;
+    from then on it is that commit's time (set as the log is read: :class:`~maintd.table.snapshot.
+    SnapshotBuilder`), so it too is deleted with its BaseFiles.
     """
 
     path: LogPath
@@ -193,6 +213,22 @@ class PriorRows(_Action):
     """Rows of ``deltas`` it holds."""
     bytes: int = Field(ge=0)
     deletion_time: int = 0
+    lookup: bool = False
+    """Written by a clustering that looked its keys up in BaseFiles ``of``, which it left live (protocol 5)."""
+
+    @property
+    def attached(self) -> bool:
+        """A looked-up file whose BaseFiles are all still live: it has no deletion time yet."""
+        return self.lookup and self.deletion_time == 0
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``lookup`` is written only when true, so that the files compactions store read as protocol 4 wrote
+        them (its readers know no such field)."""
+        out: dict[str, Any] = handler(self)
+        if not self.lookup:
+            out.pop("lookup", None)
+        return out
 
     @model_validator(mode="after")
     def _check(self) -> PriorRows:

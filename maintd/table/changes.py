@@ -33,7 +33,7 @@ from maintd.storage import Storage
 from maintd.table.actions import AddFile, Metadata, PriorRows
 from maintd.table.files import read_data_files, read_rows_of_keys, rows_with_keys, with_hidden_columns
 from maintd.table.merge import latest_rows
-from maintd.table.priors import GroupPriors, record_states
+from maintd.table.priors import GroupPriors, Held, record_states
 from maintd.table.reader import diff_states, key_columns, state_schema
 from maintd.table.schema import OP_COLUMN, VERSION_COLUMN
 from maintd.table.snapshot import PartitionKey, Snapshot, by_group
@@ -77,27 +77,51 @@ def incremental_changes(storage: Storage, before: Snapshot, after: Snapshot, cha
         return answers[group].record(sources, {f.path for f in was.get(group, [])},
                                      {f.path for f in now.get(group, [])})
 
+    def held_rows(item: tuple[Group, list[AddFile]]) -> tuple[Held | None, pa.Table | None]:
+        """The group's changed rows from prior-rows files, and every row its states need if those files
+        answer for all of them (else None)."""
+        group, sources = item
+        held = answers[group].changed_rows(sources, before.version, after.version)
+        if held is None:
+            return None, None
+        need = {f.path for f in sources}
+        return held, answers[group].answered(held, was.get(group, []), now.get(group, []), need)
+
     with ThreadPoolExecutor(_THREADS) as pool:
         records = dict(zip((g for g, _ in ordered), pool.map(record, ordered), strict=True))
+        rest = [item for item in ordered if records[item[0]] is None]
+        found = dict(zip((g for g, _ in rest), pool.map(held_rows, rest), strict=True))
+    # the groups whose prior-rows files hold every row needed (a whole record, or the changed rows and the
+    # BaseFile rows of their keys): one pass over all of their rows
+    held = [answers[g].rows(rec, before.version, after.version) for g, _ in ordered if (rec := records[g])]
+    held += [whole for g, _ in rest if (whole := found[g][1]) is not None]
+    rest = [item for item in rest if found[item[0]][1] is None]
     # every row of a changed file is a row of a changed key: such a file is read once, whole, and serves both
     # as a source of the changed keys and as its own rows in the states. They are read together first: many
-    # small level-0 files share the work of planning their reads (read_data_files)
-    every = [f for g, fs in ordered if records[g] is None for f in fs]
+    # small level-0 files share the work of planning their reads (read_data_files). A group whose prior-rows
+    # files hold those rows takes them from there instead
+    every = [f for g, fs in rest if found[g][0] is None for f in fs]
     tables = read_data_files(storage, md, every, None, _THREADS)
     whole = {f.path: with_hidden_columns(t, f).select(names) for f, t in zip(every, tables, strict=True)}
 
     def group_states(item: tuple[Group, list[AddFile]]) -> tuple[pa.Table, pa.Table]:
         group, sources = item
-        cache = {f.path: whole[f.path] for f in sources}
-        keys = pa.concat_tables([t.select(pk) for t in cache.values()], promote_options="default")
+        changed_rows = found[group][0]
+        shared = None
+        if changed_rows is None:
+            cache = {f.path: whole[f.path] for f in sources}
+            keys = pa.concat_tables([t.select(pk) for t in cache.values()], promote_options="default")
+        else:  # the changed files' rows, as one table that stands for all of them
+            shared = changed_rows.rows.select(names)
+            cache = dict.fromkeys((f.path for f in sources), _SHARED)
+            keys = shared.select(pk)
         keys = keys.group_by(pk, use_threads=False).aggregate([])
-        return (_state(storage, md, was.get(group, []), keys, cache, schema, answers[group]),
-                _state(storage, md, now.get(group, []), keys, cache, schema, answers[group]))
+        return (_state(storage, md, was.get(group, []), keys, cache, schema, answers[group], shared),
+                _state(storage, md, now.get(group, []), keys, cache, schema, answers[group], shared))
 
     with ThreadPoolExecutor(_THREADS) as pool:
-        states = list(pool.map(group_states, [item for item in ordered if records[item[0]] is None]))
-    held = [answers[g].rows(rec, before.version, after.version) for g, _ in ordered if (rec := records[g])]
-    if held:  # the groups whose prior-rows files hold every row needed: one pass over all of their rows
+        states = list(pool.map(group_states, rest))
+    if held:
         a, b = record_states(held, before.version, after.version, key_columns(md))
         states.append((a.select(schema.names).cast(schema), b.select(schema.names).cast(schema)))
     a = pa.concat_tables([s[0] for s in states]) if states else schema.empty_table()
@@ -105,13 +129,28 @@ def incremental_changes(storage: Storage, before: Snapshot, after: Snapshot, cha
     return diff_states(md, a, b)
 
 
+_SHARED = pa.table({})
+"""In a group's cache of changed files: a file whose rows are in the group's changed rows (``changed``)."""
+
+
 def _state(storage: Storage, md: Metadata, files: Sequence[AddFile], keys: pa.Table, cache: dict[str, pa.Table],
-           schema: pa.Schema, answers: GroupPriors) -> pa.Table:
-    """The visible rows of ``keys`` among ``files`` (one group), as :func:`diff_states` takes them."""
+           schema: pa.Schema, answers: GroupPriors, changed: pa.Table | None = None) -> pa.Table:
+    """The visible rows of ``keys`` among ``files`` (one group), as :func:`diff_states` takes them.
+
+    ``changed``: the rows of every changed file of the group, taken from prior-rows files (each such file
+    is :data:`_SHARED` in ``cache``): added once if any of them is among ``files``.
+    """
     usable = answers.usable({f.path for f in files})
     held = answers.base_rows(usable, keys)
     parts = [held] if held is not None else []
+    if changed is not None and any(cache.get(f.path) is _SHARED for f in files):
+        parts.append(changed)
     for f in files:
+        if cache.get(f.path) is _SHARED:
+            continue
+        if f.kind != "base" and f.path not in cache and (rows := answers.file_rows(f, keys)) is not None:
+            parts.append(rows)
+            continue
         answered = answers.listed(usable, f.path, keys)
         if answered is None:
             if f.path not in cache:

@@ -111,6 +111,8 @@ class TxnFootprint:
     """Versions this transaction pins."""
     expires_before: int | None = None
     """This transaction expires every version before this (None: none)."""
+    keeps: set[str] = field(default_factory=set)
+    """Files that must stay live: the BaseFiles this transaction's looked-up prior-rows files answer for."""
 
     def reads(self, f: AddFile) -> bool:
         return self.read_whole_table or partition_key(f.partition, self.partition_by) in self.read_partitions
@@ -191,6 +193,10 @@ def _check_deletes(fp: TxnFootprint, w: WinningCommit) -> None:
         double = fp.removes & (changed | rewritten)
     if double:
         _fail(ConcurrentDeleteDeleteError, w, "removed files this transaction also removes", double)
+    kept_gone = fp.keeps & (changed | rewritten)
+    if kept_gone:  # a looked-up prior-rows file must be added while its BaseFiles live (docs/format.md)
+        _fail(ConcurrentDeleteDeleteError, w, "removed BaseFiles this transaction's looked-up prior rows answer for",
+              kept_gone)
 
 
 def state_change(before: Snapshot, after: Snapshot) -> WinningCommit:

@@ -432,8 +432,17 @@ def read_rows_of_keys(storage: Storage, metadata: Metadata, f: AddFile, keys: pa
                   if at is None or _may_hold(lead, meta.row_group(i).column(at).statistics)]
         if not groups:
             return with_hidden_columns(expected.empty_table(), f)
-        t = pf.read_row_groups(groups, columns=expected.names).replace_schema_metadata(None)
-    return with_hidden_columns(rows_with_keys(t, pk, keys), f)
+        if len(groups) == 1 or sum(meta.row_group(i).total_byte_size for i in groups) <= _KEYED_READ_BYTES:
+            t = rows_with_keys(pf.read_row_groups(groups, columns=expected.names), pk, keys)
+        else:  # a row group at a time: what is held is one row group and the rows kept
+            t = pa.concat_tables([rows_with_keys(pf.read_row_group(i, columns=expected.names), pk, keys)
+                                  for i in groups])
+    return with_hidden_columns(t.replace_schema_metadata(None), f)
+
+
+_KEYED_READ_BYTES = 64 << 20
+"""Row groups of more bytes than this (uncompressed, as their footer says) are read for some keys one at a time
+(:func:`read_rows_of_keys`), so that a lookup in a large BaseFile holds one decoded row group, not the file."""
 
 
 def rows_with_keys(t: pa.Table, pk: Sequence[str], keys: pa.Table, *, keep: bool = True) -> pa.Table:

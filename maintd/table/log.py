@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import MappingProxyType
 
 from loguru import logger
@@ -249,14 +249,15 @@ class TableLog:
 
     def prune_tombstones(self, snapshot: Snapshot) -> Snapshot:
         """``snapshot`` without the tombstones whose files reclamation has deleted (below the watermark), nor
-        the prior-rows files it deleted with them (removed at the same commit time as their BaseFiles)."""
+        the prior-rows files it deleted with them (removed at the same commit time as their BaseFiles; a
+        looked-up one whose BaseFiles are all live has no deletion time yet, and stays)."""
         mark = self.reclaimed_watermark()
         times = [r.deletion_time for r in snapshot.tombstones.values()]
-        times += [p.deletion_time for p in snapshot.priors.values()]
+        times += [p.deletion_time for p in snapshot.priors.values() if not p.attached]
         if mark is None or not any(t <= mark for t in times):
             return snapshot
         kept = {p: r for p, r in snapshot.tombstones.items() if r.deletion_time > mark}
-        priors = {p: r for p, r in snapshot.priors.items() if r.deletion_time > mark}
+        priors = {p: r for p, r in snapshot.priors.items() if r.attached or r.deletion_time > mark}
         return dataclasses.replace(snapshot, tombstones=MappingProxyType(kept), priors=MappingProxyType(priors))
 
     def write_checkpoint(self, snapshot: Snapshot) -> Snapshot:
@@ -370,7 +371,24 @@ class TableLog:
         except ValueError as exc:
             raise CorruptLogError(f"table {self.storage.uri}: {exc}") from None
 
-    def _replay(self, builder: SnapshotBuilder, target: int) -> SnapshotBuilder | None:
+    def replay_from(self, base: Snapshot, target: int,
+                    on_commit: Callable[[int, list[Action]], None]) -> Snapshot | None:
+        """The snapshot at ``target`` built from ``base`` (at or before it) by applying the commits between,
+        each also given to ``on_commit``; None if one of them is gone (then what ``on_commit`` saw is void).
+
+        For a reader that needs the commits of a range anyway (the change feed): its end state costs
+        no checkpoint read.
+        """
+        builder = self._replay(SnapshotBuilder.from_snapshot(base), target, on_commit)
+        if builder is None:
+            return None
+        try:
+            return builder.build()
+        except ValueError as exc:
+            raise CorruptLogError(f"table {self.storage.uri}: {exc}") from None
+
+    def _replay(self, builder: SnapshotBuilder, target: int,
+                on_commit: Callable[[int, list[Action]], None] | None = None) -> SnapshotBuilder | None:
         """Apply the commits after ``builder`` up to ``target``; None if one of them is gone.
 
         Then the commit the replay started from is read again: if it is gone or holds another transaction,
@@ -384,6 +402,8 @@ class TableLog:
             if actions is None:
                 return None
             builder.apply(v, actions)
+            if on_commit is not None:
+                on_commit(v, actions)
         if target > anchor >= 0:
             found = self.read_commit_txn(anchor)
             if found is None or (expected is not None and found != expected):

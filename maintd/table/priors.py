@@ -14,7 +14,10 @@ ways:
   DeltaFiles only into a BaseFile, or by an overwrite, which would have removed their BaseFiles too). No
   other file is read.
 * **BaseFile answers**: otherwise, for a state in which all BaseFiles of a file are live, its BaseFile rows and
-  markers stand in for reading those BaseFiles, for the keys it lists.
+  markers stand in for reading those BaseFiles, for the keys it lists. The files clusterings look up (tables
+  with ``changes.prior.rows=lookup``) are used this way only: they answer for BaseFiles still live, for the
+  keys of the DeltaFiles a clustering merged, so the feed over commits no compaction has folded yet reads
+  the changed files and these, not the BaseFiles.
 
 A file that cannot be read is not used (a warning), and the feed reads the data files instead.
 """
@@ -26,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from loguru import logger
@@ -41,6 +45,15 @@ if TYPE_CHECKING:
     import pyarrow.compute as pc
 else:
     pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.lazy
+
+
+@dataclass(frozen=True)
+class Held:
+    """The rows of a group's changed files, as prior-rows files hold them (:meth:`GroupPriors.changed_rows`)."""
+
+    rows: pa.Table
+    cover: tuple[PriorRows, ...]
+    """The files they come from."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +84,8 @@ class GroupPriors:
         """
         by_commit: dict[int, list[PriorRows]] = defaultdict(list)
         for p in self.priors:
-            by_commit[p.deletion_time].append(p)
+            if not p.lookup:  # a clustering's answers hold no DeltaFile row, and its DeltaFiles not all the bucket's
+                by_commit[p.deletion_time].append(p)
         need = {f.path for f in changed}
         for ps in by_commit.values():
             of = {path for p in ps for path in p.of}
@@ -91,6 +105,76 @@ class GroupPriors:
             return rows  # (start, end] holds every DeltaFile row: every key it answers for changed
         changed = deltas.filter(pc.and_(pc.greater(v, start), pc.less_equal(v, end))).select(self.pk)
         return rows_with_keys(rows, self.pk, changed.group_by(self.pk, use_threads=False).aggregate([]))
+
+    # -- changed rows --------------------------------------------------------------------------------------
+    def changed_rows(self, changed: Sequence[AddFile], start: int, end: int) -> Held | None:
+        """Every row the changed files of the group hold, from prior-rows files instead of the files, or None.
+
+        A file holds every row of the DeltaFiles it names when it is not bounded to a key range (a
+        clustering's looked-up file, or a compaction of one unit). If every changed file is one of those
+        DeltaFiles and was added in (start, end] (none was taken away by an overwrite: its rows would be
+        older), the changed files' rows are exactly their rows of versions in (start, end]: every row of such
+        a version was written by a commit of the range into one of the changed files (and moved, at most,
+        into other DeltaFiles by a clustering: the same rows, found once). ``changed``: the group's files
+        added or removed by the data-changing commits of the range.
+        """
+        need = {f.path for f in changed}
+        if not need or any(f.min_version <= start for f in changed):
+            return None
+        cover = [p for p in self.priors if p.key_lo is None and p.key_hi is None and need & set(p.deltas)]
+        if not need <= {path for p in cover for path in p.deltas}:
+            return None
+        parts = [x.deltas for p in cover if (x := self._parts(p)) is not None]
+        if len(parts) < len(cover):
+            return None
+        rows = pa.concat_tables(parts)
+        v = rows.column(VERSION_COLUMN)
+        rows = rows.filter(pc.and_(pc.greater(v, start), pc.less_equal(v, end)))
+        if len(parts) > 1:  # several files may hold the same rows (a clustering of files another had merged)
+            numbered = rows.select([*self.pk, VERSION_COLUMN]).append_column(
+                "__row", pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+            first = numbered.group_by([*self.pk, VERSION_COLUMN], use_threads=False).aggregate([("__row", "min")])
+            rows = rows.take(pa.array(np.sort(first.column("__row_min").to_numpy()), pa.int64()))
+        return Held(rows, tuple(cover))
+
+    def answered(self, held: Held, was: Sequence[AddFile], now: Sequence[AddFile],
+                 need: set[str]) -> pa.Table | None:
+        """Every row the group's states need, with ``held``, or None: the BaseFile rows of the changed keys, the
+        changed rows, and the rows of those keys in the other DeltaFiles of either state (``was``, ``now``: the
+        group's live files), when the files that hold ``held`` answer for every BaseFile of both states and
+        prior-rows files hold those DeltaFiles (:meth:`file_rows`). A file lists every key of its DeltaFile
+        rows, so every changed key. The BaseFiles are the same at both versions, so every DeltaFile row live
+        at one that is not newer than the other is live at the other too (it can only have moved between
+        DeltaFiles): the states are the newest rows of at most each version (:func:`record_states`)."""
+        bases = {f.path for f in was if f.kind == "base"}
+        if bases != {f.path for f in now if f.kind == "base"} or any(set(p.of) != bases for p in held.cover):
+            return None
+        keys = held.rows.select(self.pk)
+        others = {f.path: f for f in [*was, *now] if f.kind != "base" and f.path not in need}
+        extra = [self.file_rows(f, keys) for f in others.values()]
+        if any(t is None for t in extra):
+            return None
+        found = [x.bases for p in held.cover if (x := self._parts(p)) is not None]
+        return pa.concat_tables([rows_with_keys(pa.concat_tables(found), self.pk, keys), held.rows,
+                                 *(t for t in extra if t is not None)])
+
+    def file_rows(self, f: AddFile, keys: pa.Table) -> pa.Table | None:
+        """The rows of ``keys`` that DeltaFile ``f`` holds, from a prior-rows file that holds all of its rows (one
+        not bounded to a key range), or None if none does; with, at most, other rows of its versions.
+
+        Those are rows live wherever ``f`` is: every DeltaFile row of a version in ``f``'s range was written
+        after the last compaction before ``f`` was (which took every DeltaFile then live, so ``f`` holds no
+        older row), and a compaction after it would have taken ``f`` too.
+        """
+        for p in self.priors:
+            if p.key_lo is None and p.key_hi is None and f.path in p.deltas:
+                x = self._parts(p)
+                if x is None:
+                    continue
+                v = x.deltas.column(VERSION_COLUMN)
+                rows = x.deltas.filter(pc.and_(pc.greater_equal(v, f.min_version), pc.less_equal(v, f.max_version)))
+                return rows_with_keys(rows, self.pk, keys)
+        return None
 
     # -- BaseFile answers ----------------------------------------------------------------------------------
     def usable(self, live: set[str]) -> list[PriorRows]:
@@ -147,4 +231,4 @@ def _complete(ps: Sequence[PriorRows]) -> bool:
     return len(ps) == ps[0].units and sorted(p.unit for p in ps) == list(range(ps[0].units))
 
 
-__all__ = ["GroupPriors", "record_states"]
+__all__ = ["GroupPriors", "Held", "record_states"]

@@ -17,7 +17,10 @@ ISOLATION_LEVEL = "isolation.level"
 CHECKPOINT_INTERVAL = "log.checkpoint.interval"
 PRIOR_ROWS = "changes.prior.rows"
 """``true``: compactions store the prior rows of the keys they fold (docs/format.md, "Prior rows"), so the change
-feed reads those instead of the BaseFiles. Setting it raises the table to protocol 4."""
+feed reads those instead of the BaseFiles. Setting it raises the table to protocol 4. ``lookup``: clusterings
+also look up and store the BaseFile rows of the keys they merge, so the feed over commits no compaction has
+folded yet reads those too (protocol 5). ``false`` (the default): none are stored."""
+PRIOR_ROWS_VALUES = ("false", "true", "lookup")
 MAINTD_PREFIX = "maintd."
 ISOLATION_LEVELS = ("WriteSerializable", "Serializable")
 
@@ -74,10 +77,11 @@ def validate_properties(props: Mapping[str, object], *, table: str = "") -> dict
                 )
             out[key] = value
         elif key == PRIOR_ROWS:
-            if value.lower() not in ("true", "false"):
+            if value.lower() not in PRIOR_ROWS_VALUES:
                 raise InvalidPropertyError(
-                    f"{where}property {key}={value!r} is not a boolean; use true or false (true: compactions "
-                    "store the prior rows of the keys they fold, for the change feed)")
+                    f"{where}property {key}={value!r} is not one of {', '.join(PRIOR_ROWS_VALUES)} (true: "
+                    "compactions store the prior rows of the keys they fold, for the change feed; lookup: "
+                    "clusterings also store those of the keys they merge)")
             out[key] = value.lower()
         elif key.startswith(MAINTD_PREFIX) and len(key) > len(MAINTD_PREFIX):
             out[key] = value
@@ -96,8 +100,13 @@ def get_int(props: Mapping[str, str], key: str) -> int:
 
 
 def prior_rows(props: Mapping[str, str]) -> bool:
-    """True if compactions of the table store prior rows (:data:`PRIOR_ROWS`)."""
-    return props.get(PRIOR_ROWS, "false") == "true"
+    """True if compactions of the table store prior rows (:data:`PRIOR_ROWS`: ``true`` or ``lookup``)."""
+    return props.get(PRIOR_ROWS, "false") in ("true", "lookup")
+
+
+def lookup_prior_rows(props: Mapping[str, str]) -> bool:
+    """True if clusterings of the table also look up prior rows (:data:`PRIOR_ROWS` = ``lookup``)."""
+    return props.get(PRIOR_ROWS, "false") == "lookup"
 
 
 def isolation_level(props: Mapping[str, str]) -> str:

@@ -12,6 +12,7 @@ from urllib.parse import quote
 from maintd.errors import UnsupportedProtocolError
 from maintd.table import properties as props
 from maintd.table.actions import (
+    LOOKUP_PRIORS_VERSION,
     PRIOR_ROWS_VERSION,
     READER_VERSION,
     WRITER_VERSION,
@@ -154,6 +155,13 @@ class Snapshot:
         return props.prior_rows(self.metadata.properties) and self.protocol.min_writer_version >= PRIOR_ROWS_VERSION
 
     @property
+    def looks_up_prior_rows(self) -> bool:
+        """Clusterings of this table also write looked-up prior-rows files (``changes.prior.rows=lookup``,
+        protocol 5)."""
+        return (props.lookup_prior_rows(self.metadata.properties)
+                and self.protocol.min_writer_version >= LOOKUP_PRIORS_VERSION)
+
+    @property
     def checkpoint_interval(self) -> int:
         return props.get_int(self.metadata.properties, props.CHECKPOINT_INTERVAL)
 
@@ -189,6 +197,9 @@ class SnapshotBuilder:
     pins: dict[str, Pin] = field(default_factory=dict)
     expired: Expire | None = None
     priors: dict[str, PriorRows] = field(default_factory=dict)
+    _waiting: dict[str, set[str]] | None = None
+    """BaseFile path -> the looked-up prior-rows files that answer for it and have no deletion time yet
+    (built on the first remove that needs it)."""
 
     @classmethod
     def from_snapshot(cls, s: Snapshot) -> SnapshotBuilder:
@@ -210,6 +221,7 @@ class SnapshotBuilder:
             elif isinstance(a, RemoveFile):
                 if self.files.pop(a.path, None) is not None:
                     self.tombstones[a.path] = a
+                    self._detach(a)
             elif isinstance(a, Metadata):
                 self.metadata = a
             elif isinstance(a, Protocol):
@@ -226,9 +238,26 @@ class SnapshotBuilder:
                 self.pins.pop(a.id, None)
             elif isinstance(a, PriorRows):
                 self.priors[a.path] = a
+                if a.attached and self._waiting is not None:
+                    for base in a.of:
+                        self._waiting.setdefault(base, set()).add(a.path)
         self.expire(expired_by(seen))
         self.txns[version] = (txn_id, self.timestamp)
         self.version = version
+
+    def _detach(self, removed: RemoveFile) -> None:
+        """A looked-up prior-rows file lives as long as its BaseFiles (docs/format.md, "Prior rows"): the first
+        commit that removes one of them gives it its deletion time, as a compaction's own file gets it."""
+        if self._waiting is None:
+            self._waiting = {}
+            for p in self.priors.values():
+                if p.attached:
+                    for base in p.of:
+                        self._waiting.setdefault(base, set()).add(p.path)
+        for path in self._waiting.pop(removed.path, ()):
+            prior = self.priors.get(path)
+            if prior is not None and prior.attached:
+                self.priors[path] = prior.model_copy(update={"deletion_time": removed.deletion_time})
 
     def expire(self, mark: Expire | None) -> None:
         """Record an expire mark (the newest, by version, stands)."""

@@ -29,6 +29,7 @@ from maintd.table import interop, timeline
 from maintd.table import properties as props
 from maintd.table.actions import (
     BASE_VERSION,
+    LOOKUP_PRIORS_VERSION,
     PRIOR_ROWS_VERSION,
     Action,
     AddFile,
@@ -79,6 +80,19 @@ class CommitRecord:
         return datetime.fromtimestamp(self.timestamp / 1000, UTC)
 
 
+@dataclass(frozen=True)
+class ChangeInputs:
+    """What a change feed of (``before.version``, ``after.version``] starts from (:meth:`Table.change_inputs`)."""
+
+    before: Snapshot
+    after: Snapshot
+    groups: set[tuple[PartitionKey, int]]
+    """The (partition, bucket) groups whose rows the data-changing commits between touched."""
+    changed: list[AddFile] | None
+    """Every file they added or removed (:func:`~maintd.table.changes.changed_files`); None if one removed was
+    never added (a damaged log: the feed then diffs two full reads)."""
+
+
 class Table:
     """A primary-key table at a URI. Thread-safe for concurrent readers and writers in one process."""
 
@@ -124,8 +138,8 @@ class Table:
             raise TableExistsError(f"a table already exists at {storage.uri}; open it with Table.open")
         info = CommitInfo(operation="CREATE TABLE", timestamp=md.created_time, txn_id=uuid.uuid4().hex,
                           operation_parameters={"primary_key": list(pk), "partition_by": list(parts)})
-        protocol = Protocol(min_reader_version=PRIOR_ROWS_VERSION, min_writer_version=PRIOR_ROWS_VERSION) \
-            if props.prior_rows(clean) else Protocol()
+        needed = _protocol_for(clean)
+        protocol = Protocol(min_reader_version=needed, min_writer_version=needed) if needed else Protocol()
         if not table._create(info, [info, protocol, md]):
             raise TableExistsError(f"a table was created concurrently at {storage.uri}")
         return table
@@ -358,10 +372,11 @@ class Table:
         txn = self.new_transaction("SET PROPERTIES", read_snapshot=snap)
         txn.set_metadata(md)
         p = snap.protocol
-        if props.prior_rows(md.properties) and min(p.min_reader_version, p.min_writer_version) < PRIOR_ROWS_VERSION:
+        needed = _protocol_for(md.properties)
+        if needed and min(p.min_reader_version, p.min_writer_version) < needed:
             # prior-rows files are actions older code does not know: it must refuse the table from now on
-            txn.set_protocol(Protocol(min_reader_version=max(p.min_reader_version, PRIOR_ROWS_VERSION),
-                                      min_writer_version=max(p.min_writer_version, PRIOR_ROWS_VERSION)))
+            txn.set_protocol(Protocol(min_reader_version=max(p.min_reader_version, needed),
+                                      min_writer_version=max(p.min_writer_version, needed)))
         return txn.commit(parameters={"properties": clean})
 
     # -- pins ------------------------------------------------------------------------------
@@ -429,35 +444,47 @@ class Table:
         Maintenance commits (``data_change=false``) change no rows and contribute nothing.
         """
         start, end = self._change_range(start_version, end_version)
-        before, after = self.snapshot(start), self.snapshot(end)
-        changed = self.changed_files(before, end)
-        if changed is None:  # a removed file of unknown origin (a damaged log?): fall back to the full diff
-            return changes_between(self.storage, before, after, self.changed_groups(start, end))
+        r = self.change_inputs(start, end)
+        if r.changed is None:  # a removed file of unknown origin (a damaged log?): fall back to the full diff
+            return changes_between(self.storage, r.before, r.after, r.groups)
         # prior-rows files of compactions after ``end`` answer too: the latest state knows them all
-        return incremental_changes(self.storage, before, after, changed, self.snapshot().priors.values())
+        return incremental_changes(self.storage, r.before, r.after, r.changed, self.snapshot().priors.values())
 
-    def changed_files(self, before: Snapshot, end: int) -> list[AddFile] | None:
-        """Every file the data-changing commits of (``before.version``, end] added or removed
-        (:func:`~maintd.table.changes.changed_files`); None if one removed was never added (a damaged log)."""
+    def change_inputs(self, start: int, end: int) -> ChangeInputs:
+        """What a change feed of (start, end] (both retained) starts from: the two states, the groups the
+        data-changing commits between touched and the files they added or removed.
+
+        The commits of the range are read once: the end state is the start state with them applied (no
+        checkpoint read for it), and their data-changing adds and removes are collected on the way.
+        """
+        before = self.snapshot(start)
         added: list[AddFile] = []
-        removed: list[str] = []
-        for v in range(before.version + 1, end + 1):
-            for a in self.log.read_commit(v) or []:
-                if isinstance(a, AddFile) and a.data_change:
-                    added.append(a)
-                elif isinstance(a, RemoveFile) and a.data_change:
-                    removed.append(a.path)
+        removed: list[RemoveFile] = []
+
+        def seen(_version: int, actions: list[Action]) -> None:
+            added.extend(a for a in actions if isinstance(a, AddFile) and a.data_change)
+            removed.extend(a for a in actions if isinstance(a, RemoveFile) and a.data_change)
+
+        after = self.log.replay_from(before, end, seen)
+        if after is None:  # a commit went meanwhile (reclaimed): the end state from a checkpoint, commits again
+            after, added, removed = self.snapshot(end), [], []
+            for v in range(start + 1, end + 1):
+                seen(v, self.log.read_commit(v) or [])
+        pb = self.metadata.partition_by  # fixed at create
+        groups = {(partition_key(a.partition, pb), a.bucket or 0) for a in added}
+        groups |= {(partition_key(r.partition, pb), r.bucket or 0) for r in removed}
         try:
-            return changed_files(before, added, removed)
+            changed: list[AddFile] | None = changed_files(before, added, [r.path for r in removed])
         except KeyError:
-            return None
+            changed = None
+        return ChangeInputs(before, after, groups, changed)
 
     def full_changes(self, start_version: int, end_version: int | None = None) -> pa.Table:
         """:meth:`changes` computed by diffing two full reads of the touched buckets (the reference the
         incremental change feed is checked and measured against)."""
         start, end = self._change_range(start_version, end_version)
-        return changes_between(self.storage, self.snapshot(start), self.snapshot(end),
-                               self.changed_groups(start, end))
+        r = self.change_inputs(start, end)
+        return changes_between(self.storage, r.before, r.after, r.groups)
 
     def _change_range(self, start_version: int, end_version: int | None) -> tuple[int, int]:
         """(start, end) of a change feed, both checked against retained history.
@@ -473,16 +500,6 @@ class Table:
         if start > end:
             raise InvalidInputError(f"changes: start version {start} is after end version {end}")
         return start, end
-
-    def changed_groups(self, start: int, end: int) -> set[tuple[PartitionKey, int]]:
-        """The (partition, bucket) groups whose rows data-changing commits in (start, end] touched."""
-        touched: set[tuple[PartitionKey, int]] = set()
-        pb = self.metadata.partition_by  # fixed at create
-        for v in range(start + 1, end + 1):
-            for a in self.log.read_commit(v) or []:
-                if isinstance(a, AddFile | RemoveFile) and a.data_change:
-                    touched.add((partition_key(a.partition, pb), a.bucket or 0))
-        return touched
 
     # -- streaming readers -----------------------------------------------------------------
     def scan(self, version: int | None = None, columns: Sequence[str] | None = None, filter: Any = None, *,
@@ -535,6 +552,14 @@ class Table:
                 break
             out.append(_record(v, actions))
         return out
+
+
+def _protocol_for(properties: Mapping[str, str]) -> int:
+    """The protocol ``properties`` need (0: the base one): 4 for prior rows that compactions store, 5 for looked-up
+    ones too (``changes.prior.rows``)."""
+    if props.lookup_prior_rows(properties):
+        return LOOKUP_PRIORS_VERSION
+    return PRIOR_ROWS_VERSION if props.prior_rows(properties) else 0
 
 
 def _record(version: int, actions: Sequence[Action]) -> CommitRecord:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from maintd.errors import CommitRetriesExhaustedError, InvalidInputError
 from maintd.table.actions import (
+    LOOKUP_PRIORS_VERSION,
     PRIOR_ROWS_VERSION,
     Action,
     AddFile,
@@ -127,17 +128,23 @@ class Transaction:
                                          partition=live.partition, bucket=live.bucket, bytes=live.bytes)
 
     def add_prior(self, prior: PriorRows) -> None:
-        """Record a prior-rows file of BaseFiles this transaction removes (protocol 4 tables; docs/format.md,
-        "Prior rows"). Its ``deletion_time`` becomes this commit's time, as the removes' does.
+        """Record a prior-rows file (docs/format.md, "Prior rows"). A compaction's answers for BaseFiles this
+        transaction removes (protocol 4): its ``deletion_time`` becomes this commit's time, as the removes'
+        does. A looked-up one (``prior.lookup``, protocol 5) answers for BaseFiles that stay live: it has no
+        deletion time until a later commit removes one of them, and this commit conflicts with a concurrent
+        one that removes any of them.
 
         Raises:
-            InvalidInputError: the table is below protocol 4, or the file answers for a BaseFile this
-                transaction does not remove (checked at commit).
+            InvalidInputError: the table is below the file's protocol, or the file answers for a BaseFile this
+                transaction does not remove (a compaction's) or that is not live or that it removes (a
+                looked-up one), checked at commit.
         """
-        if self.read_snapshot.protocol.min_writer_version < PRIOR_ROWS_VERSION:
+        needed = LOOKUP_PRIORS_VERSION if prior.lookup else PRIOR_ROWS_VERSION
+        if self.read_snapshot.protocol.min_writer_version < needed:
             raise InvalidInputError(
                 f"table {self.table.uri} is at writer protocol {self.read_snapshot.protocol.min_writer_version}; "
-                f"prior-rows files need protocol {PRIOR_ROWS_VERSION} (set the table property changes.prior.rows)")
+                f"{'looked-up ' if prior.lookup else ''}prior-rows files need protocol {needed} (set the table "
+                f"property changes.prior.rows to {'lookup' if prior.lookup else 'true'})")
         self._priors.append(prior)
 
     def read_files(self, paths: Any) -> None:
@@ -210,12 +217,19 @@ class Transaction:
         """
         if self._committed is not None:
             return self._committed
+        fp = self._footprint
         for prior in self._priors:
-            if not set(prior.of) <= self._removes.keys():
+            if prior.lookup:
+                stray = sorted(p for p in prior.of if p in self._removes or p not in self.read_snapshot.files)
+                if stray:
+                    raise InvalidInputError(
+                        f"table {self.table.uri}: looked-up prior-rows file {prior.path} answers for {stray}, "
+                        f"which this commit removes or version {self.read_snapshot.version} does not hold")
+                fp.keeps.update(prior.of)
+            elif not set(prior.of) <= self._removes.keys():
                 raise InvalidInputError(
                     f"table {self.table.uri}: prior-rows file {prior.path} answers for "
                     f"{sorted(set(prior.of) - self._removes.keys())}, which this commit does not remove")
-        fp = self._footprint
         fp.removes = set(self._removes)
         fp.data_change = any(a.data_change for a in self._adds) or any(
             r.data_change for r in self._removes.values()) or self._metadata is not None
@@ -348,7 +362,7 @@ class Transaction:
         if expire is not None:
             actions.append(expire)
         actions += [r.model_copy(update={"deletion_time": ts}) for r in self._removes.values()]
-        actions += [p.model_copy(update={"deletion_time": ts}) for p in self._priors]
+        actions += [p if p.lookup else p.model_copy(update={"deletion_time": ts}) for p in self._priors]
         for a in self._adds:
             update: dict[str, Any] = {"modification_time": ts}
             if not a.carries_versions:

@@ -63,6 +63,27 @@ def test_spark_tasks_store_prior_rows_that_the_change_feed_reads(tmp_path: Path,
         want.sort_by([("id", "ascending"), ("_change", "ascending")]))
 
 
+def test_spark_clusterings_look_up_prior_rows_that_the_change_feed_reads(tmp_path: Path, spark: Any) -> None:
+    table, _ = make_table(tmp_path, commits=10)
+    table.set_properties({"changes.prior.rows": "lookup"})
+    plan = plan_all(table, "compact")
+    assert commit_rewrites(table, plan, execute(plan, table, spark)).committed
+    start = table.version
+    rng = np.random.default_rng(3)
+    for _ in range(4):
+        table.write_changes(batch(rng, 60, 800), "op")
+    want = table.full_changes(start)
+    plan = plan_all(table, "cluster", level=1, only_level0=True)
+    results = execute(plan, table, spark)
+    assert all(r.ok and len(r.priors) == 1 and r.priors[0].lookup for r in results), [
+        (r.ok, r.error, r.priors) for r in results]
+    assert commit_rewrites(table, plan, results).committed
+    assert all(p.attached for p in table.snapshot().priors.values()) and len(table.snapshot().priors) == len(results)
+    got = table.changes(start, start + 4)
+    assert got.num_rows and got.sort_by([("id", "ascending"), ("_change", "ascending")]).equals(
+        want.sort_by([("id", "ascending"), ("_change", "ascending")]))
+
+
 def test_spark_key_range_units_below_every_base_file_store_prior_rows_too(tmp_path: Path, spark: Any) -> None:
     """A compaction in key ranges on Spark, one range below every BaseFile: that unit answers for the task's
     BaseFiles (its spec carries them to the worker), so the task's files form a whole record."""

@@ -4,7 +4,8 @@ every retained version checked against a model of the rows, and the two promises
 One scenario (seeded):
 
 1. a table (partitioned, 2 buckets, retention 0 or 1 hour, a checkpoint every 2 to 5 versions; in every other
-   scenario with ``changes.prior.rows``, so compactions store prior rows);
+   scenario with ``changes.prior.rows``, so compactions store prior rows, and in half of those set to
+   ``lookup``, so clusterings look them up too);
 2. at once, in separate processes (:mod:`model_worker`): writers doing upserts, deletes, mixed
    changes and overwrites; a maintainer clustering or compacting buckets (the local executor, then
    ``commit_rewrites``; compactions as one unit, in key ranges, or in key ranges that spill, into one or
@@ -146,6 +147,11 @@ def faults(rng: np.random.Generator) -> str:
     return FaultPlan(rules, seed=int(rng.integers(2**31))).to_json()
 
 
+PRIOR_ROWS = ("false", "true", "false", "lookup")
+"""``changes.prior.rows`` by seed: half the scenarios store prior rows, half of those look them up when
+clustering too."""
+
+
 def scenario(workers: Workers, root: Path, seed: int, uri: str | None = None) -> tuple[int, list[str], dict[str, int]]:
     """Run and check one scenario (the table at ``uri``, by default below ``root``; journals in ``root``);
     returns (versions checked, mismatches, statistics)."""
@@ -155,7 +161,7 @@ def scenario(workers: Workers, root: Path, seed: int, uri: str | None = None) ->
     table = Table.create(uri, "id:int64!,name:string,ds:string", primary_key="id", partition_by="ds", buckets=2,
                          properties={"acid.data.retain.hours": retain,
                                      "log.checkpoint.interval": int(rng.choice([2, 3, 5])),
-                                     "changes.prior.rows": "true" if seed % 2 else "false"})
+                                     "changes.prior.rows": PRIOR_ROWS[seed % 4]})
     created0 = table.log.read_commit_txn(0)
     commands: dict[str, dict[str, Any]] = {}
     for i, name in enumerate(workers.names):
@@ -166,6 +172,8 @@ def scenario(workers: Workers, root: Path, seed: int, uri: str | None = None) ->
         elif name == "maintainer":
             # in tables with prior rows, more rounds: a compaction after a compaction stores them
             cmd |= {"role": "maintainer", "rounds": int(rng.integers(3, 7) if seed % 2 else rng.integers(1, 4))}
+            if PRIOR_ROWS[seed % 4] == "lookup":  # clusterings look up: more of them, between fewer compactions
+                cmd |= {"rounds": int(rng.integers(5, 9)), "cluster_share": 0.75}
         else:
             cmd |= {"role": "reclaimer", "rounds": int(rng.integers(2, 7))}
         commands[name] = cmd
@@ -188,7 +196,9 @@ class Checker:
         self.versions = 0
         self.feeds = 0
         self.feeds_from_prior_rows = 0
+        self.feeds_with_changed_rows_from_prior_rows = 0
         self.prior_files = 0
+        self.looked_up_files = 0
         self.ops = [r for r in journal if r["type"] == "op"]
         created: dict[int, list[tuple[int, str]]] = {0: [(0, created0 or "")]}
         for r in journal:
@@ -213,7 +223,8 @@ class Checker:
                 "pins": len(self._pinned()),
                 "expires": sum(1 for r in self.ops if r["kind"] == "expire" and r.get("version") is not None),
                 "feeds": self.feeds, "feeds_from_prior_rows": self.feeds_from_prior_rows,
-                "prior_files": self.prior_files}
+                "feeds_with_changed_rows_from_prior_rows": self.feeds_with_changed_rows_from_prior_rows,
+                "prior_files": self.prior_files, "looked_up_files": self.looked_up_files}
 
     def check(self) -> None:
         table = Table.open(self.uri)
@@ -291,23 +302,31 @@ class Checker:
         """The change feed between random retained versions against the model's difference of their rows (in
         tables with prior rows too, whose feeds read what compactions stored)."""
         self.prior_files = len(table.snapshot().priors)
+        self.looked_up_files = sum(p.lookup for p in table.snapshot().priors.values())
         rng = np.random.default_rng(self.seed)
         # every readable version is checked, as the reads are: the retention check (the clock's, which the
         # reclaimer ran ahead of) is tested elsewhere
         table.resolve_version = lambda version=None, as_of=None, **_: latest if version is None else version
-        record, used = GroupPriors.record, []
+        record, changed_rows, used, held = GroupPriors.record, GroupPriors.changed_rows, [], []
 
         def counted(self: GroupPriors, *args: Any) -> Any:
             found = record(self, *args)
             used.append(found is not None or bool(self.usable(args[1]) or self.usable(args[2])))
             return found
 
+        def counted_rows(self: GroupPriors, *args: Any) -> Any:
+            found = changed_rows(self, *args)
+            held.append(found is not None)
+            return found
+
         for _ in range(FEEDS if latest > oldest else 0):
             a = int(rng.integers(oldest, latest))
             b = int(rng.integers(a + 1, latest + 1))
             used.clear()
+            held.clear()
             try:
-                with patch.object(GroupPriors, "record", counted):
+                with patch.object(GroupPriors, "record", counted), patch.object(GroupPriors, "changed_rows",
+                                                                               counted_rows):
                     got = {(r["ds"], r["id"]): (r["_change"], r["name"]) for r in table.changes(a, b).to_pylist()}
             except Exception as exc:
                 self.fail(f"changes({a}, {b}) failed: {type(exc).__name__}: {exc}")
@@ -317,6 +336,7 @@ class Checker:
                 self.fail(f"changes({a}, {b}) differ from the model: {_diff(got, want)}")
             self.feeds += 1
             self.feeds_from_prior_rows += any(used)
+            self.feeds_with_changed_rows_from_prior_rows += any(held)
 
     def _required_oldest(self) -> int:
         """Every version from the newest oldest-retained version a reclamation planned (or a PURGE commit) on

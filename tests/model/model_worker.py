@@ -158,11 +158,11 @@ EXECUTIONS = (ExecutionOptions(), ExecutionOptions(task_input_bytes=2_000),
 merge through spilled runs (a budget of 40 KB)."""
 
 
-def maintainer(uri: str, plan: FaultPlan, rng: np.random.Generator, rounds: int) -> None:
+def maintainer(uri: str, plan: FaultPlan, rng: np.random.Generator, rounds: int, cluster_share: float = 0.5) -> None:
     table = _table(uri, plan)
     for _ in range(rounds):
         time.sleep(float(rng.uniform(0, 0.1)))
-        kind = str(rng.choice(["cluster", "compact"]))
+        kind = "cluster" if rng.random() < cluster_share else "compact"
         # a compaction as one unit, split into key ranges, or split with units that spill; into one BaseFile
         # per bucket or several (so later ones rewrite several, and key ranges fall below or above them)
         options = EXECUTIONS[int(rng.integers(len(EXECUTIONS)))]
@@ -268,7 +268,7 @@ def run_scenario(cmd: dict[str, Any]) -> None:
         if cmd["role"] == "writer":
             writer(cmd["uri"], plan, rng, cmd["ops"], cmd["offset"])
         elif cmd["role"] == "maintainer":
-            maintainer(cmd["uri"], plan, rng, cmd["rounds"])
+            maintainer(cmd["uri"], plan, rng, cmd["rounds"], cmd.get("cluster_share", 0.5))
         else:
             reclaimer(cmd["uri"], plan, rng, cmd["rounds"])
     finally:

@@ -157,3 +157,6 @@ def test_prior_rows_bytes_are_estimated_from_what_a_compaction_folds_and_none_wi
     assert model.prior_bytes(deltas) == 0, "a first compaction (no BaseFile) writes no prior-rows file"
     learned = SizeModel(**{**model.__dict__, "prior": Line(500, 2.0)})
     assert learned.prior_bytes([base, *deltas]) == 500 + 2 * 3800
+    # a clustering that looks up (changes.prior.rows=lookup) in a bucket with BaseFiles stores the same
+    assert learned.prior_bytes(deltas, has_base=True) == learned.prior_bytes([base, *deltas])
+    assert learned.prior_bytes(deltas, has_base=False) == 0

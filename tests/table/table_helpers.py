@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
+import pytest
 
 from maintd import CommitConflictError, CommitRetriesExhaustedError, Table, Transaction
 from maintd.storage import FileInfo, LocalStorage, storage_for_uri
@@ -308,3 +309,23 @@ class FailingAfterPublishStorage(LocalStorage):
         if path.endswith(".json"):
             raise OSError(f"connection reset while publishing {path}")
         return created
+
+
+def feed_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The data files the feed reads: rows of keys (files live at the two versions), or whole (changed files)."""
+    seen: list[str] = []
+    from maintd.table import changes as feed
+
+    rows_of_keys, whole = feed.read_rows_of_keys, feed.read_data_files
+
+    def spy_keys(storage: Any, md: Any, f: Any, keys: pa.Table) -> pa.Table:
+        seen.append(f.path)
+        return rows_of_keys(storage, md, f, keys)
+
+    def spy_whole(storage: Any, md: Any, files: Any, *args: Any) -> Any:
+        seen.extend(f.path for f in files)
+        return whole(storage, md, files, *args)
+
+    monkeypatch.setattr(feed, "read_rows_of_keys", spy_keys)
+    monkeypatch.setattr(feed, "read_data_files", spy_whole)
+    return seen

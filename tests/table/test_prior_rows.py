@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from loguru import logger
+from table_helpers import feed_reads
 
 from maintd import InvalidInputError, Table
 from maintd.errors import InvalidPropertyError
@@ -36,7 +37,6 @@ from maintd.execution.prior import PriorWriter
 from maintd.reclaim import reclaim_table
 from maintd.reclaim.engine import list_files
 from maintd.reclaim.files import PartitionFilter, expired_data_files, find_orphans
-from maintd.table import changes as feed
 from maintd.table.actions import PRIOR_ROWS_VERSION, PriorRows
 from maintd.table.checkpoint import decode_checkpoint, encode_checkpoint
 from maintd.table.log import commit_path
@@ -150,7 +150,7 @@ def test_a_spilling_unit_stores_the_prior_rows_a_streaming_one_does(tmp_path: Pa
     end = table.version
     copy = Table.open(str(shutil.copytree(table.uri, tmp_path / "spill")))
     spill = _compact(copy, options=ExecutionOptions(task_memory_bytes=60_000))
-    seen = _reads(monkeypatch)
+    seen = feed_reads(monkeypatch)
     assert spill[0].mode == "spill" and spill[0].priors and spill[0].priors[0].keys > 0
     got = copy.changes(start, end)
     assert seen == [], "the feed read data files after the spilled compaction"
@@ -188,7 +188,7 @@ def test_every_key_range_of_a_compaction_stores_prior_rows_and_the_feed_reads_no
     untouched = [p for p in priors if p.keys == 0]
     assert untouched and all(len(p.deltas) == 1 and set(p.deltas) <= deltas and set(p.of) < bases for p in untouched)
     assert all(pq.read_table(Path(table.uri) / p.path).num_rows == 0 for p in untouched)
-    seen = _reads(monkeypatch)
+    seen = feed_reads(monkeypatch)
     for lo, hi in [(start, end), (start, start + 1), (start + 1, end)]:
         got = table.changes(lo, hi)
         assert seen == [], f"({lo}, {hi}]: the feed read data files: {seen}"
@@ -256,24 +256,6 @@ def test_the_feed_with_prior_rows_equals_the_full_diff_between_any_two_versions(
         event(way if way.startswith("a unit") else f"a group read from {way}")
 
 
-def _reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The data files the feed reads: rows of keys (files live at the two versions), or whole (changed files)."""
-    seen: list[str] = []
-    rows_of_keys, whole = feed.read_rows_of_keys, feed.read_data_files
-
-    def spy_keys(storage: Any, md: Any, f: Any, keys: pa.Table) -> pa.Table:
-        seen.append(f.path)
-        return rows_of_keys(storage, md, f, keys)
-
-    def spy_whole(storage: Any, md: Any, files: Any, *args: Any) -> Any:
-        seen.extend(f.path for f in files)
-        return whole(storage, md, files, *args)
-
-    monkeypatch.setattr(feed, "read_rows_of_keys", spy_keys)
-    monkeypatch.setattr(feed, "read_data_files", spy_whole)
-    return seen
-
-
 def _changed_after_compaction(root: Path) -> tuple[Table, int, int, set[str]]:
     """A compacted one-bucket table, 30 changes spread over its keys, compacted again: (table, start, end,
     the BaseFiles live at start)."""
@@ -293,7 +275,7 @@ def test_after_a_compaction_the_feed_reads_its_prior_rows_file_and_no_data_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     table, start, end, bases = _changed_after_compaction(tmp_path / "t")
     changed = {p for p, f in table.snapshot().files.items() if f.kind == "delta"}
-    seen = _reads(monkeypatch)
+    seen = feed_reads(monkeypatch)
     before = table.changes(start, end)
     assert bases | changed == set(seen)  # not compacted yet: BaseFiles for the prior rows, the changed files whole
     _compact(table)
@@ -315,7 +297,7 @@ def test_a_range_past_the_compaction_reads_prior_rows_for_its_start_and_data_fil
     (prior,) = table.snapshot().priors
     listed = pq.read_table(Path(table.uri) / prior, columns=["id"]).column("id").unique()
     table.upsert(pa.table({"id": listed.slice(0, 5), "v": [0.5] * 5}))  # keys the prior-rows file lists
-    seen = _reads(monkeypatch)
+    seen = feed_reads(monkeypatch)
     got = table.changes(start)
     assert not bases & set(seen) and new_bases <= set(seen)
     assert _keyed(got).equals(_keyed(table.full_changes(start)))
@@ -331,7 +313,7 @@ def test_a_prior_rows_file_that_cannot_be_read_is_not_used_and_the_feed_is_still
     _compact(table)
     (prior,) = table.snapshot().priors
     (Path(table.uri) / prior).write_bytes(b"not parquet")
-    seen = _reads(monkeypatch)
+    seen = feed_reads(monkeypatch)
     messages: list[str] = []
     sink = logger.add(lambda m: messages.append(str(m)), level="WARNING")
     try:
@@ -368,7 +350,7 @@ def test_a_prior_rows_file_is_used_only_where_all_its_base_files_are_live(tmp_pa
 
 def test_setting_the_property_raises_the_protocol_and_a_bad_value_names_itself(tmp_path: Path) -> None:
     table = _create(tmp_path / "t", composite=False, properties={})
-    with pytest.raises(InvalidPropertyError, match=r"changes.prior.rows='yes' is not a boolean; use true or false"):
+    with pytest.raises(InvalidPropertyError, match=r"changes.prior.rows='yes' is not one of false, true, lookup"):
         table.set_properties({"changes.prior.rows": "yes"})
     table.set_properties({"changes.prior.rows": "TRUE"})
     snap = table.snapshot()
@@ -534,6 +516,6 @@ def test_a_compaction_that_keeps_base_files_still_gives_the_feed_a_whole_record(
     assert commit_rewrites(table, plan, [result]).committed
     (prior,) = result.priors
     assert prior.of == (first.path,) and prior.key_lo is None and prior.key_hi is not None  # keys below a kept one
-    seen = _reads(monkeypatch)
+    seen = feed_reads(monkeypatch)
     got = table.changes(start, end)
     assert seen == [] and _keyed(got).equals(_keyed(table.full_changes(start, end)))

@@ -125,9 +125,8 @@ class ChangeFeedReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         table = Table.open(self.uri)
-        before = table.snapshot(self.start)
-        units = plan_changes(before, table.snapshot(self.end), table.changed_groups(self.start, self.end),
-                             table.changed_files(before, self.end), table.snapshot().priors.values())
+        r = table.change_inputs(self.start, self.end)
+        units = plan_changes(r.before, r.after, r.groups, r.changed, table.snapshot().priors.values())
         return [InputPartition(u) for u in units]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
