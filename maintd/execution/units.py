@@ -142,8 +142,9 @@ def _units(uri: str, t: PlanTaskDoc, snapshot: Snapshot, groups: Mapping[tuple[P
 def task_lookup(bases: Sequence[AddFile], inputs: Sequence[AddFile]) -> TaskLookup | None:
     """What a clustering of ``inputs`` looks up (``changes.prior.rows=lookup``): every live BaseFile of its
     bucket, or None when there is none, or when a DeltaFile it merges is not newer than all of them (its rows
-    would then not all be changes since those BaseFiles were written; a compaction takes every DeltaFile of
-    its bucket, so this holds but for a table whose history says otherwise)."""
+    would then not all be changes since those BaseFiles were written). A compaction takes every DeltaFile of
+    its bucket, so the DeltaFiles after it are newer than its BaseFiles; the check guards a log where that
+    does not hold."""
     if not bases:
         return None
     below = max(f.max_version for f in bases)
