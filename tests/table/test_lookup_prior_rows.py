@@ -30,9 +30,9 @@ LOOKUP = {"changes.prior.rows": "lookup"}
 
 
 def _create(root: Path, *, buckets: int = 1, properties: dict[str, str] | None = None, partitioned: bool = False,
-            composite: bool = False) -> Table:
+            composite: bool = False, text: bool = False) -> Table:
     schema = "a:int64,b:string,v:float64" if composite else "id:int64,v:float64"
-    return Table.create(str(root), schema + (",ds:string" if partitioned else ""),
+    return Table.create(str(root), schema + (",ds:string" if partitioned else "") + (",c:string" if text else ""),
                         primary_key=("a", "b") if composite else "id", buckets=buckets,
                         partition_by="ds" if partitioned else (),
                         properties=LOOKUP if properties is None else properties)
@@ -230,12 +230,14 @@ def test_the_feed_with_looked_up_prior_rows_equals_the_full_diff_between_any_two
                                 else {"id": pa.array(k, pa.int64())})
         if partitioned:
             cols["ds"] = pa.array(np.where(k % 2 == 0, "even", "odd"))
+        # a text column of few values: dictionary-encoded in every file, merged and looked up as a dictionary
+        cols["c"] = pa.array([(None, "x", "y")[i] for i in rng.integers(0, 3, n)], pa.string())
         return pa.table({**cols, "v": rng.random(n), "op": pa.array((rng.random(n) < deletes).astype(np.int8))})
 
     threads = ExecutionOptions(in_process_workers="threads")
     with (tempfile.TemporaryDirectory() as tmp, patch.object(GroupPriors, "changed_rows", counted),
           patch.object(GroupPriors, "answered", counted_answers)):
-        table = _create(Path(tmp) / "t", buckets=2, partitioned=partitioned, composite=composite)
+        table = _create(Path(tmp) / "t", buckets=2, partitioned=partitioned, composite=composite, text=True)
         table.write_changes(batch(600, 800, deletes=0), "op")
         if rng.random() < 0.8:
             _run(table, "compact", threads)
