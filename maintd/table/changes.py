@@ -106,18 +106,18 @@ def incremental_changes(storage: Storage, before: Snapshot, after: Snapshot, cha
 
     def group_states(item: tuple[Group, list[AddFile]]) -> tuple[pa.Table, pa.Table]:
         group, sources = item
-        changed_rows = found[group][0]
-        shared = None
+        held = found[group][0]
+        changed_rows = None if held is None else held.rows.select(names)
         if changed_rows is None:
             cache = {f.path: whole[f.path] for f in sources}
             keys = pa.concat_tables([t.select(pk) for t in cache.values()], promote_options="default")
         else:  # the changed files' rows, as one table that stands for all of them
-            shared = changed_rows.rows.select(names)
-            cache = dict.fromkeys((f.path for f in sources), _SHARED)
-            keys = shared.select(pk)
+            cache = {}
+            keys = changed_rows.select(pk)
         keys = keys.group_by(pk, use_threads=False).aggregate([])
-        return (_state(storage, md, was.get(group, []), keys, cache, schema, answers[group], shared),
-                _state(storage, md, now.get(group, []), keys, cache, schema, answers[group], shared))
+        shared = {f.path for f in sources} if changed_rows is not None else set()
+        return (_state(storage, md, was.get(group, []), keys, cache, schema, answers[group], shared, changed_rows),
+                _state(storage, md, now.get(group, []), keys, cache, schema, answers[group], shared, changed_rows))
 
     with ThreadPoolExecutor(_THREADS) as pool:
         states = list(pool.map(group_states, rest))
@@ -129,24 +129,20 @@ def incremental_changes(storage: Storage, before: Snapshot, after: Snapshot, cha
     return diff_states(md, a, b)
 
 
-_SHARED = pa.table({})
-"""In a group's cache of changed files: a file whose rows are in the group's changed rows (``changed``)."""
-
-
 def _state(storage: Storage, md: Metadata, files: Sequence[AddFile], keys: pa.Table, cache: dict[str, pa.Table],
-           schema: pa.Schema, answers: GroupPriors, changed: pa.Table | None = None) -> pa.Table:
+           schema: pa.Schema, answers: GroupPriors, shared: set[str], changed: pa.Table | None) -> pa.Table:
     """The visible rows of ``keys`` among ``files`` (one group), as :func:`diff_states` takes them.
 
-    ``changed``: the rows of every changed file of the group, taken from prior-rows files (each such file
-    is :data:`_SHARED` in ``cache``): added once if any of them is among ``files``.
+    ``changed``: the rows of every changed file of the group (the paths ``shared``), taken from prior-rows
+    files: added once if any of those files is among ``files``.
     """
     usable = answers.usable({f.path for f in files})
     held = answers.base_rows(usable, keys)
     parts = [held] if held is not None else []
-    if changed is not None and any(cache.get(f.path) is _SHARED for f in files):
+    if changed is not None and any(f.path in shared for f in files):
         parts.append(changed)
     for f in files:
-        if cache.get(f.path) is _SHARED:
+        if f.path in shared:
             continue
         if f.kind != "base" and f.path not in cache and (rows := answers.file_rows(f, keys)) is not None:
             parts.append(rows)

@@ -2,7 +2,7 @@
 
 A compaction unit of a table with ``changes.prior.rows`` stores, for the keys of its DeltaFile rows, the rows
 its BaseFiles hold (or a marker: none) and every row version of those keys in its DeltaFiles
-(:mod:`maintd.execution.prior`). The feed of one (partition, bucket) group over (start, end] uses them in two
+(:mod:`maintd.execution.prior`). The feed of one (partition, bucket) group over (start, end] uses them in these
 ways:
 
 * **a whole record**: the files of one compaction, one from every unit of its task (so they hold every
@@ -14,10 +14,16 @@ ways:
   DeltaFiles only into a BaseFile, or by an overwrite, which would have removed their BaseFiles too). No
   other file is read.
 * **BaseFile answers**: otherwise, for a state in which all BaseFiles of a file are live, its BaseFile rows and
-  markers stand in for reading those BaseFiles, for the keys it lists. The files clusterings look up (tables
-  with ``changes.prior.rows=lookup``) are used this way only: they answer for BaseFiles still live, for the
-  keys of the DeltaFiles a clustering merged, so the feed over commits no compaction has folded yet reads
-  the changed files and these, not the BaseFiles.
+  markers stand in for reading those BaseFiles, for the keys it lists;
+* **changed rows** and **DeltaFile rows**: a file not bounded to a key range holds every row of its
+  DeltaFiles, so the changed files it names, and the DeltaFiles of either state it names, are not opened
+  (:meth:`GroupPriors.changed_rows`, :meth:`GroupPriors.file_rows`). When the BaseFile answers and those
+  rows are every row a group needs, it is built with the whole records (:meth:`GroupPriors.answered`).
+
+The files clusterings look up (tables with ``changes.prior.rows=lookup``) are used in every way but as a whole
+record: they answer for BaseFiles still live, for the keys of the DeltaFiles a clustering merged, and hold
+its rows, so the feed over commits no compaction has folded yet reads neither the BaseFiles nor the many
+small changed files.
 
 A file that cannot be read is not used (a warning), and the feed reads the data files instead.
 """
@@ -121,15 +127,13 @@ class GroupPriors:
         need = {f.path for f in changed}
         if not need or any(f.min_version <= start for f in changed):
             return None
-        cover = [p for p in self.priors if p.key_lo is None and p.key_hi is None and need & set(p.deltas)]
+        cover = [p for p in self.priors if _every_row(p) and need & set(p.deltas)]
         if not need <= {path for p in cover for path in p.deltas}:
             return None
         parts = [x.deltas for p in cover if (x := self._parts(p)) is not None]
         if len(parts) < len(cover):
             return None
-        rows = pa.concat_tables(parts)
-        v = rows.column(VERSION_COLUMN)
-        rows = rows.filter(pc.and_(pc.greater(v, start), pc.less_equal(v, end)))
+        rows = _versions(pa.concat_tables(parts), start + 1, end)
         if len(parts) > 1:  # several files may hold the same rows (a clustering of files another had merged)
             numbered = rows.select([*self.pk, VERSION_COLUMN]).append_column(
                 "__row", pa.array(np.arange(rows.num_rows, dtype=np.int64)))
@@ -167,13 +171,8 @@ class GroupPriors:
         older row), and a compaction after it would have taken ``f`` too.
         """
         for p in self.priors:
-            if p.key_lo is None and p.key_hi is None and f.path in p.deltas:
-                x = self._parts(p)
-                if x is None:
-                    continue
-                v = x.deltas.column(VERSION_COLUMN)
-                rows = x.deltas.filter(pc.and_(pc.greater_equal(v, f.min_version), pc.less_equal(v, f.max_version)))
-                return rows_with_keys(rows, self.pk, keys)
+            if _every_row(p) and f.path in p.deltas and (x := self._parts(p)) is not None:
+                return rows_with_keys(_versions(x.deltas, f.min_version, f.max_version), self.pk, keys)
         return None
 
     # -- BaseFile answers ----------------------------------------------------------------------------------
@@ -222,6 +221,18 @@ def record_states(rows: Sequence[pa.Table], start: int, end: int, keys: Sequence
     v = t.column(VERSION_COLUMN)
     return (latest_rows(t.filter(pc.less_equal(v, start)), keys),
             latest_rows(t.filter(pc.less_equal(v, end)), keys))
+
+
+def _every_row(p: PriorRows) -> bool:
+    """Whether ``p`` holds every row of its DeltaFiles: it is not bounded to a key range (a clustering's
+    looked-up file, or a compaction of one unit)."""
+    return p.key_lo is None and p.key_hi is None
+
+
+def _versions(t: pa.Table, lo: int, hi: int) -> pa.Table:
+    """The rows of ``t`` of versions ``lo`` to ``hi``, both included."""
+    v = t.column(VERSION_COLUMN)
+    return t.filter(pc.and_(pc.greater_equal(v, lo), pc.less_equal(v, hi)))
 
 
 def _complete(ps: Sequence[PriorRows]) -> bool:

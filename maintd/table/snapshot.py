@@ -238,9 +238,8 @@ class SnapshotBuilder:
                 self.pins.pop(a.id, None)
             elif isinstance(a, PriorRows):
                 self.priors[a.path] = a
-                if a.attached and self._waiting is not None:
-                    for base in a.of:
-                        self._waiting.setdefault(base, set()).add(a.path)
+                if self._waiting is not None:
+                    self._wait(a)
         self.expire(expired_by(seen))
         self.txns[version] = (txn_id, self.timestamp)
         self.version = version
@@ -251,13 +250,18 @@ class SnapshotBuilder:
         if self._waiting is None:
             self._waiting = {}
             for p in self.priors.values():
-                if p.attached:
-                    for base in p.of:
-                        self._waiting.setdefault(base, set()).add(p.path)
+                self._wait(p)
         for path in self._waiting.pop(removed.path, ()):
             prior = self.priors.get(path)
             if prior is not None and prior.attached:
                 self.priors[path] = prior.model_copy(update={"deletion_time": removed.deletion_time})
+
+    def _wait(self, prior: PriorRows) -> None:
+        """Index ``prior`` by its BaseFiles if it has no deletion time yet (:meth:`_detach`)."""
+        assert self._waiting is not None
+        if prior.attached:
+            for base in prior.of:
+                self._waiting.setdefault(base, set()).add(prior.path)
 
     def expire(self, mark: Expire | None) -> None:
         """Record an expire mark (the newest, by version, stands)."""
