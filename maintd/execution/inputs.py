@@ -45,14 +45,25 @@ OWN_PAGE = 128 << 10
 """Data page size of the files maintd writes (:mod:`maintd.execution.output`)."""
 
 
-class Layout:
-    """Per task: which columns to read from a file of a given kind and level, and the merged schema.
+def constant_columns(metadata: Metadata) -> tuple[str, ...]:
+    """The partition columns a unit leaves out of the rows it merges: those not in the primary key.
 
     A unit rewrites one bucket of one partition, so its partition columns hold one value in every row of
     every input: they are not read (a constant string column cost a unit of the 25x clustering benchmark
-    7 ms to decode, 2 ms to reorder and 7 ms to hash into a dictionary again, of 127 ms), and
-    :attr:`schema`, the rows a unit merges, lacks them. :func:`partition_constants` reads their value once;
-    the outputs write it back (:mod:`maintd.execution.output`). :attr:`full_schema` has them.
+    7 ms to decode, 2 ms to reorder and 7 ms to hash into a dictionary again, of 127 ms).
+    :func:`partition_constants` reads their value once; the outputs write it back
+    (:mod:`maintd.execution.output`). A partition column that is part of the primary key is read and merged
+    like the key's other columns: keys are compared, sorted, split into ranges, looked up and recorded
+    (``key_min``, the key index) as whole primary-key tuples.
+    """
+    return tuple(c for c in metadata.partition_by if c not in metadata.primary_key)
+
+
+class Layout:
+    """Per task: which columns to read from a file of a given kind and level, and the merged schema.
+
+    :attr:`schema`, the rows a unit merges, lacks the unit's :func:`constant_columns`; :attr:`full_schema`
+    has them.
 
     ``dictionaries``: the text columns every input lists as dictionary-encoded throughout
     (:func:`unit_dictionaries`), read as dictionary arrays and typed so in :attr:`schema`
@@ -62,7 +73,7 @@ class Layout:
     def __init__(self, metadata: Metadata, dictionaries: Iterable[str] = ()) -> None:
         self.metadata = metadata
         self.dictionaries = frozenset(dictionaries)
-        self.constant = tuple(metadata.partition_by)
+        self.constant = constant_columns(metadata)
         wanted = (set(metadata.column_names) | {OP_COLUMN, VERSION_COLUMN}) - set(self.constant)
         self._wanted = wanted
         self._columns: dict[tuple[str, int | None], list[str]] = {}

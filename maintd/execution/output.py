@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from maintd.execution.inputs import KEY_INDEX, OWN_PAGE
+from maintd.execution.inputs import KEY_INDEX, OWN_PAGE, constant_columns
 from maintd.execution.merge import key_at
 from maintd.execution.specs import TaskSpec
 from maintd.storage import Storage
@@ -266,12 +266,12 @@ class Outputs:
         self.schema = file_schema(spec.metadata, self.kind, self.level)
         self.options = output_options(self.schema, self.kind, self.level,
                                       [*spec.metadata.partition_by, *spec.metadata.primary_key],
-                                      spec.metadata.partition_by)
+                                      constant_columns(spec.metadata))
         self.keys = list(spec.metadata.primary_key)
-        self.constant = tuple(spec.metadata.partition_by)
-        """The partition columns: one value in every row of a unit, which :meth:`write` does not take (the
-        unit's rows lack them, :class:`maintd.execution.inputs.Layout`) and each row group is given as a
-        :func:`constant_column` of the value set by :meth:`set_constants`."""
+        self.constant = constant_columns(spec.metadata)
+        """The partition columns outside the primary key: one value in every row of a unit, which :meth:`write`
+        does not take (the unit's rows lack them, :class:`maintd.execution.inputs.Layout`) and each row group is
+        given as a :func:`constant_column` of the value set by :meth:`set_constants`."""
         self.values: dict[str, pa.Array] | None = None if self.constant else {}
         self.row_schema = pa.schema([f for f in self.schema if f.name not in self.constant])
         self.text = dictionary_types(self.schema, [*self.constant, *self.keys])

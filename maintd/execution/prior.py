@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from maintd.execution.inputs import constant_columns
 from maintd.execution.output import OutputFile, file_unique, output_options
 from maintd.execution.specs import TaskSpec
 from maintd.storage import Storage
@@ -61,7 +62,7 @@ class PriorWriter:
         self.keys = list(spec.metadata.primary_key)
         fixed = {*self.keys, OP_COLUMN, VERSION_COLUMN}  # a marker's other columns, partition ones too, are null
         self.schema = pa.schema([f if f.name in fixed else f.with_nullable(True) for f in schema])
-        self.constant = tuple(spec.metadata.partition_by)
+        self.constant = constant_columns(spec.metadata)
         """Columns the unit's chunks lack (:class:`maintd.execution.inputs.Layout`): written as constants."""
         self.values: dict[str, pa.Array] = {}
         self.row_schema = pa.schema([f for f in self.schema if f.name not in self.constant])
