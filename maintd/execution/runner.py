@@ -54,7 +54,8 @@ class TableRunSummary:
 
     uri: str
     status: str = "ok"
-    """ok, nothing (no task planned), dry-run, partial (some tasks dropped or failed), failed."""
+    """ok, nothing (no task planned), dry-run, partial (some tasks committed and something failed: a task, a
+    commit group or the reclamation that followed), failed (something failed and nothing committed)."""
     policy: str | None = None
     read_version: int | None = None
     version: int | None = None
@@ -95,6 +96,17 @@ class TableRunSummary:
     @property
     def ok(self) -> bool:
         return self.status in ("ok", "nothing", "dry-run")
+
+    def failed_after(self) -> str:
+        """The status of a run in which something failed: ``partial`` when some task committed, else ``failed``
+        (a run that committed nothing did nothing, whatever else it planned)."""
+        return "partial" if self.tasks_committed else "failed"
+
+    def reclamation_failed(self, exc: Exception) -> None:
+        """Record the failure of the reclamation that followed maintenance (its own error joins the run's)."""
+        self.status = self.failed_after()
+        self.error = "; ".join(filter(None, [self.error, f"reclamation: {type(exc).__name__}: {exc}"]))
+        self.error_type = self.error_type or type(exc).__name__
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -172,9 +184,7 @@ class Runner:
             report = reclaim_table(Table.open(uri, retry=self.retry), now=now, orphan_grace=grace, dry_run=dry_run,
                                    force_short_grace=bool(getattr(settings, "force_short_grace", False)))
         except MaintdError as exc:
-            summary.status = "partial"
-            summary.error = "; ".join(filter(None, [summary.error, f"reclamation: {type(exc).__name__}: {exc}"]))
-            summary.error_type = summary.error_type or type(exc).__name__
+            summary.reclamation_failed(exc)
             logger.error("table {}: reclamation failed: {}", uri, exc)
             return
         summary.reclaim = report.model_dump(mode="json")
@@ -221,10 +231,8 @@ class Runner:
         summary.after = TableHealth.of(table.snapshot())
         errors = [r.error.splitlines()[0] for r in results if not r.ok and r.error] + (
             [outcome.error] if outcome.error else [])
-        if outcome.error and not outcome.committed:
-            summary.status = "failed"
-        elif outcome.failed or outcome.error:
-            summary.status = "partial"
+        if outcome.failed or outcome.error:
+            summary.status = summary.failed_after()
         if outcome.error_type or outcome.failed:
             summary.error_type = outcome.error_type or "TaskExecutionError"
         summary.error = "; ".join(errors) or None

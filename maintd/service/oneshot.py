@@ -165,9 +165,7 @@ class OneShot:
             try:
                 result = self.jobs.reclaim(uri, dry_run=dry_run)
             except MaintdError as exc:
-                summary.status = "partial"
-                summary.error = "; ".join(filter(None, [summary.error, f"reclamation: {type(exc).__name__}: {exc}"]))
-                summary.error_type = summary.error_type or type(exc).__name__
+                summary.reclamation_failed(exc)
                 result = RunResult(status=RunStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
             if store is not None and run_id is not None:
                 self._record(uri, RunKind.RECLAIM, run_id, result, time.monotonic() - started)
