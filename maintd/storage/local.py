@@ -13,32 +13,22 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import threading
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow.fs as pafs
 
 from maintd.errors import PathOutsideTableError
 from maintd.storage.base import FileInfo, Storage, check_path, register_storage
+from maintd.storage.threads import SharedThreads
 
 _SYNC_THREADS = 16
 """Concurrent ``fsync`` calls of one batch: enough for the journal to group them, few enough to be cheap."""
 
 
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def _sync_pool() -> ThreadPoolExecutor:
-    """The threads that sync batches (shared by every table of the process, started on first use)."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="maintd-fsync")
-        return _POOL
+_SYNC = SharedThreads(_SYNC_THREADS, "maintd-fsync")
+"""The threads that sync batches (shared by every table of the process, started on first use)."""
 
 
 def _fsync_path(path: Path) -> None:
@@ -212,7 +202,7 @@ class LocalStorage(Storage):
             while real not in dirs and self._root in real.parents:
                 dirs.add(real)
                 real = real.parent
-        pool = _sync_pool()
+        pool = _SYNC.get()
         list(pool.map(_fsync_path, targets))
         list(pool.map(self._sync_dir, dirs))
 

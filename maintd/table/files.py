@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +28,7 @@ import pyarrow.parquet as pq
 
 from maintd.errors import DataFileMissingError, DataFileSchemaError
 from maintd.storage import Storage
+from maintd.storage.threads import SharedThreads
 from maintd.table.actions import AddFile, Field_, FileKind, KeyValue, Metadata
 from maintd.table.dictionaries import (
     DICTIONARY_PAGE_LIMIT,
@@ -205,8 +205,8 @@ WRITE_THREADS = 4
 """Files of one batch encoded and written at once: pyarrow releases the GIL while it encodes and writes."""
 
 
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
+_WRITERS = SharedThreads(WRITE_THREADS, "maintd-write")
+"""The threads that write the files of a batch (shared by the process, started on first use)."""
 
 
 def map_in_runs(fn: Callable[[_T], _R], items: Sequence[_T], threads: int) -> list[_R]:
@@ -225,14 +225,6 @@ def map_runs(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T], threads: int
         return list(pool.map(lambda i: fn(items[i:i + step]), range(0, len(items), step)))
 
 
-def _write_pool() -> ThreadPoolExecutor:
-    """The threads that write the files of a batch (shared by the process, started on first use; a task
-    never waits on another task of this pool, so sharing it cannot deadlock)."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="maintd-write")
-        return _POOL
 
 
 def write_data_files(storage: Storage, metadata: Metadata, contents: Sequence[FileContent], *, kind: FileKind,
@@ -278,7 +270,7 @@ def write_data_files(storage: Storage, metadata: Metadata, contents: Sequence[Fi
                        max_commit_time=max_commit_time, delete_rows=deletes, key_min=kmin, key_max=kmax,
                        data_change=data_change)
 
-    adds = [one(0)] if len(contents) == 1 else list(_write_pool().map(one, range(len(contents))))
+    adds = [one(0)] if len(contents) == 1 else list(_WRITERS.get().map(one, range(len(contents))))
     storage.make_durable_many(paths)
     return adds
 
