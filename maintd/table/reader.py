@@ -67,9 +67,26 @@ def read_bucket(storage: Storage, metadata: Metadata, files: Sequence[AddFile], 
         # one (partition, bucket): the partition columns are the same in every row, so the primary key
         # alone tells the rows of a key apart
         t = latest_rows(_read_files(storage, metadata, files, need), list(metadata.primary_key), newest_first=single)
-    if not keep_hidden:
-        t = t.drop_columns([c for c in HIDDEN_COLUMNS if c in t.column_names])
-    return t.select([*cols, *([c for c in HIDDEN_COLUMNS if c in t.column_names] if keep_hidden else [])])
+    if keep_hidden:
+        return with_table_schema(t.select([*cols, *(c for c in HIDDEN_COLUMNS if c in t.column_names)]), metadata,
+                                 deletes=True)
+    return with_table_schema(t.select(cols), metadata)
+
+
+def with_table_schema(t: pa.Table, metadata: Metadata, *, deletes: bool = False) -> pa.Table:
+    """Rows ``t`` of one bucket typed as the table's schema says, NOT NULL columns too; with ``deletes`` (rows that
+    may be delete rows, whose value columns are null) the columns outside the key nullable.
+
+    The files of a bucket differ in nullability: a DeltaFile above level 0 holds delete rows, so its value columns
+    are nullable whatever the table says; a BaseFile's are as the table says. The rows a read returns are the same
+    whichever file they came from, and the buckets of one read are concatenated, so they are given one schema.
+    """
+    keys = set(key_columns(metadata))
+    fields = {f.name: f if not deletes or f.name in keys else f.with_nullable(True) for f in to_arrow(metadata.fields)}
+    schema = pa.schema([fields.get(f.name, f) for f in t.schema])
+    if schema.equals(t.schema):
+        return t
+    return pa.Table.from_arrays(t.columns, schema=schema)
 
 
 def _read_files(storage: Storage, metadata: Metadata, files: Sequence[AddFile], columns: Sequence[str]) -> pa.Table:
