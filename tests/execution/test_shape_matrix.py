@@ -123,6 +123,8 @@ class Scenario:
         scanned = table.scan(split_bytes=2_000).to_table()  # the streaming reader, buckets cut in key ranges
         problem = self.oracle.mismatch(latest, scanned.to_pylist())
         assert problem is None, f"{self.shape.describe()}: scan: {problem}"
+        if self.spark is not None:
+            self.check_spark_reads(latest)
         if latest <= self.oldest:
             return
         pairs = {(self.oldest, latest), *pairwise(sorted({self.oldest, *self.rng.integers(self.oldest, latest, 3),
@@ -131,6 +133,20 @@ class Scenario:
             if a < b:
                 problem = self.oracle.feed_mismatch(a, b, table.changes(a, b))
                 assert problem is None, f"{self.shape.describe()}: {problem}"
+
+
+    def check_spark_reads(self, latest: int) -> None:
+        """The same versions and feed through the ``maintd`` Spark data source (read on the executors)."""
+        middle = (self.oldest + latest) // 2
+        for v in (middle, latest):
+            got = self.spark.read.format("maintd").option("versionAsOf", v).load(self.table.uri).toArrow()
+            problem = self.oracle.mismatch(v, got.to_pylist())
+            assert problem is None, f"{self.shape.describe()}: Spark read: {problem}"
+        if middle < latest:
+            feed = (self.spark.read.format("maintd").option("readChangeFeed", "true")
+                    .option("startingVersion", middle + 1).option("endingVersion", latest).load(self.table.uri))
+            problem = self.oracle.feed_mismatch(middle, latest, feed.toArrow())
+            assert problem is None, f"{self.shape.describe()}: Spark change feed: {problem}"
 
 
 def run_scenario(shape: Shape, root: Path, spark: Any, seed: int) -> dict[str, int]:
