@@ -14,6 +14,7 @@ without parsing messages::
     │       ├── UnknownSchemeError     no storage for the URI's scheme
     │       ├── StorageCredentialsError  no credentials found, or the store refused them
     │       ├── BucketNotFoundError    the bucket (container) does not exist
+    │       ├── StoragePermissionError  the storage refused a write (read-only directory or mount): nothing written
     │       └── ConditionalPutUnsupportedError  the store cannot put-if-absent (and no commit lock is configured)
     ├── TableNotFoundError             no table at the URI
     ├── TableExistsError               Table.create on an existing table
@@ -36,7 +37,8 @@ without parsing messages::
     │       ├── ConcurrentAppendError
     │       ├── ConcurrentDeleteReadError
     │       ├── ConcurrentDeleteDeleteError
-    │       └── PinConflictError   a pin and a reclamation that expires the pinned version raced
+    │       ├── PinConflictError   a pin and a reclamation that expires the pinned version raced
+    │       └── TableReplacedError  the table was dropped and re-created, or rolled back, under the commit
     ├── PolicyError                    a maintenance policy file is invalid
     ├── ConfigError                    the settings are invalid
     ├── TaskExecutionError             a maintenance task failed while rewriting files
@@ -94,6 +96,20 @@ class StorageCredentialsError(StorageConfigError):
 
 class BucketNotFoundError(StorageConfigError):
     """The bucket (GCS bucket, Azure container) a table URI names does not exist."""
+
+
+class StoragePermissionError(StorageConfigError):
+    """The storage refused an operation for lack of permission (a read-only directory or mount, a user without
+    write access). It is certain that nothing was written, so nothing retries it: the message names the path.
+
+    Attributes:
+        uri: the table URI.
+        path: the path that was refused.
+    """
+
+    def __init__(self, message: str, *, uri: str | None = None, path: str | None = None):
+        super().__init__(message, uri=uri)
+        self.path = path
 
 
 class ConditionalPutUnsupportedError(StorageConfigError):
@@ -269,6 +285,12 @@ class PinConflictError(CommitConflictError):
     """
 
 
+class TableReplacedError(CommitConflictError):
+    """The table this transaction read was dropped and re-created (another table id) or rolled back (its latest
+    version is older than the one the transaction built on) while it committed; nothing landed. Read the table
+    again and decide whether the change still applies to it."""
+
+
 class PolicyError(MaintdError):
     """A maintenance policy is invalid; the message names the file, the key and the rule."""
 
@@ -336,9 +358,11 @@ __all__ = [
     "StorageConfigError",
     "StorageCredentialsError",
     "StorageError",
+    "StoragePermissionError",
     "StorageUnreachableError",
     "TableExistsError",
     "TableNotFoundError",
+    "TableReplacedError",
     "TaskExecutionError",
     "UnknownSchemeError",
     "UnsupportedProtocolError",

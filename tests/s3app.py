@@ -16,6 +16,17 @@ application as ``moto_server`` does, with two changes:
   common prefix is skipped in one step); prefix, delimiter, start-after, continuation tokens, ``MaxKeys``
   and delete markers mean what they mean to moto (tests/storage/test_s3_server_listing.py compares the
   two on the same buckets). ``ListObjects`` (v1) is moto's own.
+
+Real stores have habits moto hides; each can be switched on per bucket, while the server runs, by a
+``PUT /_maintd/modes/<bucket>`` with a JSON object (``{}`` switches them off; :meth:`S3Server.set_modes`):
+
+* ``"unordered": true``: ``ListObjectsV2`` answers in no lexical order (a fixed pseudo-random order of the
+  names, paginated with continuation tokens), as S3 Express One Zone directory buckets and some
+  S3-compatible servers do;
+* ``"conflicts": true``: a conditional PUT (``If-None-Match`` or ``If-Match``) of a key while another
+  conditional PUT of that key is in flight is answered ``409 ConditionalRequestConflict``, as S3 does;
+* ``"slow_ms": N`` (with ``"slow_methods"``, default every method, and ``"slow_keys"``, a substring of the
+  key, default any): the request waits N ms before it is served, inside the window of a conditional PUT.
 """
 
 from __future__ import annotations
@@ -23,10 +34,12 @@ from __future__ import annotations
 import argparse
 import bisect
 import hashlib
+import json
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -35,18 +48,67 @@ TRACKED = ("__setitem__", "__delitem__", "setlist", "pop", "setdefault", "update
 """The methods of moto's key store that change which names it holds (each keeps the index in step)."""
 
 
+MODES: dict[str, dict[str, Any]] = {}
+"""Per bucket, the habits of real stores switched on (see the module docstring)."""
+MODES_PATH = "/_maintd/modes/"
+CONFLICT_BODY = ('<?xml version="1.0" encoding="UTF-8"?><Error><Code>ConditionalRequestConflict</Code><Message>A '
+                 "conflicting operation occurred. If using PutObject you can retry the request. If using "
+                 "multipart upload you should initiate another CreateMultipartUpload request and re-upload each "
+                 "part.</Message><Key>{key}</Key><RequestId>maintd-test</RequestId></Error>")
+
+
 class AtomicWrites:
-    """WSGI middleware: one store-changing request at a time (the whole response is produced under the lock)."""
+    """WSGI middleware: one store-changing request at a time (the whole response is produced under the lock),
+    and the per-bucket modes of real stores (slow requests, 409 on concurrent conditional writes)."""
 
     def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
         self.app = app
         self.lock = threading.Lock()
+        self.in_flight: set[tuple[str, str]] = set()
+        self.in_flight_lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("REQUEST_METHOD") not in WRITES:
-            return self.app(environ, start_response)
-        with self.lock:
-            return list(self.app(environ, start_response))
+        path: str = environ.get("PATH_INFO", "")
+        method = environ.get("REQUEST_METHOD", "")
+        if path.startswith(MODES_PATH):
+            return self._set_modes(path[len(MODES_PATH):], method, environ, start_response)
+        bucket, _, key = path.lstrip("/").partition("/")
+        modes = MODES.get(bucket, {})
+        conditional = method == "PUT" and bool(environ.get("HTTP_IF_NONE_MATCH") or environ.get("HTTP_IF_MATCH"))
+        claimed = False
+        if conditional and modes.get("conflicts"):
+            with self.in_flight_lock:
+                if (bucket, key) in self.in_flight:
+                    body = CONFLICT_BODY.format(key=key).encode()
+                    start_response("409 Conflict", [("Content-Type", "application/xml"),
+                                                    ("Content-Length", str(len(body)))])
+                    return [body]
+                self.in_flight.add((bucket, key))
+                claimed = True
+        try:
+            slow = modes.get("slow_ms", 0)
+            if slow and method in modes.get("slow_methods", (method,)) and modes.get("slow_keys", "") in key:
+                time.sleep(slow / 1000)
+            if method not in WRITES:
+                return self.app(environ, start_response)
+            with self.lock:
+                return list(self.app(environ, start_response))
+        finally:
+            if claimed:
+                with self.in_flight_lock:
+                    self.in_flight.discard((bucket, key))
+
+    @staticmethod
+    def _set_modes(bucket: str, method: str, environ: dict[str, Any],
+                   start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if method == "PUT":
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            MODES[bucket] = json.loads(environ["wsgi.input"].read(length) or b"{}")
+        elif method == "DELETE":
+            MODES.pop(bucket, None)
+        body = json.dumps(MODES.get(bucket, {})).encode()
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
 
 
 class KeyIndex:
@@ -135,6 +197,8 @@ def install_sorted_listing() -> None:
             return original_list(self, bucket, prefix, delimiter, continuation_token, start_after, max_keys)
         if max_keys == 0:
             return [], False, None
+        if MODES.get(bucket.name, {}).get("unordered"):
+            return unordered_page(self, bucket, prefix or "", delimiter, past, max_keys)
         store, prefix, index = bucket.keys, prefix or "", _index_of(bucket.keys)
         out: list[Any] = []
         names = index.after(prefix, past or None)
@@ -162,6 +226,43 @@ def install_sorted_listing() -> None:
 
     list_objects_v2.sorted_index = True  # type: ignore[attr-defined]
     S3Backend.list_objects_v2 = list_objects_v2
+
+
+def _scrambled(bucket: str, name: str) -> tuple[str, str]:
+    """A fixed pseudo-random position of ``name`` in the listings of an unordered bucket."""
+    return hashlib.md5(f"{bucket}/{name}".encode()).hexdigest(), name
+
+
+def unordered_page(backend: Any, bucket: Any, prefix: str, delimiter: str | None, past: str | None,
+                   max_keys: int) -> Any:
+    """One page of an unordered listing: every entry below ``prefix`` (keys and, with a delimiter, common
+    prefixes) in a fixed scrambled order, from the one after ``past`` (the last name of the previous page)."""
+    from moto.s3.models import FakeDeleteMarker
+
+    store, index = bucket.keys, _index_of(bucket.keys)
+    entries: dict[str, Any] = {}
+    for name in index.after(prefix, None):
+        if not name.startswith(prefix):
+            break
+        rest = name[len(prefix):]
+        if delimiter and delimiter in rest:
+            folder = f"{prefix}{rest.split(delimiter)[0]}{delimiter}"
+            entries[folder] = folder
+            continue
+        key = store.get(name)
+        if key is not None and not isinstance(key, FakeDeleteMarker):
+            entries[name] = key
+    order = sorted(entries, key=lambda n: _scrambled(bucket.name, n))
+    start = 0
+    if past is not None:
+        start = bisect.bisect_right([_scrambled(bucket.name, n) for n in order], _scrambled(bucket.name, past))
+    page = order[start:start + max_keys]
+    out = [entries[n] for n in page]
+    if start + max_keys >= len(order):
+        return out, False, None
+    token = hashlib.md5(page[-1].encode("utf-8")).hexdigest()
+    backend._pagination_tokens[token] = page[-1]
+    return out, True, token
 
 
 def main() -> None:

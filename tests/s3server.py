@@ -8,6 +8,7 @@ per test session (``s3_server``, ``s3_root``).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -18,7 +19,7 @@ import urllib.request
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 ACCESS_KEY = "testing-access-key"
 SECRET_KEY = "testing-secret-key-never-shown"
@@ -78,6 +79,14 @@ class S3Server:
 
     def child_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         return {**(os.environ if base is None else base), **self.env}
+
+    def set_modes(self, bucket: str, **modes: Any) -> None:
+        """Switch on, for ``bucket``, habits of real stores that moto hides (tests/s3app.py): ``unordered=True``
+        (listings in no lexical order), ``conflicts=True`` (409 ConditionalRequestConflict on concurrent
+        conditional writes of a key), ``slow_ms=N`` (with ``slow_methods``, ``slow_keys``). No argument: off."""
+        req = urllib.request.Request(f"{self.endpoint}/_maintd/modes/{bucket}", method="PUT",
+                                     data=json.dumps(modes).encode())
+        urllib.request.urlopen(req, timeout=10).close()
 
     def create_bucket(self, name: str | None = None) -> str:
         name = name or f"b-{uuid.uuid4().hex[:20]}"

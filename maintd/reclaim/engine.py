@@ -19,7 +19,11 @@ data step is left to the next run.
 
 A damaged table is never reclaimed: a log that fails its check stops the plan before anything is deleted
 (:class:`~maintd.errors.CorruptLogError`), and so does a live data file missing from storage
-(:class:`~maintd.errors.DataFileMissingError`) or a protocol this code cannot write.
+(:class:`~maintd.errors.DataFileMissingError`) or a protocol this code cannot write. So does a listing that
+shows a commit newer than the snapshot the plan was made from: the lookup of the latest version was wrong (a
+store that does not list in lexical order), and everything the snapshot does not reference would look like
+an orphan. The checkpoint at ``R`` must read back (its check passes) before any commit it replaces goes; a
+damaged one is replaced from the commits first, and if that fails nothing of the log is deleted.
 """
 
 from __future__ import annotations
@@ -30,10 +34,17 @@ from datetime import datetime, timedelta
 
 from loguru import logger
 
-from maintd.errors import DataFileMissingError, InvalidInputError, StorageError, VersionNotFoundError
+from maintd.errors import (
+    CorruptLogError,
+    DataFileMissingError,
+    InvalidInputError,
+    StorageError,
+    VersionNotFoundError,
+)
 from maintd.reclaim.files import (
     Listing,
     PartitionFilter,
+    commits_above,
     expired_data_files,
     find_orphans,
     in_log,
@@ -43,7 +54,7 @@ from maintd.reclaim.files import (
 from maintd.reclaim.models import FileRef, ReclaimPlan, ReclaimReport
 from maintd.storage import FileInfo
 from maintd.table import Snapshot, Table, timeline
-from maintd.table.log import oldest_buildable, parse_log_name
+from maintd.table.log import checkpoint_path, oldest_buildable, parse_log_name
 
 StepHook = Callable[[str], None]
 """Called after each step and each deleted file with the step's name: ``plan`` (planned, nothing committed or
@@ -103,6 +114,18 @@ def oldest_listed(listing: Listing, latest: int) -> int:
     return oldest_buildable(commits, checkpoints, listed)
 
 
+def check_listing_behind(table: Table, listing: Listing, latest: int) -> None:
+    """Refuse to plan from a listing that shows a commit the lookup of the latest version (made after the
+    listing was taken) should have found: that lookup was wrong (a store that does not list in lexical order),
+    and every file of the newer versions would look like an orphan."""
+    missed = commits_above(listing, latest).missed
+    if missed:
+        raise StorageError(
+            f"table {table.uri}: its listing shows commit {missed[-1]}, newer than version {latest} that the "
+            "latest-version lookup found after it: the store does not list names in lexical order, or the log is "
+            "inconsistent; nothing was deleted. Set the storage option listing_order=unordered for this store")
+
+
 def check_intact(table: Table, snapshot: Snapshot, listing: Listing) -> None:
     """Refuse to reclaim a table this code cannot write, or whose live data files are missing from storage."""
     snapshot.check_writable(table.uri)
@@ -128,6 +151,10 @@ def build_plan(table: Table, snapshot: Snapshot, listing: Listing, *, now: datet
     """
     check_intact(table, snapshot, listing)
     orphans = find_orphans(snapshot, listing, to_ms(now), int(grace.total_seconds() * 1000), where)
+    if orphans.nested:
+        logger.warning("table {}: {} hold(s) another table (a _log/ of its own); reclamation leaves what is below "
+                       "alone. A table inside another is refused at create: move it out", table.uri,
+                       ", ".join(orphans.nested))
     # Expired commits and checkpoints, and log files left below the unbroken run of commits (a commit
     # published into removed history by a writer that died before taking it back): no version needs them.
     log_files = tuple(log_files_below(listing, floor))
@@ -155,13 +182,16 @@ def build_plan(table: Table, snapshot: Snapshot, listing: Listing, *, now: datet
         pinned_versions=tuple(p.version for p in snapshot.live_pins(now_ms)),
         pinned_bytes=pinned_bytes,
         expired_pins=tuple(sorted(i for i, p in snapshot.pins.items() if not p.live(now_ms))),
+        stray_commits=commits_above(listing, snapshot.version).strays if where.everything else (),
+        nested_tables=orphans.nested,
     )
 
 
 def report_of(plan: ReclaimPlan, *, dry_run: bool, operation: str = "reclaim", **done: object) -> ReclaimReport:
     """A report of ``plan``: what a dry run would delete, or (with ``done``) what was deleted."""
     planned = {
-        "log_files_deleted": len(plan.log_files), "log_bytes_deleted": _size(plan.log_files),
+        "log_files_deleted": len(plan.log_files) + len(plan.stray_commits),
+        "log_bytes_deleted": _size(plan.log_files) + _size(plan.stray_commits),
         "data_files_deleted": len(plan.data_files), "data_bytes_deleted": _size(plan.data_files),
         "orphan_files_deleted": len(plan.orphan_files), "orphan_bytes_deleted": _size(plan.orphan_files),
     }
@@ -170,7 +200,7 @@ def report_of(plan: ReclaimPlan, *, dry_run: bool, operation: str = "reclaim", *
         "retain_hours": plan.retain_hours, "latest_version": plan.latest_version,
         "oldest_retained_version": plan.oldest_retained_version, "versions_expired": plan.versions_expired,
         "partitions": plan.partitions, "orphans_within_grace": plan.orphans_within_grace,
-        "unknown_files_kept": plan.unknown_files,
+        "unknown_files_kept": plan.unknown_files, "nested_tables": plan.nested_tables,
         "pinned_versions": plan.pinned_versions, "pinned_bytes": plan.pinned_bytes,
         "checkpoint_written": plan.oldest_retained_version if dry_run and plan.checkpoint_needed else None,
     }
@@ -191,23 +221,35 @@ class _Deleter:
 
     def delete(self, files: tuple[FileRef, ...] | list[FileRef], step: str, *, in_order: bool = False
                ) -> tuple[int, int]:
-        """Delete ``files``; with ``in_order``, stop at the first that cannot be deleted (the log: what is left
-        of it must stay one unbroken range, or a committer could take a commit left behind for its own base)."""
-        count = size = 0
-        for f in files:
-            try:
-                gone = self.table.storage.delete(f.path)
-            except (OSError, StorageError) as exc:
-                self.complete = False
-                logger.warning("table {}: could not delete {} ({}); the next reclamation retries{}", self.table.uri,
-                               f.path, exc, ", and deletes nothing after it now" if in_order else "")
-                if in_order:
+        """Delete ``files``, in bulk where the store offers it (up to 1,000 keys a request on S3).
+
+        With ``in_order``, one after the other, stopping at the first that cannot be deleted (the commits: what
+        is left of them must stay one unbroken range, or a committer could take a commit left behind for its
+        own base); still one request each, not a look and a delete."""
+        if in_order:
+            count = size = 0
+            for f in files:
+                failed = self.table.storage.delete_many([f.path])
+                if failed:
+                    self._failed(failed, step, stops=True)
                     break
-                continue
-            if gone:
                 count, size = count + 1, size + f.bytes
+                self.hook(step)
+            return count, size
+        failed = self.table.storage.delete_many([f.path for f in files]) if files else {}
+        if failed:
+            self._failed(failed, step, stops=False)
+        gone = [f for f in files if f.path not in failed]
+        for _ in gone:
             self.hook(step)
-        return count, size
+        return len(gone), sum(f.bytes for f in gone)
+
+    def _failed(self, failed: dict[str, Exception], step: str, *, stops: bool) -> None:
+        self.complete = False
+        path, exc = next(iter(failed.items()))
+        more = f" and {len(failed) - 1} more" if len(failed) > 1 else ""
+        logger.warning("table {}: could not delete {}{} ({}); the next reclamation retries{}", self.table.uri, path,
+                       more, exc, ", and deletes nothing after it now" if stops else "")
 
 
 def execute_plan(table: Table, plan: ReclaimPlan, *, on_step: StepHook | None = None, operation: str = "reclaim",
@@ -216,8 +258,16 @@ def execute_plan(table: Table, plan: ReclaimPlan, *, on_step: StepHook | None = 
     started = time.monotonic() if started is None else started
     hook = on_step or (lambda step: None)
     deleter = _Deleter(table, hook)
-    checkpoint, log_files = _checkpoint(table, plan, hook)
-    log = deleter.delete(log_files, "log", in_order=True)
+    strays = deleter.delete(_still_strays(table, plan), "log")
+    checkpoint, log_files, proven = _checkpoint(table, plan, hook)
+    if not proven:
+        deleter.complete = False  # the checkpoint at R does not read: the log waits, and the data with it
+    checkpoints = tuple(f for f in log_files if (parse_log_name(f.path) or ("",))[0] == "checkpoint")
+    log = deleter.delete(checkpoints, "log")  # no replay may start below R from here on
+    if deleter.complete:
+        more = deleter.delete(tuple(f for f in log_files if f not in checkpoints), "log", in_order=True)
+        log = (log[0] + more[0], log[1] + more[1])
+    log = (log[0] + strays[0], log[1] + strays[1])
     # Data files go only once no version before R can be loaded any more: after the whole log step.
     data = deleter.delete(plan.data_files, "data") if deleter.complete else (0, 0)
     orphan = deleter.delete(_still_orphans(table, plan), "orphan")
@@ -235,19 +285,66 @@ def execute_plan(table: Table, plan: ReclaimPlan, *, on_step: StepHook | None = 
     return report
 
 
-def _checkpoint(table: Table, plan: ReclaimPlan, hook: StepHook) -> tuple[int | None, tuple[FileRef, ...]]:
-    """Make sure the oldest retained version has a checkpoint; the log files may go only then."""
-    if not plan.checkpoint_needed:
-        return None, plan.log_files
+def _checkpoint(table: Table, plan: ReclaimPlan, hook: StepHook) -> tuple[int | None, tuple[FileRef, ...], bool]:
+    """Make sure the oldest retained version has a checkpoint that reads; the log files may go only then.
+
+    The checkpoint at ``R`` stands in for every commit the log step deletes, so it must pass its check
+    (Parquet, row count, checksum, version) first, not merely exist. A damaged one is deleted and written
+    again from the commits it summarises, which still exist; if it still does not read, no log file is
+    deleted (nor, after the log step, any data file). Returns the version written (if any), the log files that may
+    go, and whether the checkpoint was proven to read (False: the run is incomplete).
+    """
+    if not plan.log_files:
+        return None, (), True
+    floor = plan.oldest_retained_version
+    written: int | None = None
+    damage = None if plan.checkpoint_needed else _damage(table, floor)
+    if plan.checkpoint_needed or damage is not None:
+        try:
+            if damage is not None:
+                logger.warning("table {}: the checkpoint of version {}, which reclamation relies on, does not read "
+                               "({}); it is written again from the commits before any of them is deleted",
+                               table.uri, floor, damage)
+                snapshot = table.snapshot(floor)  # from an older checkpoint or the commits: this one is skipped
+                table.storage.delete(checkpoint_path(floor))
+            else:
+                snapshot = table.snapshot(floor)
+            table.log.write_checkpoint(snapshot)
+        except VersionNotFoundError:
+            # Another reclamation went further already: its checkpoint is newer and it deleted these commits.
+            logger.info("table {}: version {} was reclaimed concurrently; its log is left to that run", table.uri,
+                        floor)
+            return None, (), True
+        written = floor
+        hook("checkpoint")
+    damage = _damage(table, floor)
+    if damage is not None:
+        logger.warning("table {}: the checkpoint of version {} does not read ({}); no log file is deleted, and the "
+                       "commits it would replace stay", table.uri, floor, damage)
+        return written, (), False
+    return written, plan.log_files, True
+
+
+def _damage(table: Table, version: int) -> str | None:
+    """None if the checkpoint of ``version`` reads (passes its check), else what is wrong with it."""
     try:
-        table.log.write_checkpoint(table.snapshot(plan.oldest_retained_version))
-    except VersionNotFoundError:
-        # Another reclamation went further already: its checkpoint is newer and it deleted these commits.
-        logger.info("table {}: version {} was reclaimed concurrently; its log is left to that run", table.uri,
-                    plan.oldest_retained_version)
-        return None, ()
-    hook("checkpoint")
-    return plan.oldest_retained_version, plan.log_files
+        table.log.read_checkpoint(version)
+    except FileNotFoundError:
+        return "it is missing"
+    except CorruptLogError as exc:
+        return str(exc)
+    return None
+
+
+def _still_strays(table: Table, plan: ReclaimPlan) -> tuple[FileRef, ...]:
+    """The planned stray commits that still stand above a gap, looked at once more, oldest first (a commit the
+    lookup would take for a version is never deleted as a stray)."""
+    out = []
+    for f in plan.stray_commits:
+        parsed = parse_log_name(f.path)
+        if parsed is not None and not table.log.stands_on_history(parsed[1]):
+            out.append(f)
+    return tuple(out)
 
 
 def _still_orphans(table: Table, plan: ReclaimPlan) -> tuple[FileRef, ...]:
@@ -259,5 +356,6 @@ def _still_orphans(table: Table, plan: ReclaimPlan) -> tuple[FileRef, ...]:
     return tuple(f for f in plan.orphan_files if f.path not in referenced)
 
 
-__all__ = ["MIN_GRACE", "Listed", "StepHook", "build_plan", "check_grace", "check_intact", "execute_plan",
+__all__ = ["MIN_GRACE", "Listed", "StepHook", "build_plan", "check_grace", "check_intact", "check_listing_behind",
+           "execute_plan",
            "list_files", "oldest_listed", "report_of", "to_ms"]

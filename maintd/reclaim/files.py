@@ -26,7 +26,7 @@ from maintd.errors import InvalidInputError
 from maintd.reclaim.models import FileRef
 from maintd.storage import FileInfo
 from maintd.table.actions import PriorRows, RemoveFile
-from maintd.table.log import LAST_CHECKPOINT, LOG_DIR, RECLAIMED, parse_log_name
+from maintd.table.log import LAST_CHECKPOINT, LOG_DIR, RECLAIMED, checkpoint_path, parse_log_name
 from maintd.table.snapshot import Snapshot
 
 DATA_FILE_NAME = re.compile(r"(base|delta-L\d|prior)-[0-9a-f]{32}\.parquet")
@@ -150,12 +150,57 @@ def expired_data_files(snapshot: Snapshot, listing: Listing, cutoff_ms: int, whe
 
 
 @dataclass(frozen=True)
+class CommitsAbove:
+    """Commits of a listing newer than the snapshot a plan was made from."""
+
+    missed: tuple[int, ...]
+    """Versions the snapshot should have seen: the run of commits after it, or a commit standing on a checkpoint
+    of its own version. A listing that shows one means the lookup that found the snapshot's version was wrong
+    (a store that does not list in lexical order): nothing may be deleted from such a plan."""
+    strays: tuple[FileRef, ...]
+    """Commit files above a gap (neither the commit before one nor a checkpoint of its version is listed): no
+    version of the table, published by a writer whose table was dropped and created again, or rolled back."""
+
+
+def commits_above(listing: Listing, latest: int) -> CommitsAbove:
+    """The commits of ``listing`` newer than ``latest`` (the version of the snapshot loaded after the listing).
+
+    A commit is published only on top of the one before it, and the listing was taken before the snapshot's
+    lookup: a commit of that run, or one a checkpoint of its own version stands under, is one the lookup
+    should have found.
+    """
+    names = {p for p in listing if in_log(p)}
+    newer: dict[int, FileRef] = {}
+    for path in names:
+        parsed = parse_log_name(path)
+        if parsed is not None and parsed[0] == "commit" and parsed[1] > latest:
+            newer[parsed[1]] = FileRef(path=path, bytes=listing[path].size)
+    missed = []
+    run = latest
+    while run + 1 in newer:
+        run += 1
+        missed.append(run)
+    missed += [v for v in newer if v > run and checkpoint_path(v) in names]
+    strays = [f for v, f in sorted(newer.items()) if v not in missed]
+    return CommitsAbove(tuple(sorted(missed)), tuple(strays))
+
+
+def nested_tables(listing: Listing) -> tuple[str, ...]:
+    """The directories below the table root that hold a ``_log/`` of their own: other tables, created inside
+    this one, whose files are theirs (their log references them), never this table's orphans."""
+    roots = {p.split(f"/{LOG_DIR}/", 1)[0] for p in listing if f"/{LOG_DIR}/" in p}
+    return tuple(sorted(r for r in roots if not any(r.startswith(f"{o}/") for o in roots)))
+
+
+@dataclass(frozen=True)
 class Orphans:
     """Unreferenced files: those old enough to delete, and counts of what is kept."""
 
     files: tuple[FileRef, ...]
     within_grace: int
     unknown: int
+    nested: tuple[str, ...] = ()
+    """Directories holding another table (a ``_log/``): never descended into."""
 
 
 def find_orphans(snapshot: Snapshot, listing: Listing, now_ms: int, grace_ms: int, where: PartitionFilter) -> Orphans:
@@ -163,13 +208,15 @@ def find_orphans(snapshot: Snapshot, listing: Listing, now_ms: int, grace_ms: in
 
     ``listing`` must have been taken *before* ``snapshot`` was loaded: a file that a commit references is
     then either in the snapshot or was committed after it, by a writer that wrote it moments before,
-    which the grace protects.
+    which the grace protects. A directory that holds a ``_log/`` of its own is another table's: nothing below
+    it is an orphan of this one.
     """
     referenced = snapshot.referenced()
+    nested = nested_tables(listing)
     old: list[FileRef] = []
     young = unknown = 0
     for path, info in listing.items():
-        if path in referenced:
+        if path in referenced or any(path.startswith(f"{root}/") for root in nested):
             continue
         if in_log(path):
             name = path.rsplit("/", 1)[-1]
@@ -187,7 +234,7 @@ def find_orphans(snapshot: Snapshot, listing: Listing, now_ms: int, grace_ms: in
             old.append(FileRef(path=path, bytes=info.size))
         else:
             young += 1
-    return Orphans(tuple(sorted(old, key=lambda f: f.path)), young, unknown)
+    return Orphans(tuple(sorted(old, key=lambda f: f.path)), young, unknown, nested)
 
 
 _HINTS = frozenset(p.rsplit("/", 1)[-1] for p in (LAST_CHECKPOINT, RECLAIMED))
@@ -199,13 +246,16 @@ def _log_name(name: str) -> bool:
 
 __all__ = [
     "DATA_FILE_NAME",
+    "CommitsAbove",
     "Listing",
     "Orphans",
     "PartitionFilter",
+    "commits_above",
     "expired_data_files",
     "find_orphans",
     "in_log",
     "is_maintd_file",
     "log_files_below",
     "missing_live_files",
+    "nested_tables",
 ]

@@ -46,6 +46,11 @@ class ReclaimPlan(_Model):
     pinned_bytes: int = Field(default=0, ge=0, description="bytes of data files kept only because of the pins")
     expired_pins: tuple[str, ...] = Field(default=(), description="ids of pins whose TTL passed: removed by the "
                                                                   "expire commit")
+    stray_commits: tuple[FileRef, ...] = Field(
+        default=(), description="commit files above a gap in the log (published into a table dropped and created "
+                                "again, or rolled back): no version of the table")
+    nested_tables: tuple[str, ...] = Field(
+        default=(), description="directories holding another table (a _log/ of their own): never descended into")
 
     @property
     def versions_expired(self) -> int:
@@ -53,7 +58,7 @@ class ReclaimPlan(_Model):
 
     @property
     def deletes_anything(self) -> bool:
-        return bool(self.log_files or self.data_files or self.orphan_files)
+        return bool(self.log_files or self.data_files or self.orphan_files or self.stray_commits)
 
 
 class ReclaimReport(_Model):
@@ -88,6 +93,8 @@ class ReclaimReport(_Model):
     orphan_bytes_deleted: int = 0
     orphans_within_grace: int = 0
     unknown_files_kept: int = 0
+    nested_tables: tuple[str, ...] = Field(default=(), description="directories below the table holding another "
+                                                                   "table: left alone")
     complete: bool = Field(
         default=True, description="false when a delete failed: the next run finishes the job")
     seconds: float = 0.0

@@ -32,6 +32,7 @@ from maintd.reclaim.engine import (
     StepHook,
     build_plan,
     check_grace,
+    check_listing_behind,
     execute_plan,
     list_files,
     oldest_listed,
@@ -51,6 +52,7 @@ OPERATION = PURGE_OPERATION
 def _plan(table: Table, snapshot: Snapshot, *, now: datetime, floor: int, grace: timedelta,
           where: PartitionFilter) -> ReclaimPlan:
     listing = list_files(table)
+    check_listing_behind(table, listing, table.log.latest_version())  # looked up after the listing
     return build_plan(table, snapshot, listing, now=now, floor=floor, floor_ms=snapshot.timestamp,
                       oldest_available=oldest_listed(listing, snapshot.version),
                       grace=grace, where=where)

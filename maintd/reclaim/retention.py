@@ -37,6 +37,7 @@ from maintd.reclaim.engine import (
     StepHook,
     build_plan,
     check_grace,
+    check_listing_behind,
     execute_plan,
     list_files,
     oldest_listed,
@@ -61,6 +62,7 @@ def plan_reclamation(table: Table, *, now: datetime | None = None,
         listing = list_files(table)  # before the snapshot: see find_orphans
         snapshot = table.snapshot()
         latest = snapshot.version
+        check_listing_behind(table, listing, latest)
         oldest_available = oldest_listed(listing, latest)
         by_time = timeline.oldest_retained_version(table.log, latest, snapshot.retain_hours, to_ms(now),
                                                    start=oldest_available)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
-from maintd.errors import PathOutsideTableError, UnknownSchemeError
+from maintd.errors import MaintdError, PathOutsideTableError, UnknownSchemeError
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +52,11 @@ class Storage(abc.ABC):
     for a path that :func:`check_path` refuses.
     """
 
-    #: True when :meth:`list_dir` returns names in lexical order (object stores), so that the
-    #: newest commit is the first entry; False for local filesystems (unordered listing).
+    #: True when :meth:`list_dir` and :meth:`list_first` return names in lexical order (most object stores),
+    #: so that the newest commit is the first name listed; False for local filesystems and for object stores
+    #: that list in no particular order (S3 Express One Zone directory buckets, some S3-compatible servers,
+    #: or any store configured with ``listing_order: unordered``). The log never relies on order it was not
+    #: promised (docs/format.md, "Latest-version lookup").
     lists_in_order: bool = False
     #: True when a Parquet read should fetch the column chunks it needs in a few large ranged requests
     #: (pyarrow's pre-buffering): what object stores want. A local disk reads them as it decodes (False),
@@ -129,6 +132,44 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def delete(self, path: str) -> bool:
         """Delete ``path``; returns False if it was already gone (idempotent)."""
+
+    def delete_many(self, paths: Sequence[str]) -> dict[str, Exception]:
+        """Delete every one of ``paths`` (idempotent: a path already gone counts as deleted); returns the
+        error of each path that could not be deleted (empty when every path is gone).
+
+        Object stores delete up to 1,000 keys in one request (S3 ``DeleteObjects``); a path is checked like
+        any other. The default deletes one path after the other.
+        """
+        failed: dict[str, Exception] = {}
+        for path in paths:
+            try:
+                self.delete(path)
+            except (OSError, MaintdError) as exc:
+                if isinstance(exc, PathOutsideTableError):
+                    raise
+                failed[path] = exc
+        return failed
+
+    def update_atomic(self, path: str, change: Callable[[bytes | None], bytes | None]) -> bytes | None:
+        """Replace ``path`` by ``change(current)`` (None: absent) unless ``change`` returns None, atomically with
+        respect to every other :meth:`update_atomic` of the path: two updates never both read one value and
+        then both write, so a value that only ever grows (the reclamation watermark, the checkpoint hint) is
+        never moved back by a concurrent writer. Returns what the path holds afterwards.
+
+        ``change`` may be called more than once (an update that lost a race reads the new value and calls it
+        again). Local disks hold a lock on the directory; object stores write with a precondition on the
+        version they read (``If-Match`` on S3 and Azure, the generation on GCS). This default is for storages
+        that can do neither: a read and an atomic replace, not safe against a concurrent update.
+        """
+        try:
+            current: bytes | None = self.read(path)
+        except FileNotFoundError:
+            current = None
+        new = change(current)
+        if new is None:
+            return current
+        self.write_atomic(path, new)
+        return new
 
     @abc.abstractmethod
     def makedirs(self, path: str) -> None:

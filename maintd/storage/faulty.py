@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import errno
 import fnmatch
+import functools
 import json
 import os
 import random
@@ -46,8 +47,8 @@ from maintd.storage.base import FileInfo, Storage, StorageFactory, register_stor
 T = TypeVar("T")
 
 FaultKind = Literal["fail", "fail_after", "delay", "crash", "crash_after"]
-OPERATIONS = ("put_if_absent", "write_atomic", "read", "exists", "list_dir", "list_first", "walk", "delete",
-              "makedirs", "make_durable", "open_input", "open_output", "file_info")
+OPERATIONS = ("put_if_absent", "write_atomic", "update_atomic", "read", "exists", "list_dir", "list_first", "walk",
+              "delete", "makedirs", "make_durable", "open_input", "open_output", "file_info")
 """The operations rules can name (``*`` and other ``fnmatch`` patterns match several)."""
 
 Observer = Callable[[str, str, bytes | None, Any], None]
@@ -196,6 +197,11 @@ class FaultPlan:
         kinds, sleep = self.decide(op, path)
         if sleep:
             time.sleep(sleep)
+        return self.call_decided(op, path, kinds, fn, data)
+
+    def call_decided(self, op: str, path: str, kinds: list[FaultKind], fn: Callable[[], T],
+                     data: bytes | None = None) -> T:
+        """Run ``fn`` under rules already decided (:meth:`decide`) for this call."""
         if "crash" in kinds:
             _kill()
         if "fail" in kinds:
@@ -222,8 +228,15 @@ class FaultyStorage(Storage):
     def __init__(self, inner: Storage, plan: FaultPlan) -> None:
         self.inner = inner
         self.plan = plan
-        self.lists_in_order = inner.lists_in_order
         self._fs = pafs.PyFileSystem(_FaultyHandler(self))
+
+    @property  # type: ignore[override]
+    def lists_in_order(self) -> bool:  # the inner storage may learn at run time that its store does not
+        return self.inner.lists_in_order
+
+    @lists_in_order.setter
+    def lists_in_order(self, value: bool) -> None:
+        self.inner.lists_in_order = value
 
     @property
     def uri(self) -> str:
@@ -246,6 +259,39 @@ class FaultyStorage(Storage):
 
     def write_atomic(self, path: str, data: bytes) -> None:
         self.plan.call("write_atomic", path, lambda: self.inner.write_atomic(path, data), data)
+
+    def update_atomic(self, path: str, change: Callable[[bytes | None], bytes | None]) -> bytes | None:
+        return self.plan.call("update_atomic", path, lambda: self.inner.update_atomic(path, change))
+
+    def delete_many(self, paths: Sequence[str]) -> dict[str, Exception]:
+        """Each path under the rules for ``delete`` (a rule can fail or kill at the n-th file), the paths the
+        rules let through deleted by the inner storage in bulk, in the order given."""
+        failed: dict[str, Exception] = {}
+        batch: list[str] = []
+
+        def flush() -> None:
+            errors = self.inner.delete_many(batch)
+            failed.update(errors)
+            if self.plan.observer is not None:
+                for p in batch:
+                    if p not in errors:
+                        self.plan.observer("delete", p, None, True)
+            batch.clear()
+
+        for path in paths:
+            kinds, sleep = self.plan.decide("delete", path)
+            if sleep:
+                time.sleep(sleep)
+            if kinds:
+                flush()
+                try:
+                    self.plan.call_decided("delete", path, kinds, functools.partial(self.inner.delete, path))
+                except InjectedFault as exc:
+                    failed[path] = exc
+            else:
+                batch.append(path)
+        flush()
+        return failed
 
     def read(self, path: str) -> bytes:
         return self.plan.call("read", path, lambda: self.inner.read(path))

@@ -11,15 +11,17 @@ Containment: every path is checked by :func:`~maintd.storage.base.check_path`, a
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
 import stat
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from maintd.errors import PathOutsideTableError
+from maintd.errors import PathOutsideTableError, StoragePermissionError
 from maintd.storage.base import FileInfo, Storage, check_path, register_storage
 from maintd.storage.threads import SharedThreads
 
@@ -56,6 +58,25 @@ def _no_link_below(root: Path, path: str, follow_last: bool) -> bool:
         except OSError:
             return False
     return True
+
+
+_REFUSED = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+@contextlib.contextmanager
+def _refusals(uri: str, op: str, path: str) -> Iterator[None]:
+    """Turn a refusal of the filesystem (permission denied, read-only filesystem) into
+    :class:`StoragePermissionError`: it is certain that nothing was written, so no caller retries it or
+    treats it as a write whose outcome is unknown."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _REFUSED:
+            raise
+        where = exc.filename or f"{uri}/{path}"
+        raise StoragePermissionError(
+            f"table {uri}: {op} {path} was refused: {os.strerror(exc.errno or 0)} ({where}); nothing was written. "
+            "Give this user write access there, or use a writable location", uri=uri, path=str(where)) from None
 
 
 def _is_link(path: str) -> bool:
@@ -154,22 +175,46 @@ class LocalStorage(Storage):
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         target = self._contained(path)
-        tmp = self._write_temp(target, data)
-        try:
-            os.link(tmp, target)
-        except FileExistsError:
-            return False
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+        with _refusals(self.uri, "publishing", path):
+            tmp = self._write_temp(target, data)
+            try:
+                os.link(tmp, target)
+            except FileExistsError:
+                return False
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
         self._sync_dir(target.parent)
         return True
 
     def write_atomic(self, path: str, data: bytes) -> None:
         target = self._contained(path)
-        tmp = self._write_temp(target, data)
-        os.replace(tmp, target)
+        with _refusals(self.uri, "writing", path):
+            tmp = self._write_temp(target, data)
+            os.replace(tmp, target)
         self._sync_dir(target.parent)
+
+    def update_atomic(self, path: str, change: Callable[[bytes | None], bytes | None]) -> bytes | None:
+        """Read, change and replace ``path`` while holding an exclusive ``flock`` on its directory: every
+        process updating a file of that directory on this host (or through a filesystem that passes ``flock``
+        on) waits for the other; readers are not held up (the replace is atomic)."""
+        target = self._contained(path)
+        with _refusals(self.uri, "updating", path):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(target.parent, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                current: bytes | None = self.read(path)
+            except FileNotFoundError:
+                current = None
+            new = change(current)
+            if new is None:
+                return current
+            self.write_atomic(path, new)
+            return new
+        finally:
+            os.close(fd)  # releases the lock
 
     def make_durable(self, path: str) -> None:
         target = self._contained(path)
@@ -247,13 +292,15 @@ class LocalStorage(Storage):
 
     def delete(self, path: str) -> bool:
         try:
-            os.unlink(self._contained(path, follow_last=False))
+            with _refusals(self.uri, "deleting", path):
+                os.unlink(self._contained(path, follow_last=False))
             return True
         except FileNotFoundError:
             return False
 
     def makedirs(self, path: str) -> None:
-        self._abs(path).mkdir(parents=True, exist_ok=True)
+        with _refusals(self.uri, "creating the directory", path):
+            self._abs(path).mkdir(parents=True, exist_ok=True)
 
 
 register_storage("file", LocalStorage, builtin=True)

@@ -7,7 +7,11 @@
   compares transaction ids (:mod:`maintd.table.landing`), retrying with the commit backoff.
 * **The latest version** is the first commit name of one LIST of ``_log/`` from its start (names descend
   with the version), so finding it costs one request however long the history is
-  (:attr:`lists_in_order`).
+  (:attr:`lists_in_order`). That needs a store that lists in lexical order, which is a property of the
+  store, not an assumption: S3 Express One Zone directory buckets (names ending ``--x-s3``) list in no
+  order, the storage option ``listing_order: unordered`` says so of any other store, and a listing that
+  comes back out of order makes the storage take it as unordered from then on. The log then finds the
+  latest version without relying on order (:mod:`maintd.table.log`).
 * **Data files** stream through pyarrow's own filesystems (``S3FileSystem``, ``GcsFileSystem``,
   ``AzureFileSystem``), configured from the same options: C++ ranged reads and multipart uploads, no
   local staging, no Python in the byte path (docs/architecture.md, "Object stores").
@@ -22,16 +26,20 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import os
+import random
 import threading
+import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import obstore
 import obstore.exceptions as obx
 import pyarrow.fs as pafs
+from loguru import logger
 from obstore.store import AzureStore, GCSStore, S3Store
 
 from maintd.errors import (
@@ -249,6 +257,35 @@ def check_credentials(uri: str, family: str, options: Mapping[str, str]) -> None
 
 _probed: set[tuple[object, ...]] = set()
 _probe_lock = threading.Lock()
+_unordered: set[tuple[str, str]] = set()
+"""(family, bucket) of the stores seen listing out of lexical order by this process."""
+
+DIRECTORY_BUCKET_SUFFIX = "--x-s3"
+"""S3 Express One Zone directory buckets are named ``<base>--<zone id>--x-s3``; their listings are not in
+lexical order (ListObjectsV2 on a directory bucket)."""
+LISTING_ORDERS = ("auto", "lexical", "unordered")
+BULK_DELETE_KEYS = 1000
+"""Keys in one bulk delete request (S3 ``DeleteObjects`` takes at most 1,000)."""
+UPDATE_ATTEMPTS = 50
+"""Conditional updates of one object that may lose a race before :meth:`ObjectStoreStorage.update_atomic` gives up."""
+
+
+def listing_order(uri: str, family: str, bucket: str, options: Mapping[str, str]) -> bool:
+    """Whether the store of ``bucket`` lists in lexical order: the ``listing_order`` option (``auto``, the
+    default: lexical, except S3 directory buckets and stores seen listing out of order)."""
+    raw = options.get("listing_order", "auto").strip().lower() or "auto"
+    if raw not in LISTING_ORDERS:
+        raise StorageConfigError(f"table {uri}: the storage option listing_order is {raw!r}; use one of "
+                                 f"{', '.join(LISTING_ORDERS)}", uri=uri)
+    directory = family == "s3" and bucket.endswith(DIRECTORY_BUCKET_SUFFIX)
+    if raw == "lexical" and directory:
+        raise StorageConfigError(
+            f"table {uri}: listing_order=lexical, but {bucket} is an S3 directory bucket, whose listings are not in "
+            "lexical order; remove the option (or set it to unordered)", uri=uri)
+    if raw == "unordered" or directory:
+        return False
+    with _probe_lock:
+        return raw == "lexical" or (family, bucket) not in _unordered
 
 
 class ObjectStoreStorage(Storage):
@@ -275,6 +312,8 @@ class ObjectStoreStorage(Storage):
         self._commit_store = _build_store(self.family, self.bucket, self.prefix, store_options, retries=False)
         self._fs: pafs.FileSystem | None = None
         self.use_lock = self.options.get("commit_lock", "").strip().lower().replace("-", "_") == "state_store"
+        self.lists_in_order = listing_order(self._uri, self.family, self.bucket, self.options)
+        self._order_promised = self.options.get("listing_order", "").strip().lower() == "lexical"
 
     def __repr__(self) -> str:
         return f"ObjectStoreStorage({self._uri!r}, {self.options!r})"
@@ -379,10 +418,24 @@ class ObjectStoreStorage(Storage):
     def _info(meta: Mapping[str, Any]) -> FileInfo:
         return FileInfo(str(meta["path"]), int(meta["size"]), int(meta["last_modified"].timestamp() * 1000))
 
+    def _checked_order(self, infos: list[FileInfo]) -> list[FileInfo]:
+        """``infos`` as listed; if they are not in lexical order, the store is taken as unordered from now on
+        (by every storage of this bucket in the process), whatever was assumed of it."""
+        if self.lists_in_order and any(a.path > b.path for a, b in itertools.pairwise(infos)):
+            self.lists_in_order = False
+            with _probe_lock:
+                first = (self.family, self.bucket) not in _unordered
+                _unordered.add((self.family, self.bucket))
+            if first:
+                logger.warning("table {}: the store listed names out of lexical order{}; its listings are taken as "
+                               "unordered from now on (set the storage option listing_order=unordered to say so)",
+                               self._uri, " although listing_order=lexical was set" if self._order_promised else "")
+        return infos
+
     def list_dir(self, path: str) -> list[FileInfo]:
         check_path(path, root=self._uri, allow_root=True)
         res = self._call("list", path, lambda: obstore.list_with_delimiter(self._store, path or None))
-        return [self._info(m) for m in res["objects"]]
+        return self._checked_order([self._info(m) for m in res["objects"]])
 
     def list_subdirs(self, path: str) -> list[str]:
         """The names of the "directories" (common prefixes) directly below ``path``."""
@@ -397,13 +450,15 @@ class ObjectStoreStorage(Storage):
         not depend on how many names follow; elsewhere it is the store's first page.
         """
         check_path(path, root=self._uri)
+        if not self.lists_in_order:  # the first names of an unordered listing are any names: sort them all
+            return super().list_first(path, limit)
         base = f"{path.rstrip('/')}/"
         if self.family == "s3":
             root = f"{self.prefix}/" if self.prefix else ""
             keys = s3list.first_keys(self._uri, self.bucket, root + base, limit, self.options.for_store(),
                                      _WHAT_TO_SET["s3"])
-            return [FileInfo(k[len(root):], size, mtime) for k, size, mtime in keys
-                    if "/" not in k[len(root) + len(base):]]
+            return self._checked_order([FileInfo(k[len(root):], size, mtime) for k, size, mtime in keys
+                                        if "/" not in k[len(root) + len(base):]])
 
         def first() -> list[FileInfo]:
             out: list[FileInfo] = []
@@ -413,7 +468,7 @@ class ObjectStoreStorage(Storage):
                     break
             return out[:limit]
 
-        return self._call("list", path, first)
+        return self._checked_order(self._call("list", path, first))
 
     def walk(self, path: str = "") -> list[FileInfo]:
         check_path(path, root=self._uri, allow_root=True)
@@ -422,7 +477,7 @@ class ObjectStoreStorage(Storage):
         def collect() -> list[FileInfo]:
             return [self._info(m) for chunk in obstore.list(self._store, prefix, chunk_size=1000) for m in chunk]
 
-        return self._call("list", path, collect)
+        return self._checked_order(self._call("list", path, collect))
 
     def delete(self, path: str) -> bool:
         check_path(path, root=self._uri)
@@ -430,6 +485,64 @@ class ObjectStoreStorage(Storage):
             return False
         self._call("delete", path, lambda: obstore.delete(self._store, path))
         return True
+
+    def delete_many(self, paths: Sequence[str]) -> dict[str, Exception]:
+        """Up to :data:`BULK_DELETE_KEYS` paths per request (S3 ``DeleteObjects``; obstore sends what each store
+        offers), without asking first whether each is there. A request that fails is retried path by path, so
+        the error of each path that could not be deleted is known."""
+        for path in paths:
+            check_path(path, root=self._uri)
+        failed: dict[str, Exception] = {}
+        for start in range(0, len(paths), BULK_DELETE_KEYS):
+            chunk = list(paths[start:start + BULK_DELETE_KEYS])
+            try:
+                obstore.delete(self._store, chunk)
+                continue
+            except (obx.BaseError, OSError, RuntimeError, ValueError) as exc:
+                logger.debug("table {}: a bulk delete of {} paths failed ({}); deleting them one by one", self._uri,
+                             len(chunk), _first_line(exc))
+            for path in chunk:
+                try:
+                    self.delete(path)
+                except (OSError, MaintdError) as exc:
+                    failed[path] = exc
+        return failed
+
+    def update_atomic(self, path: str, change: Callable[[bytes | None], bytes | None]) -> bytes | None:
+        """Read ``path`` with its version (ETag, GCS generation), then write ``change(current)`` only if the object
+        is still that version (or, if it was absent, still absent); a write that loses to another one reads
+        the new value and tries again. A store that refuses conditional writes falls back to a plain replace
+        (stores without conditional put, committing through ``commit_lock``)."""
+        check_path(path, root=self._uri)
+        for attempt in range(UPDATE_ATTEMPTS):
+            try:
+                got = self._call("read", path, lambda: obstore.get(self._store, path))
+                current: bytes | None = bytes(got.bytes())
+                meta: Mapping[str, Any] | None = got.meta
+            except FileNotFoundError:
+                current, meta = None, None
+            new = change(current)
+            if new is None:
+                return current
+            if self.use_lock:
+                self.write_atomic(path, new)
+                return new
+            mode: Any = "create"
+            if meta is not None:
+                mode = {k: str(meta[k]) for k in ("e_tag", "version") if meta.get(k) is not None}
+            try:
+                obstore.put(self._store, path, new, mode=mode)
+                return new
+            except (obx.AlreadyExistsError, obx.PreconditionError):
+                pass  # another update came first: read it and change that
+            except (NotImplementedError, obx.NotSupportedError):
+                raise self._no_conditional_put("the client refuses conditional updates for this store") from None
+            except (obx.BaseError, OSError, RuntimeError) as exc:
+                if "409" not in str(exc):  # 409 ConditionalRequestConflict: a concurrent conditional write
+                    raise storage_error(exc, uri=self._uri, family=self.family, op="update", path=path) from None
+            time.sleep(random.uniform(0, min(0.5, 0.005 * 2 ** attempt)))
+        raise StorageError(f"table {self._uri}: updating {path} lost to concurrent updates {UPDATE_ATTEMPTS} times "
+                           "in a row; try again")
 
     def makedirs(self, path: str) -> None:
         check_path(path, root=self._uri, allow_root=True)  # object stores have no directories

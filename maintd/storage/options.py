@@ -32,9 +32,10 @@ _SECRET_WORDS = ("secret", "token", "password", "key", "sas", "credential", "ser
 _NOT_SECRET = ("aws_access_key_id", "access_key_id", "azure_storage_account_name", "account_name",
                "google_service_account_path", "aws_sse_kms_key_id", "azure_client_id", "client_id")
 
-MAINTD_KEYS = ("commit_lock",)
+MAINTD_KEYS = ("commit_lock", "listing_order")
 """Options read by maintd itself, never passed to the store: ``commit_lock`` (``state_store``) opts a store
-without conditional put into commits under a lock held in the state store."""
+without conditional put into commits recorded in the state store; ``listing_order`` (``auto``, ``lexical`` or
+``unordered``) says whether the store lists names in lexical order."""
 
 # The environment variables of each family, as object_store reads them, by configuration key. Only these
 # are merged in (object_store's own ``from_env`` would also pick up unrelated AWS_* variables).

@@ -69,6 +69,13 @@ def oldest_buildable(commits: Iterable[int], checkpoints: Iterable[int], latest:
     return min(usable) if usable else run
 
 
+def _warn_stray(uri: str, version: int) -> None:
+    logger.warning("table {}: the commit file of version {} stands above a gap in the log (neither commit {} nor a "
+                   "checkpoint of version {} exists): it is no version of the table (a writer published it into a "
+                   "table that was dropped and created again, or rolled back); passed over, and reclamation "
+                   "deletes it", uri, version, version - 1, version)
+
+
 class TableLog:
     """Reads and writes the log of one table location."""
 
@@ -127,15 +134,22 @@ class TableLog:
     def latest_version(self, hint: int | None = None) -> int:
         """The newest committed version; raises :class:`TableNotFoundError` if there is none.
 
-        ``hint`` is a version this process knows to exist; it is used only from the newest checkpoint on.
-        Below the newest checkpoint a commit file may be one published into history reclamation removed and
-        left there (its writer died before taking it back): probing forward from it would stop at the gap
-        after it. So the probe starts at ``_last_checkpoint`` when that checkpoint still exists (reclamation
-        deletes checkpoints before commits: then no commit from it on was removed), else at the newest
-        commit listed.
+        On a store that lists in lexical order, the first commit name listed. Otherwise (a local disk, a store
+        whose listings are unordered) a probe that relies on no order: ``hint`` is a version this process
+        knows to exist; it is used only from the newest checkpoint on. Below the newest checkpoint a commit
+        file may be one published into history reclamation removed and left there (its writer died before
+        taking it back): probing forward from it would stop at the gap after it. So the probe starts at
+        ``_last_checkpoint`` when that checkpoint still exists (reclamation deletes checkpoints before commits:
+        then no commit from it on was removed), else at the newest commit listed.
+
+        Either way, a commit file that stands above a gap (neither the commit before it nor a checkpoint of its
+        own version exists) is no version of the table: a writer published it into a table that was dropped and
+        created again, or rolled back, and it is passed over (:meth:`stands_on_history`).
         """
         if self.storage.lists_in_order:
-            return self._first_listed_commit()
+            found = self._first_listed_commit()
+            if found is not None:
+                return found
         checkpoint = self.last_checkpoint_hint()
         if checkpoint is not None and self.checkpoint_exists(checkpoint) and self.commit_exists(checkpoint):
             start = max(checkpoint, hint if hint is not None else -1)
@@ -147,8 +161,24 @@ class TableLog:
             start = self._newest_commit_listed()
         return self._probe_forward(start)
 
-    def _first_listed_commit(self) -> int:
-        """The newest commit on a store that lists in lexical order: the first commit name listed.
+    def stands_on_history(self, version: int, listed: set[str] | frozenset[str] = frozenset()) -> bool:
+        """Whether commit ``version`` can be part of the table: it is commit 0, or the commit before it or a
+        checkpoint of its own version exists (``listed``: log paths known to exist, asked before storage is).
+
+        A commit is published only on top of the commit before it, and reclamation deletes that one only after
+        writing a checkpoint at a version at or above this one. A commit file above a gap was published by a
+        writer whose table was dropped and created again, or rolled back, under it.
+        """
+        if version == 0:
+            return True
+        before, own = commit_path(version - 1), checkpoint_path(version)
+        if before in listed or own in listed:
+            return True
+        return self.storage.exists(before) or self.storage.exists(own)
+
+    def _first_listed_commit(self) -> int | None:
+        """The newest commit on a store that lists in lexical order: the first commit name listed that stands
+        on the table's history; None if the listing showed that the store does not list in order.
 
         Only a checkpoint of the same version (``.checkpoint.parquet`` sorts before ``.json``) and
         names that are not log files can come before it, so the first page almost always holds it.
@@ -156,24 +186,49 @@ class TableLog:
         limit = 8
         while True:
             listed = self.storage.list_first(LOG_DIR, limit)
+            if not self.storage.lists_in_order:  # the listing was out of order: nothing it says can be relied on
+                return None
+            names = {info.path for info in listed}
             for info in listed:
                 parsed = parse_log_name(info.path)
-                if parsed is not None and parsed[0] == "commit":
+                if parsed is None or parsed[0] != "commit":
+                    continue
+                if self.stands_on_history(parsed[1], names):
                     return parsed[1]
+                _warn_stray(self.storage.uri, parsed[1])
             if len(listed) < limit:
                 raise TableNotFoundError(f"no table at {self.storage.uri} (no commits in {LOG_DIR}/)")
             limit *= 8
 
     def _probe_forward(self, known: int) -> int:
-        """Galloping search for the last existing commit at or after ``known`` (versions are dense)."""
+        """The last commit of the unbroken run that starts at ``known`` (which exists): a galloping search that
+        assumes the run is dense, then a look at the commit found, which must stand on the one before it (a
+        commit file above a gap, published into a table created again or rolled back, is passed over)."""
+        seen = {known}
+        top = self._gallop(known, seen)
+        while top > known and not self.stands_on_history(top, {commit_path(v) for v in seen}):
+            _warn_stray(self.storage.uri, top)
+            top = self._bisect(known, top, seen)
+        return top
+
+    def _exists(self, version: int, seen: set[int]) -> bool:
+        if self.commit_exists(version):
+            seen.add(version)
+            return True
+        return False
+
+    def _gallop(self, known: int, seen: set[int]) -> int:
         step = 1
-        while self.commit_exists(known + step):
+        while self._exists(known + step, seen):
             known += step
             step *= 2
-        lo, hi = known, known + step  # lo exists, hi does not
+        return self._bisect(known, known + step, seen)
+
+    def _bisect(self, lo: int, hi: int, seen: set[int]) -> int:
+        """The last existing commit between ``lo`` (exists) and ``hi`` (taken as missing), the run being dense."""
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if self.commit_exists(mid):
+            if self._exists(mid, seen):
                 lo = mid
             else:
                 hi = mid
@@ -190,10 +245,17 @@ class TableLog:
         return commits, checkpoints
 
     def _newest_commit_listed(self) -> int:
-        commits, _ = self._listed()
+        """The newest commit of a full listing of the log that stands on the table's history."""
+        names = {info.path for info in self.storage.list_dir(LOG_DIR)}
+        commits = sorted((p[1] for p in map(parse_log_name, names) if p is not None and p[0] == "commit"),
+                         reverse=True)
         if not commits:
             raise TableNotFoundError(f"no table at {self.storage.uri} (no commits in {LOG_DIR}/)")
-        return max(commits)
+        for version in commits:
+            if self.stands_on_history(version, names):
+                return version
+            _warn_stray(self.storage.uri, version)
+        return commits[-1]
 
     def oldest_reconstructible_version(self) -> int:
         """The oldest version whose snapshot can still be rebuilt (commit 0, or the oldest checkpoint within the

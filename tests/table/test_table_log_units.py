@@ -94,7 +94,7 @@ def test_a_location_is_a_table_by_its_hint_its_first_commit_or_a_commit_listed(
 @pytest.mark.parametrize(("commits", "checkpoints", "known", "latest", "calls"), [
     # no hint: commit 0 is there, so nothing was reclaimed: the probe starts at 0, or at the version known
     ([0], [], None, 0, {"read": 1, "exists": 3}),
-    (range(10), [], None, 9, {"read": 1, "exists": 9}),
+    (range(10), [], None, 9, {"read": 1, "exists": 10}),
     (range(10), [], 8, 9, {"read": 1, "exists": 5}),
     # no hint and no commit 0: the newest commit listed
     (range(5, 9), [5], None, 8, {"read": 1, "exists": 3, "list_dir": 1}),
@@ -243,9 +243,10 @@ def test_a_corrupt_checkpoint_is_reported_naming_the_table(tmp_path: Path) -> No
 # -- the probe ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("newer", "probes"), [(0, 1), (1, 3), (2, 3), (3, 5), (5, 5)])
+@pytest.mark.parametrize(("newer", "probes"), [(0, 1), (1, 3), (2, 3), (3, 6), (5, 6)])
 def test_the_probe_from_a_known_version_first_looks_at_the_next_one(tmp_path: Path, newer: int, probes: int) -> None:
-    """The commonest lookup finds nothing newer than what it knows: one ``exists`` call."""
+    """The commonest lookup finds nothing newer than what it knows: one ``exists`` call. A commit found whose
+    predecessor the probe did not see costs one more: it must stand on the one before it (not above a gap)."""
     _log(tmp_path, range(10 + newer + 1))
     storage = CountingStorage(str(tmp_path))
     assert TableLog(storage)._probe_forward(10) == 10 + newer
