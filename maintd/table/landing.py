@@ -84,6 +84,17 @@ class Attempt:
                 raise self._unknown(problem)
             budget.pause()
 
+    def base_stands(self) -> bool:
+        """Whether the commit this attempt builds on (``version - 1``) is still the one its base recorded there:
+        the same file of the same incarnation of the table, so that a publish of ``version`` continues the
+        table's history (never above a gap, never in a table dropped and created again, or rolled back)."""
+        if self.version == 0:
+            return True
+        expected = self.base.txn_at(self.version - 1)
+        if expected is None:  # a base loaded from a checkpoint of the first format: the file's presence tells
+            return self.log.commit_exists(self.version - 1)
+        return self.log.read_commit_txn(self.version - 1) == expected
+
     def _publish(self) -> None:
         try:
             self.created = self.log.try_commit(self.version, self.actions, fmt=self.fmt)
@@ -100,6 +111,8 @@ class Attempt:
             if found is None:
                 if self.log.latest_version(hint=self.base.version) >= self.version:
                     return self._in_history()  # our file is not there and the table moved past it
+                if not self.base_stands():
+                    return False  # our file is not there, and publishing again could land above a gap
                 self._publish()  # it did not apply (yet): publish again; a late first copy changes nothing
                 if not self.created:
                     self.created = None  # refused: perhaps by our own first request, applied late
@@ -117,10 +130,23 @@ class Attempt:
         return landed
 
     def _in_history(self) -> bool:
-        found = self.log.txn_in_history(self.version)
+        """Whether our id stands at ``version`` in the latest state, loaded afresh, on the commit we built on. A
+        table that does not reach ``version`` (our file stands above a gap: the table was dropped and created
+        again, or rolled back, under us), or holds another commit at ``version - 1`` (another incarnation), does
+        not hold our commit."""
+        latest = self.log.load_snapshot()
+        if latest.version < self.version:
+            return False
+        found = latest.txn_at(self.version)
         if found is None:
             raise _Unknowable(f"the table's transaction records no longer reach back to version {self.version}")
-        return found == self.txn_id
+        if found != self.txn_id:
+            return False
+        # Our file stands at ``version``, but on the commit we built on? Not if the table was dropped and created
+        # again (or rolled back and written again) up to ``version - 1`` under us: then it continues another
+        # history (and a metadata commit of ours would even carry the old table id), and is no commit of ours.
+        before, ours = latest.txn_at(self.version - 1), self.base.txn_at(self.version - 1)
+        return before is None or ours is None or before == ours
 
     def _take_back(self) -> None:
         """Delete our file at ``version``: it is no part of the table (best effort: reclamation removes it too)."""

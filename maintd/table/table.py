@@ -103,7 +103,10 @@ class Table:
         self._lock = threading.Lock()
         self._latest: Snapshot | None = None
         self._listed: tuple[int, float] = (-1, float("-inf"))
-        """The version last found as the latest, and the monotonic time at which that lookup started."""
+        """The version last found as the latest (by a lookup, or by this process's own publish of it), and the
+        monotonic time at which that lookup (or publish) started."""
+        self._looked_up: tuple[int, float] = (-1, float("-inf"))
+        """The version last found as the latest by a lookup of the log, and the monotonic time it started."""
 
     # -- lifecycle -------------------------------------------------------------------------
     @classmethod
@@ -218,12 +221,36 @@ class Table:
                 self._latest = snap
             if version is None and started > self._listed[1]:
                 self._listed = (snap.version, started)
+            if version is None and started > self._looked_up[1]:
+                self._looked_up = (snap.version, started)
+        return snap
+
+    def reload(self) -> Snapshot:
+        """The latest state loaded afresh from the log, never replayed from the state in memory, which it
+        replaces (also by one of the same version: the table may have been dropped and created again)."""
+        started = time.monotonic()
+        snap = self.log.load_snapshot()
+        with self._lock:
+            self._latest = snap
+            if started > self._listed[1]:
+                self._listed = (snap.version, started)
+            if started > self._looked_up[1]:
+                self._looked_up = (snap.version, started)
         return snap
 
     def found_latest_within(self, version: int, seconds: float) -> bool:
-        """Whether a lookup that started less than ``seconds`` ago found ``version`` as the latest version."""
+        """Whether a lookup (or this process's own publish) that started less than ``seconds`` ago found
+        ``version`` as the latest version."""
         with self._lock:
             found, started = self._listed
+        return found == version and time.monotonic() - started < seconds
+
+    def looked_up_within(self, version: int, seconds: float) -> bool:
+        """Whether a lookup of the log that started less than ``seconds`` ago found ``version`` as the latest
+        version. A publish of this process does not count: the table may have been dropped and created again,
+        or rolled back, since (docs/format.md, "A writer's next write")."""
+        with self._lock:
+            found, started = self._looked_up
         return found == version and time.monotonic() - started < seconds
 
     @property

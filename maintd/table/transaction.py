@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from maintd.errors import CommitRetriesExhaustedError, InvalidInputError
+from maintd.errors import CommitRetriesExhaustedError, InvalidInputError, TableReplacedError
 from maintd.table.actions import (
     LOOKUP_PRIORS_VERSION,
     PRIOR_ROWS_VERSION,
@@ -54,9 +54,16 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 FRESH_BASE_SECONDS = 10.0
-"""A base found as the latest version by a lookup that started less than this long ago is published on without
-first checking that its commit still exists (the landing check after the publish decides in every case); well
-inside the ten minutes for which the transaction records of every commit are kept."""
+"""A writer whose state is the commit it made itself (or looked up) less than this long ago prepares its next
+write on that state without a lookup; well inside the ten minutes for which the transaction records of every
+commit are kept."""
+
+LOOKED_UP_SECONDS = 1.0
+"""A base found as the latest version by a lookup of the log that started less than this long ago is published on
+without first reading the commit it builds on again (the landing check after the publish decides in every case).
+Any other base (a writer's own last commit, a maintenance run's read version) is checked first: its commit must
+still carry the transaction id the base recorded, so that no commit is published above a gap or into another
+incarnation of the table (one dropped and created again, or rolled back)."""
 
 
 class StaleRead(Exception):
@@ -248,10 +255,23 @@ class Transaction:
             if not budget.spent(self.attempts):
                 budget.pause(self.attempts)
             newest = self._retrying(self.table.snapshot, budget)
+            if newest.version <= latest.version:
+                # The attempt did not land, yet the table did not move past its base: the state in memory may be
+                # the base itself, taken for the latest at the same version of another incarnation. Load afresh.
+                newest = self._retrying(self.table.reload, budget)
+            replaced = (newest.metadata.table_id != self.read_snapshot.metadata.table_id
+                        or newest.version < latest.version)
             if self.unconfirmed_read and self.attempts == 1 and (
-                    newest.metadata != latest.metadata or newest.protocol != latest.protocol):
+                    replaced or newest.metadata != latest.metadata or newest.protocol != latest.protocol):
                 raise StaleRead(f"table {self.table.uri}: version {latest.version}, which {self.operation} was "
                                 f"prepared on, is not the latest and the table's metadata changed since")
+            if replaced:
+                raise TableReplacedError(
+                    f"table {self.table.uri}: {self.operation} read table {self.read_snapshot.metadata.table_id} at "
+                    f"version {self.read_snapshot.version}, but the table there is now table "
+                    f"{newest.metadata.table_id} at version {newest.version} (dropped and created again, or rolled "
+                    "back); nothing of it landed. Read the table again and decide whether the change still applies",
+                    version=newest.version, winning_operation=None)
             done = self._retrying(lambda: self._check_winners(latest, newest), budget)  # noqa: B023
             if done is not None:
                 self._committed = done
@@ -268,18 +288,17 @@ class Transaction:
     def _attempt(self, version: int, actions: list[Action], base: Snapshot, budget: Budget) -> bool:
         """Publish ``version`` on top of ``base`` and settle it: True if it landed, False if it certainly did not."""
         log = self.table.log
-        # What it builds on may have been reclaimed meanwhile: publishing would go into removed history. The
-        # landing check after the publish catches that in every case (it reads commit version - 1 back); this
-        # look before it only spares a writer that is far behind a publish it would have to take back, or one
-        # the transaction records no longer reach. A base found as the latest by a lookup of the last few
-        # seconds is not that far behind, and its check would only cost the commit a round trip.
-        if (version > 0 and not self.table.found_latest_within(version - 1, FRESH_BASE_SECONDS)
-                and not self._retrying(lambda: log.commit_exists(version - 1), budget)):
-            return False
         protocol = self._protocol or base.protocol
         attempt = Attempt(log, txn_id=self.txn_id, operation=self.operation, base=base, version=version,
                           actions=actions, fmt=format_for(protocol), retry=self.retry,
                           rng=self._rng)
+        # The commit it builds on must still be the one the base recorded, or the publish would land above a gap
+        # (the table was dropped and created again, or rolled back), in another incarnation of the table, or in
+        # history reclamation removed. The landing check after the publish catches the last in every case (it
+        # reads commit version - 1 back); only a base a lookup found a moment ago is published on unread.
+        if (version > 0 and not self.table.looked_up_within(version - 1, LOOKED_UP_SECONDS)
+                and not self._retrying(attempt.base_stands, budget)):
+            return False
         try:
             return attempt.run()
         finally:

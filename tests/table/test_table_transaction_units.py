@@ -40,6 +40,7 @@ from maintd.table.actions import (
     Txn,
     Unpin,
 )
+from maintd.table.log import commit_path
 from maintd.table.snapshot import Snapshot
 from maintd.table.transaction import StaleRead, Transaction
 
@@ -359,10 +360,6 @@ def test_a_table_for_a_newer_writer_refuses_a_transaction_naming_the_table(tmp_p
     assert str(err.value).startswith(f"table {table.uri} requires writer protocol version {WRITER_VERSION + 1}")
 
 
-def test_a_commit_marks_its_version_as_the_latest_found_just_now(tmp_path: Path) -> None:
-    table = partitioned(tmp_path / "t")
-    v = table.new_transaction("NOOP").commit()
-    assert table.found_latest_within(v, transaction.FRESH_BASE_SECONDS)  # the next commit skips the base check
 
 
 class CountedPolicy(RetryPolicy):
@@ -409,16 +406,16 @@ def test_storage_errors_between_attempts_are_retried_within_the_budget(tmp_path:
 def test_a_storage_error_checking_a_stale_base_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     table = partitioned(tmp_path / "t")
     txn = table.new_transaction("NOOP")
-    exists = table.log.commit_exists
+    read = table.log.read_commit_txn
     failures = [OSError("connection reset")]
 
-    def flaky(version: int) -> bool:
+    def flaky(version: int) -> str | None:
         if failures:
             raise failures.pop()
-        return exists(version)
+        return read(version)
 
-    monkeypatch.setattr(table, "found_latest_within", lambda *a: False)  # the base was looked up long ago
-    monkeypatch.setattr(table.log, "commit_exists", flaky)
+    monkeypatch.setattr(table, "looked_up_within", lambda *a: False)  # the base was looked up long ago
+    monkeypatch.setattr(table.log, "read_commit_txn", flaky)
     assert txn.commit() == 2 and not failures
 
 
@@ -456,25 +453,38 @@ def test_a_replace_that_lost_to_an_append_in_its_partition_removes_the_new_file_
 
 
 @pytest.mark.parametrize("fresh", [True, False])
-def test_a_stale_base_is_looked_up_before_the_publish_and_a_fresh_one_is_not(
+def test_a_stale_base_is_read_again_before_the_publish_and_a_fresh_one_is_not(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh: bool) -> None:
+    """A base a lookup found a moment ago is published on; any other base's commit is read first (and read again
+    by the landing check after the publish)."""
     table = partitioned(tmp_path / "t")
     txn = table.new_transaction("NOOP")  # its base was found as the latest just now
     asked: list[int] = []
-    exists = table.log.commit_exists
-    monkeypatch.setattr(table.log, "commit_exists", lambda v: asked.append(v) or exists(v))
+    read = table.log.read_commit_txn
+    monkeypatch.setattr(table.log, "read_commit_txn", lambda v: asked.append(v) or read(v))
     if not fresh:
-        monkeypatch.setattr(table, "found_latest_within", lambda *a: False)
+        monkeypatch.setattr(table, "looked_up_within", lambda *a: False)
     assert txn.commit() == 2
-    assert asked == ([] if fresh else [1])
+    assert asked == ([1] if fresh else [1, 1])
 
 
-def test_an_attempt_on_a_stale_base_whose_commit_is_gone_publishes_nothing(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_writers_own_last_commit_is_no_lookup_its_next_commit_reads_the_base_again(tmp_path: Path) -> None:
+    table = partitioned(tmp_path / "t")
+    v = table.new_transaction("NOOP").commit()
+    assert table.found_latest_within(v, transaction.FRESH_BASE_SECONDS)  # the writer may prepare on it
+    assert not table.looked_up_within(v, transaction.LOOKED_UP_SECONDS)  # but reads the commit before publishing
+
+
+@pytest.mark.parametrize("how", ["gone", "another"])
+def test_an_attempt_on_a_stale_base_whose_commit_is_gone_or_another_publishes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     table = partitioned(tmp_path / "t")
     txn = table.new_transaction("NOOP")
-    monkeypatch.setattr(table, "found_latest_within", lambda *a: False)
-    assert table.log.delete_commit(1)  # reclaimed meanwhile
+    monkeypatch.setattr(table, "looked_up_within", lambda *a: False)
+    assert table.log.delete_commit(1)  # reclaimed meanwhile, or the table was dropped and created again
+    if how == "another":
+        table.log.storage.put_if_absent(commit_path(1), (tmp_path / "t" / commit_path(0)).read_bytes()
+                                        .replace(b'"version":0', b'"version":1'))
     assert txn._attempt(2, [], txn.read_snapshot, transaction.Budget(txn.retry, txn._rng)) is False
     assert not table.log.commit_exists(2)
 
@@ -520,14 +530,14 @@ def test_a_commit_whose_landing_cannot_be_told_names_its_operation_and_transacti
     assert len(slept) == 2  # the policy's attempts at reading the log back
 
 
-def test_the_base_of_version_1_is_looked_up_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_base_of_version_1_is_read_again_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     table = Table.create(str(tmp_path / "t"), "id:int64!", primary_key="id", buckets=1)
     txn = table.new_transaction("NOOP")
     asked: list[int] = []
-    exists = table.log.commit_exists
-    monkeypatch.setattr(table.log, "commit_exists", lambda v: asked.append(v) or exists(v))
-    monkeypatch.setattr(table, "found_latest_within", lambda *a: False)
-    assert txn.commit() == 1 and asked == [0]
+    read = table.log.read_commit_txn
+    monkeypatch.setattr(table.log, "read_commit_txn", lambda v: asked.append(v) or read(v))
+    monkeypatch.setattr(table, "looked_up_within", lambda *a: False)
+    assert txn.commit() == 1 and asked == [0, 0]
 
 
 def test_the_lost_answers_of_every_attempt_are_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
