@@ -306,7 +306,10 @@ def _checkpoint(table: Table, plan: ReclaimPlan, hook: StepHook) -> tuple[int | 
                                "({}); it is written again from the commits before any of them is deleted",
                                table.uri, floor, damage)
                 snapshot = table.snapshot(floor)  # from an older checkpoint or the commits: this one is skipped
-                table.storage.delete(checkpoint_path(floor))
+                if table.storage.delete_many([checkpoint_path(floor)]):
+                    logger.warning("table {}: the damaged checkpoint of version {} cannot be deleted; no log file "
+                                   "is deleted, and the commits it would replace stay", table.uri, floor)
+                    return None, (), False
             else:
                 snapshot = table.snapshot(floor)
             table.log.write_checkpoint(snapshot)

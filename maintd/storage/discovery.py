@@ -1,8 +1,10 @@
-"""Finding tables below a warehouse root on any storage: the directories that hold ``_log/``."""
+"""Finding tables on any storage: the directories that hold ``_log/``, below a warehouse root or above a location."""
 
 from __future__ import annotations
 
-from maintd.storage.base import storage_for_uri
+from pathlib import Path
+
+from maintd.storage.base import storage_for_uri, uri_scheme
 
 LOG_DIR = "_log"
 
@@ -31,4 +33,24 @@ def find_tables(root: str, max_depth: int = 4) -> list[str]:
     return sorted(found)
 
 
-__all__ = ["find_tables"]
+def parent_uris(uri: str) -> list[str]:
+    """The locations that enclose ``uri``, nearest first: parent directories of a local path (up to ``/``), or the
+    prefixes of an object-store URI up to its bucket."""
+    if uri_scheme(uri) == "file":
+        local = Path(uri[len("file://"):] if uri.startswith("file://") else uri).expanduser().absolute()
+        return [str(p) for p in local.parents]
+    scheme, rest = uri.rstrip("/").split("://", 1)
+    netloc, _, path = rest.partition("/")
+    parts = [p for p in path.split("/") if p]
+    return [f"{scheme}://{netloc}/{'/'.join(parts[:i])}".rstrip("/") for i in range(len(parts) - 1, -1, -1)]
+
+
+def enclosing_table(uri: str) -> str | None:
+    """The nearest location above ``uri`` that holds a table (a ``_log/`` with a file in it), or None."""
+    for parent in parent_uris(uri):
+        if storage_for_uri(parent).list_first(LOG_DIR, 1):
+            return parent
+    return None
+
+
+__all__ = ["enclosing_table", "find_tables", "parent_uris"]

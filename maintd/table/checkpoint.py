@@ -80,9 +80,9 @@ def decode_checkpoint(data: bytes, *, uri: str, path: str, version: int) -> Snap
         # which it pulls in) would cost every command that loads a snapshot most of its start-up time
         table = pq.ParquetFile(io.BytesIO(data)).read()
         lines = table.column("action").to_pylist()
-    except (pa.ArrowInvalid, OSError, KeyError) as exc:
+        meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    except (pa.ArrowInvalid, OSError, KeyError, UnicodeDecodeError) as exc:  # damage anywhere, footer included
         raise where.corrupt(f"cannot be read ({' '.join(str(exc).split())})") from None
-    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     if "format" in meta:
         _check(meta, lines, where)
     if any(not isinstance(line, str) for line in lines):

@@ -25,6 +25,7 @@ from maintd.errors import (
     TableNotFoundError,
 )
 from maintd.storage import Storage, storage_for_uri
+from maintd.storage.discovery import enclosing_table, find_tables
 from maintd.table import interop, timeline
 from maintd.table import properties as props
 from maintd.table.actions import (
@@ -139,6 +140,7 @@ class Table:
         table = cls(storage)
         if table.log.is_table():
             raise TableExistsError(f"a table already exists at {storage.uri}; open it with Table.open")
+        _refuse_nesting(storage.uri)
         info = CommitInfo(operation="CREATE TABLE", timestamp=md.created_time, txn_id=uuid.uuid4().hex,
                           operation_parameters={"primary_key": list(pk), "partition_by": list(parts)})
         needed = _protocol_for(clean)
@@ -579,6 +581,24 @@ class Table:
                 break
             out.append(_record(v, actions))
         return out
+
+
+def _refuse_nesting(uri: str) -> None:
+    """A table inside another table (or around one) would have its files taken for the other's orphans, or
+    take the other's files for its own: refused, naming both."""
+    outer = enclosing_table(uri)
+    if outer is not None:
+        raise InvalidInputError(f"table {uri}: the location is inside the table at {outer}, whose files it would mix "
+                                "with; create the table outside it")
+    inner = [t for t in find_tables(uri, max_depth=_NESTED_DEPTH) if t.rstrip("/") != uri.rstrip("/")]
+    if inner:
+        raise InvalidInputError(f"table {uri}: the location holds the table at {inner[0]}, whose files it would mix "
+                                "with; create the table elsewhere (or move that table out)")
+
+
+_NESTED_DEPTH = 6
+"""Directory levels below a new table's location searched for a table inside it (partition directories are one
+level per partition column, buckets one more)."""
 
 
 def _protocol_for(properties: Mapping[str, str]) -> int:
