@@ -496,7 +496,7 @@ class ObjectStoreStorage(Storage):
         for start in range(0, len(paths), BULK_DELETE_KEYS):
             chunk = list(paths[start:start + BULK_DELETE_KEYS])
             try:
-                obstore.delete(self._store, chunk)
+                obstore.delete(self._store, chunk if len(chunk) > 1 else chunk[0])  # one key: a plain DELETE
                 continue
             except (obx.BaseError, OSError, RuntimeError, ValueError) as exc:
                 logger.debug("table {}: a bulk delete of {} paths failed ({}); deleting them one by one", self._uri,

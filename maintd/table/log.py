@@ -294,20 +294,41 @@ class TableLog:
         The two marks advance independently: commit timestamps come from the writers' clocks, so a later
         version can carry an earlier timestamp, and a reclamation that keeps a newer version must still
         advance the version mark even when its timestamp is not newer (and the other way round). Each mark
-        only ever grows.
+        only ever grows, also under concurrent reclamations: the file is read and replaced as one atomic update
+        (:meth:`~maintd.storage.Storage.update_atomic`), so a run that read an older value cannot write it back
+        over a newer one.
         """
-        old_version: int | None = None
-        old_timestamp: int | None = None
-        try:
-            current = json.loads(self.storage.read(RECLAIMED))
-            old_version, old_timestamp = int(current["version"]), int(current["timestamp"])
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
-            pass
-        new_version = version if old_version is None else max(old_version, version)
-        new_timestamp = timestamp if old_timestamp is None else max(old_timestamp, timestamp)
-        if (new_version, new_timestamp) != (old_version, old_timestamp):
-            record = {"version": new_version, "timestamp": new_timestamp}
-            self.storage.write_atomic(RECLAIMED, json.dumps(record).encode())
+
+        def advance(current: bytes | None) -> bytes | None:
+            old_version: int | None = None
+            old_timestamp: int | None = None
+            try:
+                record = json.loads(current or b"")
+                old_version, old_timestamp = int(record["version"]), int(record["timestamp"])
+            except (ValueError, KeyError, TypeError):
+                pass
+            new_version = version if old_version is None else max(old_version, version)
+            new_timestamp = timestamp if old_timestamp is None else max(old_timestamp, timestamp)
+            if (new_version, new_timestamp) == (old_version, old_timestamp):
+                return None
+            return json.dumps({"version": new_version, "timestamp": new_timestamp}).encode()
+
+        self.storage.update_atomic(RECLAIMED, advance)
+
+    def advance_checkpoint_hint(self, version: int, files: int) -> None:
+        """Point ``_last_checkpoint`` at the checkpoint of ``version`` unless it names a newer one already; one
+        atomic update, so that two writers of checkpoints never move it back."""
+
+        def advance(current: bytes | None) -> bytes | None:
+            try:
+                named = int(json.loads(current or b"")["version"])
+            except (ValueError, KeyError, TypeError):
+                named = None
+            if named is not None and named >= version:
+                return None
+            return json.dumps({"version": version, "files": files}).encode()
+
+        self.storage.update_atomic(LAST_CHECKPOINT, advance)
 
     def prune_tombstones(self, snapshot: Snapshot) -> Snapshot:
         """``snapshot`` without the tombstones whose files reclamation has deleted (below the watermark), nor
@@ -330,10 +351,8 @@ class TableLog:
         """
         snapshot = self.prune_tombstones(snapshot)
         self.storage.put_if_absent(checkpoint_path(snapshot.version), encode_checkpoint(snapshot))
-        current = self.last_checkpoint_hint()
-        if current is None or current < snapshot.version:
-            hint = {"version": snapshot.version, "files": len(snapshot.files)}
-            self.storage.write_atomic(LAST_CHECKPOINT, json.dumps(hint).encode())
+        if (self.last_checkpoint_hint() or -1) < snapshot.version:  # the common case reads the hint only
+            self.advance_checkpoint_hint(snapshot.version, len(snapshot.files))
         return dataclasses.replace(snapshot, base_checkpoint=snapshot.version)
 
     def checkpoint_exists(self, version: int) -> bool:

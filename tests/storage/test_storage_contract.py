@@ -113,3 +113,36 @@ def test_parquet_streams_through_the_pyarrow_filesystem(storage: Storage) -> Non
     with storage.filesystem.open_input_file(full) as fh:
         assert pq.ParquetFile(fh).metadata.num_rows == 1000
     assert [f.path for f in storage.walk("data")] == ["data/b=0/f.parquet"]
+
+
+def test_update_atomic_loses_no_update_among_concurrent_callers(storage: Storage) -> None:
+    """Read-change-write as one step: every increment of a counter by 4 threads counts."""
+    start = threading.Barrier(4)
+
+    def bump(current: bytes | None) -> bytes:
+        value = int(current or b"0")
+        time.sleep(0.002)  # widen the window between the read and the write
+        return str(value + 1).encode()
+
+    def worker() -> None:
+        start.wait()
+        for _ in range(6):
+            storage.update_atomic("_log/_counter", bump)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert storage.read("_log/_counter") == b"24"
+    assert storage.update_atomic("_log/_counter", lambda current: None) == b"24"  # no change: nothing written
+
+
+def test_delete_many_deletes_in_bulk_and_takes_paths_already_gone(storage: Storage) -> None:
+    paths = [f"data/b={i % 3}/f{i}.parquet" for i in range(25)]
+    for p in paths:
+        storage.put_if_absent(p, b"z")
+    assert storage.delete_many([*paths, "data/never-there.parquet"]) == {}
+    assert storage.walk("data") == []
+    with pytest.raises(PathOutsideTableError):
+        storage.delete_many(["data/ok", "../escape"])
