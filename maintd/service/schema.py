@@ -22,6 +22,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -135,3 +136,14 @@ roots = Table(
     Column("succeeded_at", UTCDateTime(), nullable=True),
 )
 
+commit_records = Table(
+    "maintd_commit_records",
+    metadata,
+    # Commits of tables whose store has no conditional put (storage option commit_lock: state_store): the unique
+    # key decides which writer has a version; the file follows (maintd.service.commit_lock).
+    Column("key", String(64), primary_key=True),  # SHA-256 of the commit file's URI
+    Column("name", Text, nullable=False),
+    Column("data", LargeBinary, nullable=True),  # the commit's bytes until its file holds them
+    Column("complete", Boolean, nullable=False, default=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+)

@@ -19,7 +19,7 @@ from maintd.storage.base import (
     unregister_storage,
 )
 from maintd.storage.local import LocalStorage
-from maintd.storage.lock import CommitLock, commit_lock, install_commit_lock
+from maintd.storage.lock import Claim, CommitRecords, commit_lock, install_commit_lock
 from maintd.storage.options import (
     CarriedStorage,
     StorageOptions,
@@ -30,7 +30,7 @@ from maintd.storage.options import (
     resolve_options,
 )
 
-__all__ = ["CarriedStorage", "CommitLock", "FileInfo", "LocalStorage", "Storage", "StorageFactory",
+__all__ = ["CarriedStorage", "Claim", "CommitRecords", "FileInfo", "LocalStorage", "Storage", "StorageFactory",
            "StorageOptions", "carry_storage", "check_path", "clear_storage_options", "commit_lock",
            "configure_storage", "executor_storage", "install_commit_lock", "register_storage", "resolve_options",
            "storage_for_uri", "unregister_storage"]

@@ -82,6 +82,11 @@ class Storage(abc.ABC):
     def full_path(self, path: str) -> str:
         """The path of ``path`` as understood by :attr:`filesystem` (after :func:`check_path`)."""
 
+    def at(self, uri: str) -> Storage:
+        """The storage of another location of the same store (a parent directory, a sibling table), opened with
+        this storage's options (an object store's credentials and endpoint were resolved for this table)."""
+        return storage_for_uri(uri)
+
     def full_paths(self, paths: Sequence[str]) -> list[str]:
         """:meth:`full_path` of each of ``paths``: a reader of many files asks once, and a storage may share
         its checks between the files of one directory."""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from maintd.storage.base import storage_for_uri, uri_scheme
+from maintd.errors import StorageCredentialsError
+from maintd.storage.base import Storage, storage_for_uri, uri_scheme
 
 LOG_DIR = "_log"
 
@@ -45,11 +46,18 @@ def parent_uris(uri: str) -> list[str]:
     return [f"{scheme}://{netloc}/{'/'.join(parts[:i])}".rstrip("/") for i in range(len(parts) - 1, -1, -1)]
 
 
-def enclosing_table(uri: str) -> str | None:
-    """The nearest location above ``uri`` that holds a table (a ``_log/`` with a file in it), or None."""
-    for parent in parent_uris(uri):
-        if storage_for_uri(parent).list_first(LOG_DIR, 1):
-            return parent
+def enclosing_table(storage: Storage) -> str | None:
+    """The nearest location above ``storage``'s that holds a table (a ``_log/`` with a file in it), or None.
+
+    Each location is opened with ``storage``'s options. One that these credentials may not list (a role limited
+    to the table's prefix) cannot be a table this one could be written into by the same user: it is passed over.
+    """
+    for parent in parent_uris(storage.uri):
+        try:
+            if storage.at(parent).list_first(LOG_DIR, 1):
+                return parent
+        except (StorageCredentialsError, PermissionError):
+            continue
     return None
 
 

@@ -249,6 +249,9 @@ class FaultyStorage(Storage):
     def full_path(self, path: str) -> str:
         return self.inner.full_path(path)
 
+    def at(self, uri: str) -> Storage:
+        return self.plan.wrap(self.inner.at(uri))
+
     def relative(self, full: str) -> str:
         """The table-relative path of a path of :attr:`filesystem` (for matching rules)."""
         prefix = self.inner.full_path("_")[:-1]  # the root as the filesystem spells it ("bucket/prefix/" on S3)

@@ -1,66 +1,82 @@
-"""The commit lock: put-if-absent for stores that cannot do it themselves, opt-in only.
+"""Commit records: put-if-absent for stores that cannot do it themselves, opt-in only.
 
 An object store without conditional put (an old S3-compatible server) cannot publish a commit safely: two
 writers would both "create" version ``v`` and one would silently overwrite the other. maintd refuses such a
 store (:class:`~maintd.errors.ConditionalPutUnsupportedError`) unless the user opts in with the storage
-option ``commit_lock: state_store``: every writer of the table must then publish through the same lock,
+option ``commit_lock: state_store``: every writer of the table must then publish through the same record store,
 held in the daemon's state store (:mod:`maintd.service.commit_lock` implements it; the storage layer sees
 only this interface, so it imports no database library).
 
-Under the lock, put-if-absent is "look, then write": correct only if *every* writer of the table takes the
-lock (a writer that does not, another engine for instance, breaks it). The lock has a lease: a holder
-that stalls past it loses the lock, so the write happens only while the lease is still valid
-(:meth:`CommitLock.hold` checks it before returning control). Ambiguous writes are resolved as everywhere
-else, by reading the commit back and comparing transaction ids.
+No lock, and so no lease that a stalled holder could outlive: the database decides, the file follows (the
+design of Delta Lake's DynamoDB log store and Lance's external manifest store).
+
+1. **Claim**: the commit's bytes are inserted as a record under a unique key (the file's URI). The insert is
+   atomic in the database: of two writers of one version, exactly one inserts; that is the whole decision.
+2. **Write**: the winner writes the file with a plain PUT, then marks the record complete. The file's content
+   is fixed by the record, so a writer that stalls between 1 and 2 (a GC pause, a partition), however long,
+   can only ever write the bytes every other writer would write for it.
+3. **Finish a stalled commit**: a writer whose insert finds a record that is not complete writes that record's
+   bytes to the file itself (the same bytes: harmless if the first writer wakes up and writes them again)
+   before it reports the version as taken, so no reader waits on a writer that stopped.
+
+Before it writes, the winner looks whether the file exists already (a commit published before the table opted
+in, or whose record was pruned): such a file is never overwritten, and the claim reports the name as taken.
+Ambiguous writes are resolved as everywhere else, by reading the commit back and comparing transaction ids.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from maintd.errors import ConfigError
 
 
-@runtime_checkable
-class CommitLock(Protocol):
-    """A mutual-exclusion lock over names, shared by every process that writes a table."""
+@dataclass(frozen=True)
+class Claim:
+    """What a claim of a name found: ``created`` (this call inserted the record), else ``pending``, the bytes of a
+    record that is not complete (its writer may have stopped before writing the file), or None."""
 
-    def hold(self, name: str) -> AbstractContextManager[None]:
-        """Hold the lock ``name`` for the duration of the ``with`` block (waits for it, bounded; raises
-        :class:`~maintd.errors.StateStoreError` if it cannot be had, or was lost before the block ran)."""
+    created: bool
+    pending: bytes | None = None
+
+
+@runtime_checkable
+class CommitRecords(Protocol):
+    """Records of commits under unique names, shared by every process that writes a table."""
+
+    def claim(self, name: str, data: bytes) -> Claim:
+        """Insert the record ``name`` -> ``data`` unless one exists, atomically (raises
+        :class:`~maintd.errors.StateStoreError` if the store fails; then nothing is known of the record)."""
+
+    def complete(self, name: str) -> None:
+        """Mark record ``name`` complete: its file holds its bytes."""
 
 
 _lock = threading.Lock()
-_installed: CommitLock | None = None
+_installed: CommitRecords | None = None
 
 
-def install_commit_lock(lock: CommitLock | None) -> CommitLock | None:
-    """Make ``lock`` the commit lock of this process (None: none); returns the one it replaces."""
+def install_commit_lock(records: CommitRecords | None) -> CommitRecords | None:
+    """Make ``records`` the commit record store of this process (None: none); returns the one it replaces."""
     global _installed
     with _lock:
-        previous, _installed = _installed, lock
+        previous, _installed = _installed, records
     return previous
 
 
-def commit_lock(uri: str) -> CommitLock:
-    """The installed commit lock, or a :class:`ConfigError` naming the table that asked for one."""
+def commit_lock(uri: str) -> CommitRecords:
+    """The installed commit record store, or a :class:`ConfigError` naming the table that asked for one."""
     with _lock:
-        lock = _installed
-    if lock is None:
+        records = _installed
+    if records is None:
         raise ConfigError(
-            f"table {uri}: the storage option commit_lock=state_store asks for commits under a lock held in the "
-            "state store, but this process has none: run through the daemon or `maintd run` with a state store "
+            f"table {uri}: the storage option commit_lock=state_store asks for commits recorded in the state "
+            "store, but this process has none: run through the daemon or `maintd run` with a state store "
             "configured (state_store.url), or use a store that honours conditional put"
         )
-    return lock
+    return records
 
 
-def lock_names(names: Iterator[str]) -> list[str]:
-    """Lock names in a fixed order (taking several in that order never deadlocks)."""
-    return sorted(set(names))
-
-
-__all__ = ["CommitLock", "commit_lock", "install_commit_lock", "lock_names"]
+__all__ = ["Claim", "CommitRecords", "commit_lock", "install_commit_lock"]

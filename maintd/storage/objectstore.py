@@ -47,6 +47,7 @@ from maintd.errors import (
     ConditionalPutUnsupportedError,
     InvalidInputError,
     MaintdError,
+    StateStoreError,
     StorageConfigError,
     StorageCredentialsError,
     StorageError,
@@ -318,6 +319,9 @@ class ObjectStoreStorage(Storage):
     def __repr__(self) -> str:
         return f"ObjectStoreStorage({self._uri!r}, {self.options!r})"
 
+    def at(self, uri: str) -> Storage:
+        return ObjectStoreStorage(uri, self.options)
+
     @property
     def uri(self) -> str:
         return self._uri
@@ -355,11 +359,24 @@ class ObjectStoreStorage(Storage):
             raise storage_error(exc, uri=self._uri, family=self.family, op="put_if_absent", path=path) from None
 
     def _put_under_lock(self, path: str, data: bytes) -> bool:
-        with commit_lock(self._uri).hold(f"{self._uri}/{path}"):
-            if self.exists(path):
-                return False
-            self.write_atomic(path, data)
-            return True
+        """Put-if-absent through the commit records of the state store (:mod:`maintd.storage.lock`): the record
+        inserted under the file's name decides, the file follows with the record's bytes."""
+        if self.exists(path):  # published before the table opted in, or its record was pruned: never overwritten
+            return False
+        records, name = commit_lock(self._uri), f"{self._uri}/{path}"
+        try:
+            claim = records.claim(name, data)
+        except StateStoreError as exc:  # the insert may have applied and lost its answer: the log reads back
+            raise StorageError(f"table {self._uri}: publishing {path} failed: {exc}") from None
+        if not claim.created and claim.pending is None:
+            return False
+        self.write_atomic(path, data if claim.created else claim.pending or b"")
+        try:
+            records.complete(name)
+        except StateStoreError as exc:  # the file holds the record's bytes: any later claimant writes the same
+            logger.warning("table {}: {} is written, but its record could not be marked complete ({})", self._uri,
+                           path, exc)
+        return claim.created
 
     def _probe_conditional_put(self) -> None:
         """Once per process and bucket: a store that ignores ``If-None-Match`` would let commits overwrite each

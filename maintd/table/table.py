@@ -140,7 +140,7 @@ class Table:
         table = cls(storage)
         if table.log.is_table():
             raise TableExistsError(f"a table already exists at {storage.uri}; open it with Table.open")
-        _refuse_nesting(storage.uri)
+        _refuse_nesting(storage)
         info = CommitInfo(operation="CREATE TABLE", timestamp=md.created_time, txn_id=uuid.uuid4().hex,
                           operation_parameters={"primary_key": list(pk), "partition_by": list(parts)})
         needed = _protocol_for(clean)
@@ -583,10 +583,11 @@ class Table:
         return out
 
 
-def _refuse_nesting(uri: str) -> None:
+def _refuse_nesting(storage: Storage) -> None:
     """A table inside another table (or around one) would have its files taken for the other's orphans, or
     take the other's files for its own: refused, naming both."""
-    outer = enclosing_table(uri)
+    uri = storage.uri
+    outer = enclosing_table(storage)
     if outer is not None:
         raise InvalidInputError(f"table {uri}: the location is inside the table at {outer}, whose files it would mix "
                                 "with; create the table outside it")

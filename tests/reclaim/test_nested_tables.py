@@ -17,6 +17,7 @@ import pytest
 from maintd import Table
 from maintd.errors import InvalidInputError
 from maintd.reclaim import reclaim_table
+from maintd.storage import storage_for_uri
 from maintd.storage.discovery import enclosing_table, parent_uris
 
 SCHEMA = "id:int64!,v:string"
@@ -61,7 +62,7 @@ def test_orphan_cleanup_never_descends_into_a_table_inside_the_table(tmp_path: P
     inner_src = filled(str(tmp_path / "elsewhere" / "inner"))
     before = inner_src.read()
     shutil.copytree(tmp_path / "elsewhere" / "inner", tmp_path / "outer" / "sub" / "inner")
-    assert enclosing_table(str(tmp_path / "outer" / "sub" / "inner")) == str(tmp_path / "outer")
+    assert enclosing_table(storage_for_uri(str(tmp_path / "outer" / "sub" / "inner"))) == str(tmp_path / "outer")
     report = reclaim_table(outer, orphan_grace=timedelta(0), force_short_grace=True,
                            now=datetime.now(UTC) + timedelta(days=30))
     assert report.orphan_files_deleted == 0 and report.nested_tables == ("sub/inner",)
