@@ -52,9 +52,17 @@ from __future__ import annotations
 
 
 class MaintdError(Exception):
-    """Root of every error maintd raises."""
+    """Root of every error maintd raises. Its message is redacted when it is made
+    (:func:`maintd.redaction.redact_secrets`): no error of maintd's ever carries a secret, whoever prints it."""
 
     retryable: bool = False
+
+    def __init__(self, *args: object) -> None:
+        if args and isinstance(args[0], str):
+            from maintd.redaction import redact_secrets
+
+            args = (redact_secrets(args[0]), *args[1:])
+        super().__init__(*args)
 
 
 class InvalidInputError(MaintdError, ValueError):

@@ -1,4 +1,10 @@
-"""Keeping secrets out of everything maintd writes: logs, error messages, ``/readyz``, stored errors.
+"""Keeping secrets out of everything maintd writes: the one place every outlet redacts through.
+
+Every error maintd raises (:class:`~maintd.errors.MaintdError` redacts its own message), every log line (the
+loguru patcher and sink, the driver JVM's output forwarded through them), ``repr`` of settings and storage
+options, the command line's output (errors, ``--json``), ``/readyz`` and the errors stored in the state store
+go through :func:`redact_secrets`; the environment of every child process maintd starts (the driver JVM and its
+Python workers, local worker processes) goes through :func:`child_environment`.
 
 Three kinds of secret are removed from any text:
 
@@ -20,7 +26,8 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 
 # scheme://user:password@host -> scheme://user:***@host; the password may hold any character but '@'
 # and whitespace, so that passwords with ':' or '/' are redacted in full.
@@ -53,17 +60,24 @@ MIN_SECRET_LENGTH = 6
 
 _lock = threading.Lock()
 _secrets: tuple[str, ...] = ()
+_KEY_LINE = re.compile(r"[A-Za-z0-9+/=]{16,}")
+"""A line of a key's body (base64): registered on its own when a secret of several lines is."""
 
 
 def register_secret(value: object) -> None:
-    """Redact ``value`` wherever it appears in text from now on (values shorter than 6 characters are not)."""
+    """Redact ``value`` wherever it appears in text from now on (values shorter than 6 characters are not).
+
+    A secret of several lines (a service account's key file, its PEM key) is also registered line by line, as
+    written and with its newlines escaped as in JSON, so that a message quoting a part of it hides that part."""
     global _secrets
     text = str(value or "").strip()
     if len(text) < MIN_SECRET_LENGTH:
         return
+    parts = {text} | {line.strip() for line in re.split(r"\n|\\n|\r", text) if _KEY_LINE.fullmatch(line.strip())}
     with _lock:
-        if text not in _secrets:  # longest first, so a secret that contains another is replaced whole
-            _secrets = tuple(sorted((*_secrets, text), key=len, reverse=True))
+        new = parts - set(_secrets)
+        if new:  # longest first, so a secret that contains another is replaced whole
+            _secrets = tuple(sorted((*_secrets, *new), key=len, reverse=True))
 
 
 def register_secrets(values: Iterable[object]) -> None:
@@ -75,6 +89,54 @@ def register_environment_secrets(environ: Mapping[str, str] | None = None) -> No
     """Register the values of the credential variables of the environment (:data:`SECRET_ENVIRONMENT`)."""
     env = os.environ if environ is None else environ
     register_secrets(env.get(name) for name in SECRET_ENVIRONMENT)
+
+
+_URL_CREDENTIALS = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://(?P<user>[^:/@]*):(?P<password>.*)@[^@]*$", re.DOTALL)
+
+
+def register_url_password(url: str | None) -> None:
+    """Register the password of a database URL (``postgresql+psycopg://user:password@host/db``) as a secret, as
+    written and percent-decoded: a password with spaces or ``@`` is found whole (up to the URL's last ``@``),
+    which the URL pattern of :func:`redact_secrets` alone cannot do."""
+    match = _URL_CREDENTIALS.match((url or "").strip())
+    if match is None or not match["password"]:
+        return
+    from urllib.parse import unquote
+
+    register_secrets((match["password"], unquote(match["password"])))
+
+
+#: Variables a child process never needs and that carry the state store's credentials.
+DATABASE_ENVIRONMENT = ("PGPASSWORD", "PGPASSFILE", "MAINTD_STORE__URL", "MAINTD_STORE_URL")
+
+
+def child_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a process maintd starts (the driver JVM and its workers, local worker processes):
+    ``environ`` (default: this process's) without the state store's credentials, nor any other ``MAINTD_*``
+    variable that holds a registered secret. Children read tables, never the state store; the object-store
+    credential variables they may read tables with (``AWS_SECRET_ACCESS_KEY``...) are kept."""
+    env = dict(os.environ if environ is None else environ)
+    with _lock:
+        secrets = _secrets
+    for name in list(env):
+        value = env[name]
+        if name in DATABASE_ENVIRONMENT or (name.startswith("MAINTD_") and any(s in value for s in secrets)):
+            del env[name]
+    return env
+
+
+@contextmanager
+def withheld_from_children() -> Iterator[None]:
+    """``os.environ`` without what :func:`child_environment` leaves out, while a library that copies the whole
+    environment starts a child (PySpark's launch of the driver JVM, whose Python workers inherit its environment);
+    put back afterwards."""
+    withheld = {k: os.environ[k] for k in os.environ.keys() - child_environment().keys()}
+    for name in withheld:
+        del os.environ[name]
+    try:
+        yield
+    finally:
+        os.environ.update(withheld)
 
 
 def forget_secrets() -> None:
@@ -129,8 +191,10 @@ def _hide_value(match: re.Match[str]) -> str:
 
 
 __all__ = [
+    "DATABASE_ENVIRONMENT",
     "REDACTED",
     "SECRET_ENVIRONMENT",
+    "child_environment",
     "forget_secrets",
     "is_secret_option",
     "redact_options",
@@ -139,4 +203,6 @@ __all__ = [
     "register_environment_secrets",
     "register_secret",
     "register_secrets",
+    "register_url_password",
+    "withheld_from_children",
 ]

@@ -268,6 +268,19 @@ class StoreSettings(_Group):
         "reclamation pass, so the history does not grow without bound. Days.",
     )
 
+    @field_validator("url")
+    @classmethod
+    def _password_is_a_secret(cls, value: str) -> str:
+        """The URL's password (with spaces, ``@`` or ``/`` in it too) is redacted wherever it shows up from now on."""
+        from maintd.redaction import register_url_password
+
+        register_url_password(value)
+        return value
+
+    def __repr_args__(self) -> Any:  # repr(Settings) never shows the database password
+        for name, value in super().__repr_args__():
+            yield name, redact_url(value) if name == "url" else value
+
     @model_validator(mode="after")
     def _renew_before_expiry(self) -> StoreSettings:
         if self.lease_renew_interval_seconds * 2 > self.lease_duration_seconds:

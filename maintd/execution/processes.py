@@ -43,6 +43,7 @@ from pathlib import Path
 from loguru import logger
 
 from maintd.execution.specs import TaskResult, TaskSpec
+from maintd.redaction import child_environment
 from maintd.storage import carry_storage
 from maintd.storage.base import is_builtin_storage
 
@@ -60,7 +61,7 @@ class _Worker:
 
     def __init__(self, command: Sequence[str] | None = None) -> None:
         """Start ``python -m maintd.execution.worker`` (or ``command``, which speaks the same protocol)."""
-        env = dict(os.environ)
+        env = child_environment()  # the state store's credentials stay in this process
         root = str(Path(__file__).resolve().parents[2])  # this maintd, whatever sys.path the caller set up
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         self.proc = subprocess.Popen(list(command or [sys.executable, "-m", WORKER_MODULE]), stdin=subprocess.PIPE,

@@ -32,6 +32,7 @@ from loguru import logger
 from maintd.errors import ConfigError
 from maintd.execution.rewrite import release_memory, run_pack_json
 from maintd.execution.specs import ExecutionOptions
+from maintd.redaction import withheld_from_children
 from maintd.storage import CarriedStorage
 
 if TYPE_CHECKING:
@@ -116,7 +117,8 @@ def spark_session(spark_settings: Any = None, *, conf: Mapping[str, str] | None 
     for k, v in merged.items():
         if not remote or not k.startswith("spark.ui"):
             builder = builder.config(k, v)
-    session = builder.getOrCreate()
+    with withheld_from_children():  # the JVM and its Python workers never need the state store's credentials
+        session = builder.getOrCreate()
     from maintd.engines.spark import register  # spark.read/write/writeStream.format("maintd") works in it
 
     register(session)

@@ -16,12 +16,14 @@ Spark's Python workers). A record of a :class:`~maintd.errors.MaintdError` (an e
 table, a bad policy) is written without its traceback; its message says what is wrong. Unexpected
 errors keep theirs.
 
-In JSON mode the daemon and ``maintd run`` also own the process's standard error (``own_stderr``):
-file descriptor 2 becomes a pipe read by a thread, which passes JSON lines through and turns every
-other line into a JSON record (level WARNING, ``extra.source = "stderr"``). Everything a child process
-writes there (the Spark driver's JVM and its Python workers, whose log4j2 lines are JSON already, see
-:mod:`maintd.service.jvm_logging`; the JVM's own start-up warnings; a worker's crash) therefore reaches
-the log collector as JSON. maintd's own records bypass the pipe, so none is lost when the process exits.
+The daemon and ``maintd run`` also own the process's standard error (``own_stderr``): file descriptor 2
+becomes a pipe read by a thread, which redacts every line (a child may print a secret maintd knows: the
+JVM's own errors quote URLs), and in JSON mode passes JSON lines through and turns every other line into a
+JSON record (level WARNING, ``extra.source = "stderr"``); in text mode it writes each line as it came.
+Everything a child process writes there (the Spark driver's JVM and its Python workers, whose log4j2
+lines are JSON already in JSON mode, see :mod:`maintd.service.jvm_logging`; the JVM's own start-up
+warnings; a worker's crash) therefore reaches the log collector redacted, and as JSON in JSON mode.
+maintd's own records bypass the pipe, so none is lost when the process exits.
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ def configure_logging(
 
     Text with colours when ``stream`` is a terminal, JSON lines (one object per record, loguru's
     ``serialize`` format) when ``settings.json_lines``. ``level`` overrides ``settings.level``; without
-    settings it defaults to INFO, text. ``own_stderr`` (JSON mode, no ``stream``): see the module docstring.
+    settings it defaults to INFO, text. ``own_stderr`` (no ``stream``): see the module docstring.
     """
     json_lines = bool(settings and settings.json_lines)
     chosen = level or (settings.level if settings else "INFO")
@@ -110,9 +112,11 @@ def configure_logging(
     logger.remove()
     logger.configure(patcher=redact_record)
     options: dict[str, Any] = {"level": chosen, "backtrace": False, "diagnose": False, "enqueue": False}
+    if own_stderr and stream is None:  # the driver JVM writes to fd 2 too: its lines are redacted on the way
+        global _forward_json
+        _forward_json = json_lines
+        stream = _forward_stderr()
     if json_lines:
-        if own_stderr and stream is None:
-            stream = _forward_stderr()
         handler = logger.add(_RedactingSink(stream).write, serialize=True, **options)
     else:
         colorize = bool(getattr(stream or sys.stderr, "isatty", lambda: False)())
@@ -126,6 +130,8 @@ def configure_logging(
 
 
 _forwarded: TextIO | None = None
+_forward_json = True
+"""Whether lines forwarded from fd 2 that are not JSON become JSON records (else they are written as they came)."""
 
 
 def _forward_stderr() -> TextIO:
@@ -155,6 +161,9 @@ def _pass_lines(read_end: int, real: TextIO) -> None:
 def _pass_line(line: str, real: TextIO) -> None:
     text = line.rstrip("\n")
     if not text.strip():
+        return
+    if not _forward_json:
+        real.write(redact_secrets(text) + "\n")
         return
     if text.lstrip().startswith("{"):
         try:

@@ -53,11 +53,12 @@ from maintd.errors import (
     StorageError,
     StorageUnreachableError,
 )
+from maintd.redaction import register_secrets
 from maintd.storage import s3list
 from maintd.storage.base import FileInfo, Storage, check_path, register_storage
 from maintd.storage.lock import commit_lock
 from maintd.storage.objectfs import object_store_filesystem
-from maintd.storage.options import FAMILIES, StorageOptions, resolve_options
+from maintd.storage.options import FAMILIES, StorageOptions, is_secret, resolve_options
 
 T = TypeVar("T")
 
@@ -194,6 +195,8 @@ def _pyarrow_fs(family: str, options: Mapping[str, str], bucket: str = "") -> pa
                          ("azure_storage_sas_key", "sas_token")):
         if o.get(ours):
             akw[theirs] = o[ours]
+    if akw.get("sas_token"):  # pyarrow appends the token to each URL as it is: it must start with "?"
+        akw["sas_token"] = "?" + str(akw["sas_token"]).lstrip("?")
     if o.get("azure_endpoint"):
         ep = urlsplit(o["azure_endpoint"])
         akw.update(blob_storage_authority=ep.netloc, dfs_storage_authority=ep.netloc, blob_storage_scheme=ep.scheme,
@@ -302,6 +305,7 @@ class ObjectStoreStorage(Storage):
         if self.family == "azure" and account and "azure_storage_account_name" not in self.options:
             self.options = StorageOptions.of({**self.options, "azure_storage_account_name": account})
         store_options = self.options.for_store()
+        register_secrets(v for k, v in store_options.items() if is_secret(k))  # whoever prints an error of ours
         check_credentials(self._uri, self.family, store_options)
         endpoint = next((store_options[k] for k in ("aws_endpoint", "google_base_url", "azure_endpoint")
                          if store_options.get(k)), "")

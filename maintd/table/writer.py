@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from maintd.errors import InvalidInputError, PrimaryKeyError
+from maintd.errors import InvalidInputError, MaintdError, PrimaryKeyError, StorageError
 from maintd.storage import Storage
 from maintd.table.actions import AddFile, Metadata
 from maintd.table.bucketing import bucket_of
@@ -136,7 +136,13 @@ def split_and_write(storage: Storage, metadata: Metadata, batch: pa.Table) -> li
     for a, b in zip(starts.tolist(), ends, strict=True):
         partition = {c: s.column(f"__p{i}")[a].as_py() for i, c in enumerate(metadata.partition_by)}
         contents.append((data.slice(a, b - a), partition, int(s.column("__bucket")[a].as_py())))
-    return write_data_files(storage, metadata, contents, kind="delta", level=0)
+    try:
+        return write_data_files(storage, metadata, contents, kind="delta", level=0)
+    except OSError as exc:  # pyarrow's errors may quote a signed URL: a maintd error is redacted when made
+        if isinstance(exc, MaintdError):
+            raise
+        raise StorageError(f"table {storage.uri}: writing its data files failed: {' '.join(str(exc).split())}; "
+                           "nothing was committed") from None
 
 
 def check_partition_filter(batch: pa.Table, partition: Mapping[str, Any], metadata: Metadata, *, table: str
