@@ -204,3 +204,20 @@ def test_processes_append_change_properties_and_rewrite_one_azure_table(azure_ro
                                                                         tmp_path: Path) -> None:
     appending_while_properties_change_and_maintenance_rewrites(f"{azure_root}/procs/t", tmp_path,
                                                                "WriteSerializable", env=azure_server.env)
+
+
+@pytest.mark.parametrize("lead", ["", "?"])
+def test_a_table_reached_with_a_sas_token_reads_and_writes_its_data_files_with_or_without_a_leading_mark(
+        azure_server: Any, lead: str) -> None:
+    """The log (obstore) took a SAS token either way; the data files (pyarrow, which appends the token to each
+    URL as it is given) failed without the leading ``?``."""
+    from maintd.storage import clear_storage_options, configure_storage
+
+    container = azure_server.create_container()
+    configure_storage(f"az://{container}", azure_server.sas_options(lead + azure_server.account_sas()))
+    try:
+        table = Table.create(f"az://{container}/t", "id:int64!,v:string", primary_key="id", buckets=2)
+        table.upsert(pa.Table.from_pylist([{"id": i, "v": "x"} for i in range(10)]))
+        assert Table.open(f"az://{container}/t").read().num_rows == 10
+    finally:
+        clear_storage_options()
