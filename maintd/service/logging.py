@@ -134,16 +134,28 @@ _forward_json = True
 """Whether lines forwarded from fd 2 that are not JSON become JSON records (else they are written as they came)."""
 
 
+_pipe: tuple[int, int] | None = None
+"""(device, inode) of the pipe fd 2 was made into, to tell whether fd 2 is still it."""
+
+
 def _forward_stderr() -> TextIO:
-    """Make fd 2 a pipe whose lines are written out as JSON (once per process); returns the real stderr."""
-    global _forwarded
-    if _forwarded is not None:
-        return _forwarded
+    """Make fd 2 a pipe whose lines are redacted and written out (once per process, again if something else
+    took fd 2 since: a test harness's capture); returns the real stderr."""
+    global _forwarded, _pipe
+    if _forwarded is not None and _pipe is not None:
+        try:
+            st = os.fstat(2)
+            if (st.st_dev, st.st_ino) == _pipe:
+                return _forwarded
+        except OSError:
+            pass
     sys.stderr.flush()
     real = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
     read_end, write_end = os.pipe()
     os.dup2(write_end, 2)
     os.close(write_end)
+    st = os.fstat(2)
+    _pipe = (st.st_dev, st.st_ino)
     threading.Thread(target=_pass_lines, args=(read_end, real), name="maintd-stderr", daemon=True).start()
     _forwarded = real
     return real
