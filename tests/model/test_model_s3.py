@@ -27,3 +27,19 @@ def test_random_scenarios_on_s3_match_the_model(tmp_path: Path, s3_root: str, s3
     assert not result.mismatches, "\n".join(result.mismatches)
     assert result.scenarios == SCENARIOS and result.versions >= 3 * SCENARIOS
     assert result.stats["acked"] > 5 * SCENARIOS, result.stats
+
+
+@pytest.mark.slow
+def test_random_scenarios_on_an_s3_bucket_with_the_habits_of_real_stores_match_the_model(
+        tmp_path: Path, s3_root: str, s3_server: Any) -> None:
+    """The same check on a bucket that lists in no lexical order (the processes are not told: their storages
+    notice it) and answers 409 ConditionalRequestConflict to overlapping conditional writes, whose commit PUTs
+    are slowed so that they overlap."""
+    s3_server.set_modes(s3_root[len("s3://"):], unordered=True, conflicts=True, slow_ms=20, slow_methods=["PUT"],
+                        slow_keys="/_log/")
+    scenarios = max(1, SCENARIOS - 1)
+    result = run(scenarios, SEED + 11, tmp_path, table_base=s3_root, env=s3_server.env)
+    print(result.line(), result.stats)
+    assert not result.mismatches, "\n".join(result.mismatches)
+    assert result.scenarios == scenarios and result.versions >= 3 * scenarios
+    assert result.stats["acked"] > 5 * scenarios, result.stats
