@@ -15,7 +15,8 @@ without parsing messages::
     │       ├── StorageCredentialsError  no credentials found, or the store refused them
     │       ├── BucketNotFoundError    the bucket (container) does not exist
     │       ├── StoragePermissionError  the storage refused a write (read-only directory or mount): nothing written
-    │       └── ConditionalPutUnsupportedError  the store cannot put-if-absent (and no commit lock is configured)
+    │       ├── ConditionalPutUnsupportedError  the store cannot put-if-absent (and no commit lock is configured)
+    │       └── ForkedProcessError     a GCS or Azure table in a process forked after object-store requests began
     ├── TableNotFoundError             no table at the URI
     ├── TableExistsError               Table.create on an existing table
     ├── VersionNotFoundError           version expired by retention or never written
@@ -123,6 +124,12 @@ class StoragePermissionError(StorageConfigError):
 class ConditionalPutUnsupportedError(StorageConfigError):
     """The store does not honour conditional put (``If-None-Match: *``), so commits could overwrite each other;
     refused unless the user opts into a commit lock held in the state store (``commit_lock: state_store``)."""
+
+
+class ForkedProcessError(StorageConfigError):
+    """A GCS or Azure table used in a process forked after the process it was forked from had used an object
+    store: the object-store client's runtime does not survive ``fork`` (S3 tables switch to a client that does).
+    Start such processes with the ``spawn`` or ``forkserver`` method, or open the table only in the child."""
 
 
 class TableNotFoundError(MaintdError):
@@ -351,6 +358,7 @@ __all__ = [
     "DataFileError",
     "DataFileMissingError",
     "DataFileSchemaError",
+    "ForkedProcessError",
     "InvalidInputError",
     "InvalidPropertyError",
     "LeaseLostError",

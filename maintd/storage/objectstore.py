@@ -45,6 +45,7 @@ from obstore.store import AzureStore, GCSStore, S3Store
 from maintd.errors import (
     BucketNotFoundError,
     ConditionalPutUnsupportedError,
+    ForkedProcessError,
     InvalidInputError,
     MaintdError,
     StateStoreError,
@@ -54,7 +55,7 @@ from maintd.errors import (
     StorageUnreachableError,
 )
 from maintd.redaction import register_secrets
-from maintd.storage import s3list
+from maintd.storage import botos3, s3list
 from maintd.storage.base import FileInfo, Storage, check_path, register_storage
 from maintd.storage.lock import commit_lock
 from maintd.storage.objectfs import object_store_filesystem
@@ -122,6 +123,18 @@ def _allow_http(family: str) -> str:
 
 
 def _build_store(family: str, bucket: str, prefix: str, options: Mapping[str, str], *, retries: bool) -> Any:
+    """An obstore store of ``options``; in a process forked after obstore's runtime started, whose requests would
+    wait forever, a botocore store for S3 (:mod:`maintd.storage.botos3`) and :class:`ForkedProcessError` for the
+    others."""
+    if botos3.forked_after_obstore():
+        if family != "s3":
+            raise ForkedProcessError(
+                f"{family} bucket {bucket}: this process was forked after its parent had made object-store requests, "
+                "and the object-store client cannot run in a forked child (its runtime's threads are not copied); "
+                "start the process with the spawn or forkserver method (multiprocessing.get_context('spawn')), or "
+                "open the table only after forking", uri=f"{family}://{bucket}/{prefix}")
+        return botos3.BotoStore(bucket, prefix, dict(options), retries)
+    botos3.obstore_used()
     config, client = _store_config(family, options)
     retry = _RETRIES if retries else _NO_RETRIES
     cls: Any = {"s3": S3Store, "gcs": GCSStore, "azure": AzureStore}[family]
@@ -313,8 +326,8 @@ class ObjectStoreStorage(Storage):
             raise StorageConfigError(
                 f"table {self._uri}: the endpoint {endpoint} is plain http, which is not allowed by default; set "
                 f"{_allow_http(self.family)} (only for a trusted network), or use https", uri=self._uri)
-        self._store = _build_store(self.family, self.bucket, self.prefix, store_options, retries=True)
-        self._commit_store = _build_store(self.family, self.bucket, self.prefix, store_options, retries=False)
+        self._made_in = 0
+        self._stores()
         self._fs: pafs.FileSystem | None = None
         self.use_lock = self.options.get("commit_lock", "").strip().lower().replace("-", "_") == "state_store"
         self.lists_in_order = listing_order(self._uri, self.family, self.bucket, self.options)
@@ -330,8 +343,24 @@ class ObjectStoreStorage(Storage):
     def uri(self) -> str:
         return self._uri
 
+    def _api_of(self) -> Any:
+        return self._stores()[0]
+
+    def _stores(self) -> tuple[Any, Any, Any]:
+        """(the request functions, the store, the store whose requests are never retried) of this process: made
+        again on the first request in a forked child (:mod:`maintd.storage.botos3` says why)."""
+        if self._made_in != os.getpid():
+            options = self.options.for_store()
+            self._store = _build_store(self.family, self.bucket, self.prefix, options, retries=True)
+            self._commit_store = _build_store(self.family, self.bucket, self.prefix, options, retries=False)
+            self._api: Any = botos3 if isinstance(self._store, botos3.BotoStore) else obstore
+            self._fs = None  # the parent's pyarrow filesystem shares the parent's connections
+            self._made_in = os.getpid()
+        return self._api, self._store, self._commit_store
+
     @property
     def filesystem(self) -> pafs.FileSystem:
+        self._stores()
         if self._fs is None:
             self._fs = _pyarrow_fs(self.family, self.options.for_store(), self.bucket)
         return self._fs
@@ -353,7 +382,7 @@ class ObjectStoreStorage(Storage):
             return self._put_under_lock(path, data)
         self._probe_conditional_put()
         try:
-            obstore.put(self._commit_store, path, data, mode="create")
+            self._api_of().put(self._commit_store, path, data, mode="create")
             return True
         except (obx.AlreadyExistsError, obx.PreconditionError):
             return False
@@ -391,9 +420,9 @@ class ObjectStoreStorage(Storage):
                 return
         probe = f"_maintd_probe/{uuid.uuid4().hex}"
         try:
-            obstore.put(self._commit_store, probe, b"probe", mode="create")
+            self._api_of().put(self._commit_store, probe, b"probe", mode="create")
             try:
-                obstore.put(self._commit_store, probe, b"again", mode="create")
+                self._api_of().put(self._commit_store, probe, b"again", mode="create")
                 honoured = False
             except (obx.AlreadyExistsError, obx.PreconditionError):
                 honoured = True
@@ -405,7 +434,7 @@ class ObjectStoreStorage(Storage):
             raise storage_error(exc, uri=self._uri, family=self.family, op="put_if_absent", path=probe) from None
         finally:
             with contextlib.suppress(obx.BaseError, OSError, RuntimeError):  # else left for orphan cleanup
-                obstore.delete(self._store, probe)
+                self._api_of().delete(self._store, probe)
         if not honoured:
             raise self._no_conditional_put("the store overwrote an object that a create-only put named")
         with _probe_lock:
@@ -421,16 +450,16 @@ class ObjectStoreStorage(Storage):
     # -- files --------------------------------------------------------------------------------------
     def write_atomic(self, path: str, data: bytes) -> None:
         check_path(path, root=self._uri)
-        self._call("write", path, lambda: obstore.put(self._store, path, data))
+        self._call("write", path, lambda: self._api_of().put(self._store, path, data))
 
     def read(self, path: str) -> bytes:
         check_path(path, root=self._uri)
-        return self._call("read", path, lambda: bytes(obstore.get(self._store, path).bytes()))
+        return self._call("read", path, lambda: bytes(self._api_of().get(self._store, path).bytes()))
 
     def exists(self, path: str) -> bool:
         check_path(path, root=self._uri)
         try:
-            self._call("exists", path, lambda: obstore.head(self._store, path))
+            self._call("exists", path, lambda: self._api_of().head(self._store, path))
             return True
         except FileNotFoundError:
             return False
@@ -455,13 +484,13 @@ class ObjectStoreStorage(Storage):
 
     def list_dir(self, path: str) -> list[FileInfo]:
         check_path(path, root=self._uri, allow_root=True)
-        res = self._call("list", path, lambda: obstore.list_with_delimiter(self._store, path or None))
+        res = self._call("list", path, lambda: self._api_of().list_with_delimiter(self._store, path or None))
         return self._checked_order([self._info(m) for m in res["objects"]])
 
     def list_subdirs(self, path: str) -> list[str]:
         """The names of the "directories" (common prefixes) directly below ``path``."""
         check_path(path, root=self._uri, allow_root=True)
-        res = self._call("list", path, lambda: obstore.list_with_delimiter(self._store, path or None))
+        res = self._call("list", path, lambda: self._api_of().list_with_delimiter(self._store, path or None))
         return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in res["common_prefixes"])
 
     def list_first(self, path: str, limit: int) -> list[FileInfo]:
@@ -483,7 +512,7 @@ class ObjectStoreStorage(Storage):
 
         def first() -> list[FileInfo]:
             out: list[FileInfo] = []
-            for chunk in obstore.list(self._store, base, chunk_size=max(1, limit)):
+            for chunk in self._api_of().list(self._store, base, chunk_size=max(1, limit)):
                 out += [self._info(m) for m in chunk if "/" not in str(m["path"])[len(base):]]
                 if len(out) >= limit:
                     break
@@ -496,7 +525,7 @@ class ObjectStoreStorage(Storage):
         prefix = f"{path.rstrip('/')}/" if path else None
 
         def collect() -> list[FileInfo]:
-            return [self._info(m) for chunk in obstore.list(self._store, prefix, chunk_size=1000) for m in chunk]
+            return [self._info(m) for chunk in self._api_of().list(self._store, prefix, chunk_size=1000) for m in chunk]
 
         return self._checked_order(self._call("list", path, collect))
 
@@ -504,7 +533,7 @@ class ObjectStoreStorage(Storage):
         check_path(path, root=self._uri)
         if not self.exists(path):  # S3 answers a DELETE of a missing key with success: ask first
             return False
-        self._call("delete", path, lambda: obstore.delete(self._store, path))
+        self._call("delete", path, lambda: self._api_of().delete(self._store, path))
         return True
 
     def delete_many(self, paths: Sequence[str]) -> dict[str, Exception]:
@@ -517,7 +546,7 @@ class ObjectStoreStorage(Storage):
         for start in range(0, len(paths), BULK_DELETE_KEYS):
             chunk = list(paths[start:start + BULK_DELETE_KEYS])
             try:
-                obstore.delete(self._store, chunk if len(chunk) > 1 else chunk[0])  # one key: a plain DELETE
+                self._api_of().delete(self._store, chunk if len(chunk) > 1 else chunk[0])  # one key: a plain DELETE
                 continue
             except (obx.BaseError, OSError, RuntimeError, ValueError) as exc:
                 logger.debug("table {}: a bulk delete of {} paths failed ({}); deleting them one by one", self._uri,
@@ -537,7 +566,7 @@ class ObjectStoreStorage(Storage):
         check_path(path, root=self._uri)
         for attempt in range(UPDATE_ATTEMPTS):
             try:
-                got = self._call("read", path, lambda: obstore.get(self._store, path))
+                got = self._call("read", path, lambda: self._api_of().get(self._store, path))
                 current: bytes | None = bytes(got.bytes())
                 meta: Mapping[str, Any] | None = got.meta
             except FileNotFoundError:
@@ -552,7 +581,7 @@ class ObjectStoreStorage(Storage):
             if meta is not None:
                 mode = {k: str(meta[k]) for k in ("e_tag", "version") if meta.get(k) is not None}
             try:
-                obstore.put(self._store, path, new, mode=mode)
+                self._api_of().put(self._store, path, new, mode=mode)
                 return new
             except (obx.AlreadyExistsError, obx.PreconditionError):
                 pass  # another update came first: read it and change that

@@ -6,15 +6,14 @@ the history up to 1,000 versions and stays at its worst beyond. botocore, the AW
 asks for exactly the keys wanted, so the latest-version lookup costs the same at 10 versions as at 10,000.
 
 Clients are built from the same resolved options as the object store (endpoint, keys, region; else
-botocore's default chain: environment, web identity/IRSA, instance profile) and shared per options.
+botocore's default chain: environment, web identity/IRSA, instance profile) and shared per options and process
+(:func:`maintd.storage.botos3.client`).
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
 from maintd.errors import (
     BucketNotFoundError,
@@ -23,33 +22,7 @@ from maintd.errors import (
     StorageError,
     StorageUnreachableError,
 )
-
-_clients: dict[tuple[tuple[str, str], ...], Any] = {}
-_lock = threading.Lock()
-_KEYS = ("aws_endpoint", "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "aws_region",
-         "aws_virtual_hosted_style_request")
-
-
-def _client(options: Mapping[str, str]) -> Any:
-    key = tuple((k, options[k]) for k in _KEYS if options.get(k))
-    with _lock:
-        client = _clients.get(key)
-    if client is not None:
-        return client
-    import botocore.config
-    import botocore.session
-
-    o = dict(key)
-    virtual = o.get("aws_virtual_hosted_style_request", "").lower() in ("1", "true", "yes")
-    config = botocore.config.Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5,
-                                    read_timeout=60, s3={"addressing_style": "virtual" if virtual else
-                                        "path" if o.get("aws_endpoint") else "auto"})
-    client = botocore.session.get_session().create_client(
-        "s3", region_name=o.get("aws_region") or "us-east-1", endpoint_url=o.get("aws_endpoint"),
-        aws_access_key_id=o.get("aws_access_key_id"), aws_secret_access_key=o.get("aws_secret_access_key"),
-        aws_session_token=o.get("aws_session_token"), config=config)
-    with _lock:
-        return _clients.setdefault(key, client)
+from maintd.storage import botos3
 
 
 def first_keys(uri: str, bucket: str, prefix: str, limit: int, options: Mapping[str, str],
@@ -61,7 +34,7 @@ def first_keys(uri: str, bucket: str, prefix: str, limit: int, options: Mapping[
     import botocore.exceptions as bx
 
     try:
-        resp = _client(options).list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=limit)
+        resp = botos3.client(options).list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=limit)
     except bx.ClientError as exc:
         code = str(exc.response.get("Error", {}).get("Code", ""))
         if code == "NoSuchBucket":

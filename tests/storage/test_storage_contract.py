@@ -19,16 +19,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from maintd.errors import PathOutsideTableError
-from maintd.storage import Storage, storage_for_uri
+from maintd.storage import Storage, botos3, storage_for_uri
 
 
-@pytest.fixture(params=["local", "s3", "azure"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
+@pytest.fixture(params=["local", "s3", "s3 in a forked child", "azure"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Storage]:
     if request.param == "local":
         yield storage_for_uri(str(tmp_path / "t"))
-    else:
-        root = request.getfixturevalue(f"{request.param}_root")
-        yield storage_for_uri(f"{root}/warehouse/t")
+        return
+    if request.param == "s3 in a forked child":  # what a process forked after obstore's first request uses
+        monkeypatch.setattr(botos3, "_forked_after_obstore", True)
+    root = request.getfixturevalue(f"{request.param.split()[0]}_root")
+    yield storage_for_uri(f"{root}/warehouse/t")
 
 
 def test_put_if_absent_creates_once(storage: Storage) -> None:

@@ -60,3 +60,30 @@ def _write_then_fork(uri: str, options: dict[str, str] | None = None) -> None:
 def test_a_child_forked_after_the_parent_wrote_writes_and_reads_a_local_table(tmp_path: Any) -> None:
     _write_then_fork(str(tmp_path / "t"))
 
+
+
+def test_a_child_forked_after_the_parent_wrote_writes_and_reads_a_table_on_s3(s3_root: str, s3_server: Any) -> None:
+    _write_then_fork(f"{s3_root}/t", s3_server.options)
+
+
+def _open_in_child(uri: str, queue: Any) -> None:
+    try:
+        Table.open(uri).read()
+        queue.put(("ok", ""))
+    except BaseException as exc:
+        queue.put((type(exc).__name__, str(exc)))
+
+
+def test_a_child_forked_after_the_parent_used_azure_is_refused_with_what_to_do(azure_root: str) -> None:
+    uri = f"{azure_root}/t"
+    Table.create(uri, "id:int64!,name:string", primary_key="id").upsert(
+        pa.table({"id": pa.array([1], pa.int64()), "name": ["a"]}))
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_open_in_child, args=(uri, queue))
+    child.start()
+    child.join(DEADLINE)
+    assert not child.is_alive(), "the forked child hung"
+    kind, message = queue.get(timeout=5)
+    assert kind == "ForkedProcessError" and "spawn" in message, (kind, message)
+    assert Table.open(uri).read().num_rows == 1  # the parent is unaffected
