@@ -192,13 +192,19 @@ class SchedulerSettings(_Group):
     """When and how much maintenance runs."""
 
     maintenance_interval_seconds: float = Field(
-        default=300.0, gt=0, description="Time between two evaluations of every table. Seconds."
+        default=300.0,
+        gt=0,
+        description="Most time between two checks of a table (a look at its log; a plan only when it changed "
+        "or a time trigger is due). Seconds.",
     )
     reclamation_interval_seconds: float = Field(
         default=21600.0, gt=0, description="Time between two reclamation passes (retention, orphans). Seconds."
     )
     jitter_seconds: float = Field(
-        default=30.0, ge=0, description="Random delay added to every scheduled run, so replicas spread out. Seconds."
+        default=30.0,
+        ge=0,
+        description="Passes start at a random moment within this much (at most a quarter of the interval) before "
+        "their interval is over, so replicas spread out and no table waits longer than its interval. Seconds.",
     )
     max_concurrent_tables: int = Field(
         default=2, ge=1, le=256, description="Tables in maintenance at once in one daemon. Count."
@@ -265,7 +271,8 @@ class StoreSettings(_Group):
         default=30.0,
         gt=0,
         description="Finished runs (and their decisions) older than this are deleted from the store at every "
-        "reclamation pass, so the history does not grow without bound. Days.",
+        "reclamation pass, so the history does not grow without bound. Only runs that did something, failed, "
+        "were refused or abandoned are recorded; checks that found nothing are counted on the table's row. Days.",
     )
 
     @field_validator("url")
@@ -309,6 +316,24 @@ class HttpSettings(_Group):
         ge=1,
         le=4096,
         description="Connections served at once; more are answered 503 at once and closed. Count.",
+    )
+
+
+class MetricsSettings(_Group):
+    """What ``/metrics`` serves: fleet-wide counters, histograms and gauges always; per-table series within bounds."""
+
+    table_series_max_tables: int = Field(
+        default=500,
+        ge=0,
+        description="Serve per-table series (the `table` label) for every table while at most this many tables "
+        "are registered; above it, only the table gauges of the `unhealthiest_tables` unhealthiest, and no "
+        "per-table counters. Count.",
+    )
+    unhealthiest_tables: int = Field(
+        default=50,
+        ge=0,
+        description="Above `table_series_max_tables`, the table gauges are served for this many tables, the "
+        "unhealthiest first (most failures in a row, then longest without a successful maintenance); 0: none. Count.",
     )
 
 
@@ -433,6 +458,7 @@ class Settings(BaseSettings):
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings, description="Scheduling.")
     store: StoreSettings = Field(default_factory=StoreSettings, description="The state store.")
     http: HttpSettings = Field(default_factory=HttpSettings, description="Health and metrics endpoint.")
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings, description="Metrics.")
     logging: LoggingSettings = Field(default_factory=LoggingSettings, description="Logging.")
     commit: CommitSettings = Field(default_factory=CommitSettings, description="Commit retries.")
     reclaim: ReclaimSettings = Field(default_factory=ReclaimSettings, description="Reclamation.")
@@ -599,6 +625,7 @@ __all__ = [
     "CommitSettings",
     "HttpSettings",
     "LoggingSettings",
+    "MetricsSettings",
     "PolicySettings",
     "ReclaimSettings",
     "SchedulerSettings",

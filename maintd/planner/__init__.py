@@ -3,6 +3,7 @@
 Imports only :mod:`maintd.table`, :mod:`maintd.errors`, pydantic, yaml and the standard library.
 """
 
+from maintd.planner.due import next_time_trigger
 from maintd.planner.models import BucketDecision, MaintenancePlan, PlanTask
 from maintd.planner.planner import decide, plan, plan_buckets
 from maintd.planner.policy import Policy
@@ -29,6 +30,7 @@ __all__ = [
     "decide",
     "default_policy",
     "load_policy_file",
+    "next_time_trigger",
     "parse_policy",
     "plan",
     "plan_buckets",

@@ -1,23 +1,34 @@
-"""The daemon loop: periodic passes over every table, bounded concurrency, leases, backoff, graceful stop.
+"""The daemon loop: periodic passes over the tables this replica owns, cheap checks, bounded concurrency,
+leases, backoff, graceful stop.
 
 APScheduler 3 runs two periodic *passes* (maintenance and reclamation, each with jitter,
-``max_instances=1`` and coalescing of missed runs) and the lease renewal. A pass lists the candidate
-tables, keeps those that are due (enabled, not backing off after failures), leases as many as there are
-free slots, and hands each to a bounded thread pool. The per-table work is injected (``maintain``,
-``reclaim``), so the loop is tested without Spark.
+``max_instances=1`` and coalescing of missed runs) and the renewal of this replica's row and leases. A
+pass reads the enabled tables and their backoff in one query, keeps those this replica owns (the live
+replicas split the tables by rendezvous hashing, :mod:`maintd.service.replicas`, so a table is checked
+once per interval however many replicas run) and that are not backing off after failures.
+
+A maintenance pass first *checks* each of them in the pass's own thread: ``check`` is one look at the
+table's log (:mod:`maintd.service.checks`), and a table that has not changed since a plan that found
+nothing, and whose time triggers are not due, is done with. Only the others are queued; queued runs are
+started, each under the table's lease, in a bounded thread pool. A reclamation pass queues every table.
+The per-table work is injected (``maintain``, ``reclaim``, ``check``), so the loop is tested without Spark.
+
+Runs are recorded only when they have something to show: a run that finds nothing to do writes no row
+(its check is counted in memory and written onto the table's row once per pass, in place), so the store
+grows with the work done. A run that did something, failed or was refused is recorded with one summary
+line (:mod:`maintd.service.run_log`); every record logged while it runs carries its table and run id.
+A pass ends with one INFO line that sums it up.
 
 A failing run is recorded with a retry time (exponential backoff, per table and run kind) and never
 stops the others: a table whose maintenance fails is still reclaimed, and the other way round. On
 SIGTERM the daemon takes no new work, lets in-flight runs finish for the grace period, then records
 the rest as abandoned and releases its leases. A run that did not finish did not commit: commits are
-atomic in the table's log, so abandoning is always safe.
+atomic in the table's log, so abandoning is always safe. A run whose end cannot be recorded because the
+store is unreachable is closed as abandoned, with its summary line, as soon as the store answers again.
 
 While ``blocked`` names a reason (the Spark driver is gone, see :mod:`maintd.service.spark_driver`) no
 run starts, and a run that fails meanwhile is recorded abandoned rather than failed: the table is not
 at fault and must not wait out a backoff once the daemon is restarted.
-
-Every run ends with one summary line (:mod:`maintd.service.run_log`), and every record logged while it
-runs carries its table and run id.
 """
 
 from __future__ import annotations
@@ -29,26 +40,45 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import FrameType
+from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from loguru import logger
 
 from maintd.errors import MaintdError
+from maintd.service.checks import CheckLedger
 from maintd.service.metrics import Metrics
-from maintd.service.recording import backoff_seconds, record_failure, record_finished
+from maintd.service.recording import RunRow, backoff_seconds, record_failure, record_finished
 from maintd.service.records import RunKind, RunResult, RunStatus
+from maintd.service.replicas import Membership
 from maintd.service.run_log import log_run, run_context
 from maintd.service.store import StateStore
 from maintd.settings import Settings
 
 TableJob = Callable[[str], RunResult]
+TableCheck = Callable[[str], bool]
+"""Whether a table must be planned now (it changed, or a time trigger is due); False: its last plan holds."""
 
 
 def default_holder() -> str:
     """A holder id unique per process: the pod name (or host name) and the process id."""
     return f"{os.environ.get('POD_NAME') or socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Unrecorded:
+    """A run whose end could not be written (the store was unreachable): closed as abandoned once it answers."""
+
+    run_id: int
+    uri: str
+    kind: RunKind
+    status: str
+    seconds: float
+    metrics: dict[str, Any] | None
+    error: str | None
 
 
 class Daemon:
@@ -63,6 +93,7 @@ class Daemon:
         metrics: where to publish metrics.
         holder: this daemon's lease holder id.
         blocked: returns why no run can start now (None: runs may start).
+        check: the cheap look that tells whether a table must be planned (None: every pass runs every table).
     """
 
     def __init__(
@@ -76,21 +107,30 @@ class Daemon:
         metrics: Metrics | None = None,
         holder: str | None = None,
         blocked: Callable[[], str | None] | None = None,
+        check: TableCheck | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.jobs = {RunKind.MAINTENANCE: maintain, RunKind.RECLAIM: reclaim}
+        self.check = check
         self.discover = discover
         self.metrics = metrics or Metrics()
-        self.metrics.attach_store(store)  # the table gauges every replica serves alike
+        self.metrics.attach_store(store, settings.metrics)  # the table gauges every replica serves alike
         self.holder = holder or default_holder()
         self.blocked = blocked or (lambda: None)
+        s = settings.store
+        self.membership = Membership(store, self.holder, s.lease_duration_seconds - s.lease_renew_interval_seconds)
+        self.ledger = CheckLedger()
         self.stopping = threading.Event()
         self._grace_over = threading.Event()
         self._published: set[str] = set()
+        self._known: list[str] = []
         self._lock = threading.Lock()
         self._pass_lock = threading.Lock()
         self._in_flight: dict[str, Future[None]] = {}
+        self._rows: dict[str, RunRow] = {}
+        self._releasing: set[str] = set()
+        self._unrecorded: list[_Unrecorded] = []
         self._queue: list[tuple[RunKind, str]] = []
         self._pool = ThreadPoolExecutor(settings.scheduler.max_concurrent_tables, thread_name_prefix="maintd-table")
         self._scheduler = BackgroundScheduler(timezone="UTC")
@@ -98,28 +138,21 @@ class Daemon:
     # -- lifecycle --------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Schedule the passes (the first ones at once) and the lease renewal."""
+        """Schedule the passes (the first ones at once) and the renewal of this replica and its leases."""
         s = self.settings.scheduler
         abandoned = self.store.abandon_runs(self.holder, reason="the daemon restarted")
         if abandoned:
             logger.warning("marked {} run(s) of a previous {} abandoned", abandoned, self.holder)
-        common = {"trigger": "interval", "max_instances": 1, "coalesce": True, "jitter": s.jitter_seconds or None}
-        self._scheduler.add_job(
-            self.run_pass,
-            args=[RunKind.MAINTENANCE],
-            id="maintenance",
-            seconds=s.maintenance_interval_seconds,
-            next_run_time=_utcnow(),
-            **common,
-        )
-        self._scheduler.add_job(
-            self.run_pass,
-            args=[RunKind.RECLAIM],
-            id="reclaim",
-            seconds=s.reclamation_interval_seconds,
-            next_run_time=_utcnow(),
-            **common,
-        )
+        self._renew_membership()
+        for job_id, kind, interval in (("maintenance", RunKind.MAINTENANCE, s.maintenance_interval_seconds),
+                                       ("reclaim", RunKind.RECLAIM, s.reclamation_interval_seconds)):
+            # Passes start at random moments within the last `jitter` of the interval, never later: a table
+            # is checked within its interval (APScheduler's jitter delays a fire without moving the next one).
+            jitter = min(s.jitter_seconds, interval / 4)
+            self._scheduler.add_job(
+                self.run_pass, "interval", args=[kind], id=job_id, seconds=interval - jitter, jitter=jitter or None,
+                next_run_time=_utcnow(), max_instances=1, coalesce=True,
+            )
         self._scheduler.add_job(
             self.renew_leases,
             "interval",
@@ -145,8 +178,20 @@ class Daemon:
                 logger.warning("{} did not finish within the {} s grace period; abandoning it", uri, grace)
         self._grace_over.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            cut_off = list(self._rows.values())
+        for row in cut_off:  # a run cut off by the stop is recorded (abandoned below), whatever it had done
+            try:
+                row.open()
+            except MaintdError as exc:
+                logger.warning("cannot record the abandoned {} of {}: {}", row.kind.value, row.uri, exc)
+        self.flush_checks()
         abandoned = self.store.abandon_runs(self.holder, reason="the daemon stopped (grace period over)")
         released = self.store.release_all(self.holder)
+        try:
+            self.membership.leave()
+        except MaintdError as exc:
+            logger.warning("cannot remove replica {} from the live replicas: {} (it will expire)", self.holder, exc)
         logger.info("daemon {} stopped: {} run(s) abandoned, {} lease(s) released", self.holder, abandoned, released)
 
     def run_until_signalled(self) -> int:
@@ -168,8 +213,8 @@ class Daemon:
 
     # -- passes -----------------------------------------------------------------------------------------
 
-    def candidates(self) -> list[str]:
-        """Registered enabled tables, explicit ones from the settings, and discovered ones (registered now)."""
+    def register_candidates(self) -> None:
+        """Register the explicit tables of the settings and the tables discovery finds."""
         explicit = list(self.settings.warehouse.tables)
         if explicit:
             self.store.register_tables(explicit, source="explicit")
@@ -177,10 +222,15 @@ class Daemon:
             found = list(self.discover())
             if found:
                 self.store.register_tables(found, source="discovered")
+
+    def candidates(self) -> list[str]:
+        """Registered enabled tables, explicit ones from the settings, and discovered ones (registered now)."""
+        self.register_candidates()
         return [t.uri for t in self.store.list_tables(enabled_only=True)]
 
-    def run_pass(self, kind: RunKind) -> list[str]:
-        """Queue a run of ``kind`` for every candidate table and start queued runs in the free slots.
+    def run_pass(self, kind: RunKind, *, only: set[str] | None = None) -> list[str]:
+        """Check the tables this replica owns (``only`` those, if given) and queue the runs they need;
+        start queued runs in the free slots.
 
         Returns the tables started now. Runs that find no free slot stay queued and start as slots free
         up (see :meth:`fill`), so a pass that fires while every slot is busy (reclamation behind a long
@@ -188,20 +238,85 @@ class Daemon:
         """
         if self.stopping.is_set() or self.blocked() is not None:
             return []
+        began = time.perf_counter()
         try:
             if kind is RunKind.RECLAIM:
                 self.prune_history()
-            candidates = self.candidates()
-            self.publish_tables()
+            self.register_candidates()
+            now, schedule = self.store.schedule(kind)
+            self.publish_tables(set(schedule))
         except MaintdError as exc:
             logger.error("{} pass failed: {}", kind.value, exc)
             return []
+        self._known = sorted(schedule)
+        owned = self.membership.owned(self._known)
+        if only is not None:
+            owned = [uri for uri in owned if uri in only]
+        busy = {uri for uri, _ in self._snapshot()}
+        wanted, unchanged, backing_off = self._check(kind, owned, busy, schedule, now)
         with self._lock:
-            wanted = set(candidates)
-            kept = [(k, uri) for k, uri in self._queue if k is not kind or uri in wanted]
+            kept = [(k, uri) for k, uri in self._queue if k is not kind or uri in schedule]
             queued = {uri for k, uri in kept if k is kind}
-            self._queue = kept + [(kind, uri) for uri in candidates if uri not in queued]
-        return self.fill()
+            self._queue = kept + [(kind, uri) for uri in wanted if uri not in queued]
+        self.flush_checks()
+        started = self.fill()
+        seconds = time.perf_counter() - began
+        self.metrics.observe_pass(kind.value, seconds, checked=len(owned) - backing_off, unchanged=unchanged)
+        logger.log("DEBUG" if only is not None or self.stopping.is_set() else "INFO",
+                   "{} pass: {} of {} table(s) owned by {} ({} live replica(s)); {} unchanged, {} queued, {} backing "
+                   "off, {} busy; {:.2f} s", kind.value, len(owned), len(schedule), self.holder,
+                   len(self.membership.live), unchanged, len(wanted), backing_off,
+                   len(busy & set(owned)), seconds)
+        return started
+
+    def _check(
+        self, kind: RunKind, owned: list[str], busy: set[str], schedule: dict[str, datetime | None], now: datetime
+    ) -> tuple[list[str], int, int]:
+        """The owned tables that need a run now; also how many were unchanged and how many are backing off."""
+        wanted: list[str] = []
+        unchanged = backing_off = 0
+        wall = _utcnow()
+        for uri in owned:
+            retry = schedule.get(uri)
+            if retry is not None and retry > now:
+                backing_off += 1
+                continue
+            if kind is RunKind.MAINTENANCE and self.check is not None and uri in busy:
+                continue  # its run in flight is its check
+            if kind is RunKind.MAINTENANCE:
+                needed = self._needs_plan(uri)
+                self.ledger.checked(uri, wall, planned=needed)
+                if not needed:
+                    unchanged += 1
+                    continue
+            wanted.append(uri)
+        return wanted, unchanged, backing_off
+
+    def _needs_plan(self, uri: str) -> bool:
+        if self.check is None:
+            return True
+        began = time.perf_counter()
+        try:
+            needed = bool(self.check(uri))
+        except Exception as exc:  # the run will meet the error and record it
+            logger.debug("check of {} failed ({}); planning it", uri, exc)
+            needed = True
+        self.metrics.observe_check(time.perf_counter() - began, "planned" if needed else "unchanged")
+        if not needed:
+            logger.debug("{} unchanged since its last plan", uri)
+        return needed
+
+    def flush_checks(self) -> int:
+        """Write the checks counted since the last flush onto their tables' rows; returns how many tables."""
+        records = self.ledger.drain()
+        if not records:
+            return 0
+        try:
+            return self.store.record_checks(self.holder, records)
+        except MaintdError as exc:
+            self.ledger.restore(records)
+            logger.warning("cannot record the checks of {} table(s) (kept for the next pass): {}", len(records), exc)
+            return 0
 
     def fill(self) -> list[str]:
         """Start queued runs, oldest first, in the free slots; one run per table at a time, each under a lease."""
@@ -216,40 +331,44 @@ class Daemon:
                 return []
 
     def _start_queued(self) -> list[str]:
-        busy = {uri for uri, _ in self._snapshot()}
-        free = self.settings.scheduler.max_concurrent_tables - len(busy)
-        with self._lock:
-            queue = list(self._queue)
-        if free <= 0:
-            return []
-        waiting = [(kind, uri) for kind, uri in queue if uri not in busy]
-        due: set[tuple[RunKind, str]] = set()
-        for kind in {kind for kind, _ in waiting}:
-            due.update((kind, uri) for uri in self.store.due_tables([u for k, u in waiting if k is kind], kind))
-        with self._lock:  # runs backing off or of disabled tables leave the queue; a later pass queues them again
-            checked = set(waiting)  # runs queued meanwhile by a pass are kept for the next fill
-            self._queue = [(k, uri) for k, uri in self._queue if (k, uri) in due or (k, uri) not in checked]
-        next_kind: dict[str, RunKind] = {}
-        for kind, uri in waiting:  # the oldest due run of each table
-            if (kind, uri) in due:
-                next_kind.setdefault(uri, kind)
-        if not next_kind:
-            return []
-        wanted = list(next_kind)
-        leased = self.store.acquire_leases(self.holder, wanted, self.settings.store.lease_duration_seconds, free)
-        started = []
-        for uri in leased:
-            kind = next_kind[uri]
-            with self._lock:
-                if self.stopping.is_set():
-                    break
-                if (kind, uri) in self._queue:
-                    self._queue.remove((kind, uri))
-                self._in_flight[uri] = self._pool.submit(self._run_table, uri, kind)
+        started: list[str] = []
+        while True:
+            busy = {uri for uri, _ in self._snapshot()}
+            free = self.settings.scheduler.max_concurrent_tables - len(busy)
+            picks = self._next_queued(busy, free)
+            if not picks:
+                return started
+            wanted = [uri for _, uri in picks]
+            leased = set(self.store.acquire_leases(self.holder, wanted, self.settings.store.lease_duration_seconds,
+                                                   free))
+            with self._lock:  # taken now, or leased by another replica, which runs it: either way off the queue
+                self._queue = [entry for entry in self._queue if entry not in picks]
+            for kind, uri in picks:
+                if uri not in leased:
+                    continue
+                with self._lock:
+                    if self.stopping.is_set():
+                        break
+                    self._in_flight[uri] = self._pool.submit(self._run_table, uri, kind)
                 started.append(uri)
-        for uri in set(leased) - set(started):
-            self.store.release_lease(self.holder, uri)
-        return started
+            for uri in leased - set(started):
+                self.store.release_lease(self.holder, uri)
+
+    def _next_queued(self, busy: set[str], free: int) -> list[tuple[RunKind, str]]:
+        """Up to ``free`` queued runs, oldest first, one per table, of tables not running."""
+        picks: list[tuple[RunKind, str]] = []
+        seen: set[str] = set()
+        if free <= 0:
+            return picks
+        with self._lock:
+            for kind, uri in self._queue:
+                if uri in busy or uri in seen:
+                    continue
+                seen.add(uri)
+                picks.append((kind, uri))
+                if len(picks) == free:
+                    break
+        return picks
 
     def prune_history(self) -> int:
         """Delete finished runs older than ``store.history_retention_days``; returns how many."""
@@ -259,18 +378,25 @@ class Daemon:
             logger.info("pruned {} run(s) that ended before {} from the history", pruned, cutoff.isoformat())
         return pruned
 
-    def publish_tables(self) -> None:
+    def publish_tables(self, current: set[str] | None = None) -> None:
         """Forget the counters of tables no longer maintained (the table gauges come from the store)."""
-        records = self.store.list_tables()
-        current = {record.uri for record in records if record.enabled}
+        if current is None:
+            current = {record.uri for record in self.store.list_tables() if record.enabled}
         for uri in self._published - current:
             self.metrics.forget_table(uri)
         self._published = current
+        self.metrics.set_table_count(len(current))
+
+    # -- renewal ----------------------------------------------------------------------------------------
 
     def renew_leases(self) -> None:
-        """Extend the leases of the tables in flight; warn about any lost (another replica may take it)."""
+        """Renew this replica's row (taking over the tables of replicas gone), close runs left unrecorded
+        by a store outage, and extend the leases of the tables in flight; report any lost."""
+        self._renew_membership()
+        self._close_unrecorded()
+        self.flush_checks()
         with self._lock:
-            busy = set(self._in_flight)
+            busy = {uri: future for uri, future in self._in_flight.items() if uri not in self._releasing}
         if not busy:
             return
         try:
@@ -278,56 +404,131 @@ class Daemon:
         except MaintdError as exc:
             logger.error("cannot renew leases: {}", exc)
             return
-        for uri in sorted(busy - kept):
+        with self._lock:  # a run that ended meanwhile released its lease: not a loss
+            lost = [uri for uri, future in busy.items()
+                    if uri not in kept and self._in_flight.get(uri) is future and uri not in self._releasing]
+        for uri in sorted(lost):
             logger.error("lost the lease of {} while maintaining it", uri)
 
+    def _renew_membership(self) -> None:
+        before = set(self.membership.owned(self._known))
+        try:
+            joined, left = self.membership.renew()
+        except MaintdError as exc:
+            logger.warning("cannot renew replica {}: {}", self.holder, exc)
+            return
+        self.metrics.set_replicas(len(self.membership.live))
+        if not (joined or left):
+            return
+        logger.info("live replicas now {} (joined: {}; left: {})", ", ".join(self.membership.live),
+                    ", ".join(sorted(joined)) or "none", ", ".join(sorted(left)) or "none")
+        taken = set(self.membership.owned(self._known)) - before
+        if taken and self._scheduler.running:  # check the tables taken over now, not at the next pass
+            self.run_pass(RunKind.MAINTENANCE, only=taken)
+
+    def _close_unrecorded(self) -> None:
+        with self._lock:
+            pending, self._unrecorded = self._unrecorded, []
+        for i, run in enumerate(pending):
+            error = (f"the state store could not be reached when the run ended ({run.status}"
+                     f"{': ' + run.error if run.error else ''}); closed as abandoned once it answered")
+            try:
+                self.store.finish_run(run.run_id, RunStatus.ABANDONED, error=error, metrics=run.metrics)
+            except MaintdError:
+                with self._lock:
+                    self._unrecorded = pending[i:] + self._unrecorded
+                return
+            log_run(run.kind.value, run.uri, run.run_id, RunStatus.ABANDONED.value, run.seconds, run.metrics,
+                    error=error)
+
+    # -- one run ----------------------------------------------------------------------------------------
+
     def _run_table(self, uri: str, kind: RunKind) -> None:
-        started = time.monotonic()
-        run_id: int | None = None
+        row = RunRow(self.store, uri, kind, self.holder)
+        with self._lock:
+            self._rows[uri] = row
         self.metrics.in_flight.labels(kind=kind.value).inc()
         try:
-            run_id = self.store.start_run(uri, kind, holder=self.holder)
-            with run_context(uri, run_id, kind.value):
-                self._run_and_record(uri, kind, run_id, started)
-        except Exception as exc:  # one table's failure must never stop the others
-            seconds = time.monotonic() - started
-            if self._grace_over.is_set():
-                logger.warning("{} of {} failed after the grace period ({}); it stays abandoned", kind.value, uri, exc)
-            elif self.blocked() is not None and run_id is not None:
-                self._record_abandoned(uri, kind, run_id, seconds, f"{type(exc).__name__}: {exc}")
-            else:
-                self._record_failure(
-                    uri, kind, run_id, type(exc).__name__, f"{type(exc).__name__}: {exc}", seconds, exc=exc
-                )
+            with run_context(uri, None, kind.value), row.current():
+                try:
+                    result = self.jobs[kind](uri)
+                except Exception as exc:  # one table's failure must never stop the others
+                    self._record_exception(uri, kind, row, exc)
+                else:
+                    self._record(uri, kind, row, result)
         finally:
             self.metrics.in_flight.labels(kind=kind.value).dec()
             # Release *before* the table leaves the in-flight set: once it has left, a fill in another
             # thread may lease it again (extending this holder's lease) and start its next run, and a
-            # release after that would free the lease under that run for another replica to take.
+            # release after that would free the lease under that run for another replica to take. The
+            # renewal skips tables being released: their lease is given up, not lost.
+            with self._lock:
+                self._releasing.add(uri)
             try:
                 self.store.release_lease(self.holder, uri)
             except MaintdError as exc:
                 logger.warning("cannot release the lease of {}: {} (it will expire)", uri, exc)
             with self._lock:
                 self._in_flight.pop(uri, None)
+                self._rows.pop(uri, None)
+                self._releasing.discard(uri)
+                idle = not self._in_flight and not self._queue
             self.fill()  # a slot is free: start what waits in the queue
+            if idle:  # the work of the pass is done: what it found is written now, not at the next pass
+                self.flush_checks()
 
-    def _run_and_record(self, uri: str, kind: RunKind, run_id: int, started: float) -> None:
-        result = self.jobs[kind](uri)
-        seconds = time.monotonic() - started
+    def _record(self, uri: str, kind: RunKind, row: RunRow, result: RunResult) -> None:
+        seconds = time.monotonic() - row.started
         if self._grace_over.is_set():
             logger.warning("{} of {} ended after the grace period; it stays recorded as abandoned", kind.value, uri)
             return
-        self.store.record_decisions(run_id, result.decisions)
-        blocked = self.blocked()
-        if result.status is RunStatus.FAILED and blocked is not None:
-            self._record_abandoned(uri, kind, run_id, seconds, result.error or blocked, result=result)
-        elif result.status is RunStatus.FAILED:
-            error_type = result.error_type or "MaintenanceFailed"
-            self._record_failure(uri, kind, run_id, error_type, result.error or error_type, seconds, result=result)
-        else:
-            record_finished(self.store, uri, kind, run_id, result, seconds)
+        if row.run_id is None and result.status is RunStatus.SKIPPED:  # found nothing to do: no run
+            self.ledger.found_nothing(uri, kind, _utcnow(), result.layout)
             self.metrics.observe_run(kind.value, result.status.value, seconds)
+            logger.debug("{} of {} found nothing to do in {:.3f} s", kind.value, uri, seconds)
+            return
+        self.ledger.ran(uri, kind)
+        try:
+            run_id = row.open()
+            self.store.record_decisions(run_id, result.decisions)
+            blocked = self.blocked()
+            if result.status is RunStatus.FAILED and blocked is not None:
+                self._record_abandoned(uri, kind, run_id, seconds, result.error or blocked, result=result)
+            elif result.status is RunStatus.FAILED:
+                error_type = result.error_type or "MaintenanceFailed"
+                self._record_failure(uri, kind, run_id, error_type, result.error or error_type, seconds,
+                                     result=result)
+            else:
+                record_finished(self.store, uri, kind, run_id, result, seconds)
+                self.metrics.observe_run(kind.value, result.status.value, seconds)
+        except MaintdError as exc:
+            self._unrecordable(row, result.status.value, seconds, result.metrics, result.error, exc)
+
+    def _record_exception(self, uri: str, kind: RunKind, row: RunRow, exc: Exception) -> None:
+        seconds = time.monotonic() - row.started
+        error = f"{type(exc).__name__}: {exc}"
+        self.ledger.ran(uri, kind)
+        try:
+            if self._grace_over.is_set():
+                logger.warning("{} of {} failed after the grace period ({}); it stays abandoned", kind.value, uri, exc)
+            elif self.blocked() is not None:
+                self._record_abandoned(uri, kind, row.open(), seconds, error)
+            else:
+                self._record_failure(uri, kind, row.open(), type(exc).__name__, error, seconds, exc=exc)
+        except MaintdError as store_error:
+            self._unrecordable(row, RunStatus.FAILED.value, seconds, None, error, store_error)
+
+    def _unrecordable(self, row: RunRow, status: str, seconds: float, metrics: dict[str, Any] | None,
+                      error: str | None, exc: MaintdError) -> None:
+        """The store failed while a run's end was written: close it as abandoned once the store answers."""
+        if row.run_id is None:
+            logger.warning("{} of {} ({}, {:.1f} s) could not be recorded: {}", row.kind.value, row.uri, status,
+                           seconds, exc)
+            return
+        logger.warning("the end of run {} ({}) cannot be recorded now: {}; it will be closed as abandoned once "
+                       "the state store answers", row.run_id, status, exc)
+        with self._lock:
+            self._unrecorded.append(_Unrecorded(row.run_id, row.uri, row.kind, status, seconds, metrics, error))
 
     def _record_abandoned(
         self, uri: str, kind: RunKind, run_id: int, seconds: float, error: str, *, result: RunResult | None = None
@@ -355,6 +556,8 @@ class Daemon:
         result: RunResult | None = None,
     ) -> None:
         self.metrics.observe_run(kind.value, RunStatus.FAILED.value, seconds, error=error_type)
+        with self._lock:  # a run queued meanwhile waits for the backoff, until a pass queues it again
+            self._queue = [entry for entry in self._queue if entry != (kind, uri)]
         record_failure(
             self.store, self.settings.scheduler, uri, kind, run_id, error, seconds, result=result, exc=exc
         )
@@ -372,4 +575,4 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-__all__ = ["Daemon", "TableJob", "default_holder"]
+__all__ = ["Daemon", "TableCheck", "TableJob", "default_holder"]

@@ -7,6 +7,12 @@ schedules, leases and records; this module does the work and turns what happened
 source of the table gauges) and counters. It shares one Runner (so one policy file and one
 SparkSession) between every table thread.
 
+A maintenance run first plans from the table as it is; a plan with nothing to do ends the run there (no
+run is recorded, see :class:`~maintd.service.recording.RunRow`) and is remembered with the version it saw
+and its next time trigger, so that :meth:`TableJobs.check` can tell from one look at the log whether the
+next check needs to plan at all (:mod:`maintd.service.checks`). A plan with work hands the table to the
+Runner, which plans again from the newest version and executes.
+
 A run only commits while this daemon still holds the table's lease: the lease is renewed at the moment
 the rewrite is about to commit, and a lost lease (expired during a long rewrite, or released because
 the daemon stopped after its grace period) abandons the run before its commit. Its written files are
@@ -28,8 +34,10 @@ from loguru import logger
 from maintd.errors import LeaseLostError, MaintdError
 from maintd.execution.commit import OPERATION as MAINTENANCE_OPERATION
 from maintd.execution.runner import Progress, Runner, TableHealth, TableRunSummary
+from maintd.service.checks import LogWatch
 from maintd.service.discovery import RootScan, discover, tables_of
 from maintd.service.metrics import Metrics
+from maintd.service.recording import open_run
 from maintd.service.records import Decision, RunResult, RunStatus
 from maintd.service.store import StateStore
 from maintd.settings import Settings
@@ -104,6 +112,7 @@ class TableJobs:
         self._discovered: list[str] = []
         self._discovered_at: float | None = None
         self._scans: dict[str, RootScan] = {}
+        self.watch = LogWatch()
 
     # -- discovery --------------------------------------------------------------------------------------
 
@@ -156,9 +165,64 @@ class TableJobs:
 
     # -- maintenance ------------------------------------------------------------------------------------
 
+    def check(self, uri: str) -> bool:
+        """Whether ``uri`` must be planned now: one look at its log (see :mod:`maintd.service.checks`)."""
+        return self.watch.needs_plan(uri, self.clock()) is not None
+
     def maintain(self, uri: str) -> RunResult:
-        """Plan, execute and commit one table; return the outcome with the table's layout and backlog."""
+        """Plan, execute and commit one table; return the outcome with the table's layout and backlog.
+
+        A plan with nothing to do returns a ``skipped`` result at once (the daemon records no run for it).
+        """
+        found = self._plan_finds_nothing(uri)
+        if found is not None:
+            return found
+        self.watch.forget(uri)  # the table has work, or its plan failed: plan it again at its next check
         return self.maintain_with_summary(uri)[1]
+
+    def _plan_finds_nothing(self, uri: str) -> RunResult | None:
+        """Plan ``uri``; when the plan holds no task, remember what it saw and return the outcome, else None
+        (the table has work, or planning failed: the Runner then plans again and reports what happens)."""
+        from maintd.planner import next_time_trigger
+        from maintd.planner import plan as make_plan
+
+        now = self.clock()
+        try:
+            table = Table.open(uri, retry=self.runner.retry)
+            snapshot = table.snapshot()
+            snapshot.check_writable(table.uri)
+            resolved = self.runner.policy_file.resolve(
+                name=snapshot.metadata.name or "", uri=table.uri, properties=snapshot.metadata.properties
+            )
+            plan = make_plan(snapshot, resolved.policy, now, table.uri, policy_name=resolved.name)
+            if plan.tasks:
+                return None
+            due = next_time_trigger(snapshot, resolved.policy, now)
+        except Exception as exc:  # the Runner meets it again, and the run records it
+            logger.debug("table {}: planning failed: {}", uri, exc)
+            return None
+        self.watch.remember(uri, snapshot.version, due, table.storage)
+        health = TableHealth.of(snapshot)
+        layout = {
+            "pins": None,
+            "pinned_bytes": None,
+            "files": health.files,
+            "bytes": health.bytes,
+            "levels": {level: {"files": f, "bytes": b} for level, (f, b) in health.by_level.items()},
+            "backlog_files": 0,
+            "backlog_bytes": 0,
+        }
+        try:
+            from maintd.reclaim import held_by_pins
+
+            live, held = held_by_pins(table, snapshot, now)
+            layout.update(pins=len(live), pinned_bytes=held)
+        except MaintdError as exc:
+            logger.debug("table {}: pins not read: {}", uri, exc)
+        metrics = {"outcome": "nothing", "policy": resolved.name, "read_version": snapshot.version,
+                   "tasks_planned": 0, "files": health.files, "bytes": health.bytes,
+                   "next_time_trigger": due.isoformat() if due else None}
+        return RunResult(status=RunStatus.SKIPPED, metrics=metrics, layout=layout)
 
     def maintain_with_summary(self, uri: str, *, dry_run: bool = False) -> tuple[TableRunSummary, RunResult]:
         """:meth:`maintain`, also returning the runner's summary (what ``maintd run`` prints)."""
@@ -186,7 +250,9 @@ class TableJobs:
         """Runner progress: check the lease right before committing; time the commit."""
         if self._progress is not None:
             self._progress(uri, stage)
-        if stage == "committing":
+        if stage == "executing":
+            open_run()  # the run has work: the daemon records it from now on
+        elif stage == "committing":
             self._check_lease(uri)
             with self._lock:
                 self._commit_started[uri] = time.monotonic()
@@ -250,7 +316,7 @@ class TableJobs:
 
     def _publish_commits(self, uri: str, summary: TableRunSummary) -> None:
         if summary.bytes_written:
-            self.metrics.bytes_rewritten.labels(table=uri).inc(summary.bytes_written)
+            self.metrics.count_rewritten(uri, summary.bytes_written)
         if summary.version is not None:
             self.metrics.commits.labels(operation=MAINTENANCE_OPERATION).inc()
         if summary.commit_retries:
@@ -279,14 +345,14 @@ class TableJobs:
         metrics = _as_dict(report)
         if not dry_run:
             self._publish_reclaimed(uri, metrics)
-        return RunResult(status=RunStatus.SUCCEEDED, metrics={"dry_run": dry_run, **metrics})
+        deleted = any(files or size for files, size in reclaimed_by_reason(metrics).values())
+        did = deleted or bool(metrics.get("versions_expired"))
+        return RunResult(status=RunStatus.SUCCEEDED if did else RunStatus.SKIPPED, metrics={"dry_run": dry_run,
+                                                                                             **metrics})
 
     def _publish_reclaimed(self, uri: str, report: dict[str, Any]) -> None:
         for reason, (files, size) in reclaimed_by_reason(report).items():
-            if files:
-                self.metrics.files_reclaimed.labels(table=uri, reason=reason).inc(files)
-            if size:
-                self.metrics.bytes_reclaimed.labels(table=uri).inc(size)
+            self.metrics.count_reclaimed(uri, reason, files, size)
 
 
 _DELETED = re.compile(r"(?:(?P<reason>[a-z]+)_)?(?P<what>files|bytes)_deleted")

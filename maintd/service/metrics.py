@@ -1,9 +1,16 @@
 """The Prometheus metrics of the daemon, in a registry of their own.
 
 A dedicated :class:`~prometheus_client.CollectorRegistry` (not the global one) keeps tests independent
-and lets one process host several daemons in tests. Per-table series carry a ``table`` label; when a
-table is no longer maintained :meth:`Metrics.forget_table` removes its series, so that a warehouse whose
-tables come and go does not grow the exposition without bound.
+and lets one process host several daemons in tests.
+
+Fleet-wide series are always served: counters of runs, checks, commits, rewritten and reclaimed bytes,
+and histograms of run, commit, check and pass durations, none with a ``table`` label, so ``/metrics``
+stays the same size whatever the number of tables. Per-table series (the ``table`` label) are optional:
+served for every table while at most ``metrics.table_series_max_tables`` tables are registered, and
+above that only the table gauges of the ``metrics.unhealthiest_tables`` unhealthiest tables (see
+:mod:`maintd.service.store_metrics`), without per-table counters. When a table is no longer maintained
+:meth:`Metrics.forget_table` removes its series, so that a warehouse whose tables come and go does not
+grow the exposition without bound.
 
 Names follow Prometheus conventions: ``_total`` for counters, base units (bytes, seconds).
 
@@ -22,9 +29,15 @@ from prometheus_client.exposition import generate_latest
 
 if TYPE_CHECKING:
     from maintd.service.store import StateStore
+    from maintd.settings import MetricsSettings
 
 #: Run and commit durations range from sub-second no-ops to hour-long rewrites.
 DURATION_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, float("inf"))
+#: A check is one look at a table's log: tens of microseconds on a local disk, tens of milliseconds on an
+#: object store; a check that plans takes milliseconds to seconds.
+CHECK_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, float("inf"))
+#: A pass checks every table this replica owns: from milliseconds to minutes for 10,000 tables.
+PASS_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, float("inf"))
 
 
 class Metrics:
@@ -63,15 +76,89 @@ class Metrics:
         )
         self.bytes_reclaimed = Counter("maintd_bytes_reclaimed", "Bytes deleted by reclamation.", ["table"], registry=r)
         self.in_flight = Gauge("maintd_runs_in_flight", "Runs executing now, by kind.", ["kind"], registry=r)
+        self.fleet_bytes_rewritten = Counter(
+            "maintd_fleet_bytes_rewritten", "Bytes written by compaction and clustering, all tables.", registry=r
+        )
+        self.fleet_files_reclaimed = Counter(
+            "maintd_fleet_files_reclaimed", "Files deleted by reclamation, all tables, by reason.", ["reason"],
+            registry=r,
+        )
+        self.fleet_bytes_reclaimed = Counter(
+            "maintd_fleet_bytes_reclaimed", "Bytes deleted by reclamation, all tables.", registry=r
+        )
+        self.checks = Counter(
+            "maintd_checks", "Checks of tables by this replica, by outcome (unchanged, planned).", ["outcome"],
+            registry=r,
+        )
+        self.check_duration = Histogram(
+            "maintd_check_duration_seconds", "Duration of the look at a table's log that decides whether to plan it.",
+            buckets=CHECK_BUCKETS, registry=r,
+        )
+        self.pass_duration = Histogram(
+            "maintd_pass_duration_seconds", "Duration of a pass over this replica's tables, by kind.", ["kind"],
+            buckets=PASS_BUCKETS, registry=r,
+        )
+        self.pass_tables = Gauge(
+            "maintd_pass_tables", "Tables the last pass of a kind checked, and of those found unchanged.",
+            ["kind", "outcome"], registry=r,
+        )
+        self.replicas = Gauge("maintd_replicas_live", "Live replicas sharing the tables, as this one sees them.",
+                              registry=r)
+        self.per_table = True
+        self.table_series_max_tables: int | None = None
 
-    def attach_store(self, store: StateStore) -> None:
-        """Serve the gauges whose source is ``store`` (tables, layouts, backlog, last success, leases); once."""
+    def attach_store(self, store: StateStore, settings: MetricsSettings | None = None) -> None:
+        """Serve the gauges whose source is ``store`` (tables, layouts, backlog, last success, leases); once.
+
+        ``settings`` bounds the per-table series (None: every table's, as for a few tables)."""
         from maintd.service.store_metrics import StoreGauges
 
         if self._store_attached:
             return
-        self.registry.register(StoreGauges(store.list_tables, store.lease_holders, store.list_roots))
+        if settings is not None:
+            self.table_series_max_tables = settings.table_series_max_tables
+        self.registry.register(StoreGauges(store, settings))
         self._store_attached = True
+
+    def set_table_count(self, tables: int) -> None:
+        """The enabled tables now: per-table counters are kept only while within ``table_series_max_tables``."""
+        limit = self.table_series_max_tables
+        per_table = limit is None or tables <= limit
+        if self.per_table and not per_table:
+            for metric in (self.bytes_rewritten, self.files_reclaimed, self.bytes_reclaimed):
+                metric.clear()
+        self.per_table = per_table
+
+    def set_replicas(self, live: int) -> None:
+        self.replicas.set(live)
+
+    def observe_check(self, seconds: float, outcome: str) -> None:
+        """One check of a table: its duration and whether it went on to plan."""
+        self.check_duration.observe(seconds)
+        self.checks.labels(outcome=outcome).inc()
+
+    def observe_pass(self, kind: str, seconds: float, *, checked: int, unchanged: int) -> None:
+        """A pass over this replica's tables."""
+        self.pass_duration.labels(kind=kind).observe(seconds)
+        self.pass_tables.labels(kind=kind, outcome="checked").set(checked)
+        self.pass_tables.labels(kind=kind, outcome="unchanged").set(unchanged)
+
+    def count_rewritten(self, table: str, size: int) -> None:
+        """Bytes a maintenance run wrote: fleet-wide, and per table while per-table series are on."""
+        self.fleet_bytes_rewritten.inc(size)
+        if self.per_table:
+            self.bytes_rewritten.labels(table=table).inc(size)
+
+    def count_reclaimed(self, table: str, reason: str, files: int, size: int) -> None:
+        """Files and bytes a reclamation deleted for ``reason``: fleet-wide, and per table while on."""
+        if files:
+            self.fleet_files_reclaimed.labels(reason=reason).inc(files)
+            if self.per_table:
+                self.files_reclaimed.labels(table=table, reason=reason).inc(files)
+        if size:
+            self.fleet_bytes_reclaimed.inc(size)
+            if self.per_table:
+                self.bytes_reclaimed.labels(table=table).inc(size)
 
     def expose(self) -> bytes:
         """The Prometheus text exposition of every metric."""

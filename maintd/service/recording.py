@@ -9,12 +9,67 @@ Either way the run's one summary line is logged (:mod:`maintd.service.run_log`).
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from contextvars import ContextVar
 from datetime import timedelta
+
+from loguru import logger
 
 from maintd.service.records import RunKind, RunResult, RunStatus
 from maintd.service.run_log import log_run
 from maintd.service.store import StateStore
 from maintd.settings import SchedulerSettings
+
+
+class RunRow:
+    """The row of one daemon run, written only once the run has something to show.
+
+    A look at a table that finds nothing to do is no run: the daemon counts it on the table's row instead
+    (:mod:`maintd.service.checks`). The work calls :func:`open_run` when it starts executing a plan, and the
+    daemon opens the row at the end of any run that did something, failed or was refused; its start is dated
+    back to when the run began.
+    """
+
+    def __init__(self, store: StateStore, uri: str, kind: RunKind, holder: str | None) -> None:
+        self.store, self.uri, self.kind, self.holder = store, uri, kind, holder
+        self.run_id: int | None = None
+        self.started = time.monotonic()
+        self._bound = ExitStack()
+        self._thread = threading.get_ident()
+        self._lock = threading.Lock()
+
+    def open(self) -> int:
+        """The run's id, its row written now if it was not yet (every later log record of the run's thread
+        carries the id). Any thread may open it: the daemon opens the rows of runs it abandons on stop."""
+        with self._lock:
+            if self.run_id is None:
+                self.run_id = self.store.start_run(self.uri, self.kind, holder=self.holder,
+                                                   seconds_ago=time.monotonic() - self.started)
+                if threading.get_ident() == self._thread:
+                    self._bound.enter_context(logger.contextualize(run_id=self.run_id))
+            return self.run_id
+
+    @contextmanager
+    def current(self) -> Iterator[RunRow]:
+        """Make this the row :func:`open_run` opens in this thread meanwhile."""
+        token = _CURRENT.set(self)
+        try:
+            yield self
+        finally:
+            _CURRENT.reset(token)
+            self._bound.close()
+
+
+_CURRENT: ContextVar[RunRow | None] = ContextVar("maintd_run_row", default=None)
+
+
+def open_run() -> int | None:
+    """Write the row of the daemon run this thread is in (it starts doing work); None outside a daemon run."""
+    row = _CURRENT.get()
+    return None if row is None else row.open()
 
 
 def backoff_seconds(scheduler: SchedulerSettings, failures: int) -> float:
@@ -68,4 +123,4 @@ def record_failure(
     return delay
 
 
-__all__ = ["backoff_seconds", "record_failure", "record_finished"]
+__all__ = ["RunRow", "backoff_seconds", "open_run", "record_failure", "record_finished"]

@@ -8,8 +8,8 @@ from typing import Any
 
 from maintd.service.run_kinds import RunKind, RunStatus
 
-__all__ = ["Decision", "DecisionRecord", "LeaseRecord", "RootRecord", "RunKind", "RunRecord", "RunResult", "RunStatus",
-           "TableRecord"]
+__all__ = ["CheckRecord", "Decision", "DecisionRecord", "LeaseRecord", "RootRecord", "RunKind", "RunRecord",
+           "RunResult", "RunStatus", "TableRecord"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +33,14 @@ class TableRecord:
     layout_at: datetime | None = None
     maintenance_succeeded_at: datetime | None = None
     reclaim_succeeded_at: datetime | None = None
+    checked_at: datetime | None = None
+    """When the replica that owns the table last checked it (a look at its log, a plan if it changed)."""
+    checked_by: str | None = None
+    """The replica that checked it then."""
+    checks: int = 0
+    """Checks of the table's maintenance since it was registered (those that found nothing included)."""
+    checks_planned: int = 0
+    """Of those, the checks that planned: the table had changed, or a time trigger was due."""
 
     def succeeded_at(self, kind: RunKind | str) -> datetime | None:
         """When a run of ``kind`` last succeeded (or found nothing to do)."""
@@ -56,6 +64,21 @@ class TableRecord:
         """The latest retry time over both kinds (None: not backing off)."""
         times = [t for t in (self.maintenance_retry_after, self.reclaim_retry_after) if t is not None]
         return max(times) if times else None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRecord:
+    """Checks of one table since the last write, to be added onto the table's row (``StateStore.record_checks``)."""
+
+    uri: str
+    kind: RunKind
+    checked_at: datetime
+    checks: int
+    planned: int
+    found_nothing: bool
+    """The last of them found nothing to do: the table counts as maintained (its last success) then."""
+    layout: dict[str, Any] | None = None
+    """The layout a check that planned read (None: unchanged, keep the stored one)."""
 
 
 @dataclass(frozen=True, slots=True)

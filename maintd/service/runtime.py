@@ -71,7 +71,7 @@ def serve(settings: Settings, *, stop: threading.Event | None = None, holder: st
                 jobs = TableJobs(settings, store, metrics, holder=holder, spark=driver.session)
                 daemon = Daemon(
                     settings, store, jobs.maintain, jobs.reclaim, discover=jobs.discover, metrics=metrics,
-                    holder=holder, blocked=driver.lost,
+                    holder=holder, blocked=driver.lost, check=jobs.check,
                 )
                 daemon.start()
                 stop.wait()

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Column,
     DateTime,
@@ -81,6 +82,12 @@ tables = Table(
     Column("layout_at", UTCDateTime(), nullable=True),
     Column("maintenance_succeeded_at", UTCDateTime(), nullable=True),
     Column("reclaim_succeeded_at", UTCDateTime(), nullable=True),
+    # Checks, counted in memory by the replica that owns the table and written here once per pass: a check
+    # that finds the table unchanged writes no run (see maintd.service.checks).
+    Column("checked_at", UTCDateTime(), nullable=True),
+    Column("checked_by", String(256), nullable=True),
+    Column("checks", BigInteger, nullable=False, default=0, server_default="0"),
+    Column("checks_planned", BigInteger, nullable=False, default=0, server_default="0"),
 )
 
 runs = Table(
@@ -146,4 +153,14 @@ commit_records = Table(
     Column("data", LargeBinary, nullable=True),  # the commit's bytes until its file holds them
     Column("complete", Boolean, nullable=False, default=False),
     Column("created_at", UTCDateTime(), nullable=False),
+)
+
+replicas = Table(
+    "maintd_replicas",
+    metadata,
+    # One row per daemon, its seen_at renewed with its leases: the live replicas split the tables between
+    # them (maintd.service.replicas); a row not renewed for a lease period is a replica gone.
+    Column("holder", String(256), primary_key=True),
+    Column("started_at", UTCDateTime(), nullable=False),
+    Column("seen_at", UTCDateTime(), nullable=False),
 )

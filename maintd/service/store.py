@@ -29,6 +29,7 @@ from maintd.errors import StateStoreError
 from maintd.service import leases as _leases
 from maintd.service import migrations
 from maintd.service.records import (
+    CheckRecord,
     Decision,
     DecisionRecord,
     LeaseRecord,
@@ -38,7 +39,7 @@ from maintd.service.records import (
     RunStatus,
     TableRecord,
 )
-from maintd.service.schema import decisions, metadata, roots, runs, tables
+from maintd.service.schema import decisions, metadata, replicas, roots, runs, tables
 from maintd.service.store_engine import make_engine
 from maintd.settings import redact_secrets, redact_url
 
@@ -220,6 +221,52 @@ class StateStore:
             ).scalars()
             return sorted(wanted - set(blocked))
 
+    def schedule(self, kind: RunKind | str) -> tuple[datetime, dict[str, datetime | None]]:
+        """The database clock and, for every enabled table, when runs of ``kind`` may be retried (None: now).
+
+        What a pass reads once: two columns of every enabled table, so that a pass over 10,000 tables costs
+        one light query.
+        """
+        column = tables.c[f"{RunKind(kind).value}_retry_after"]
+        stmt = sa.select(tables.c.uri, column).where(tables.c.enabled.is_(True))
+        with self._transaction("read the schedule") as conn:
+            now = _leases.db_now(conn)
+            return now, {uri: retry for uri, retry in conn.execute(stmt)}
+
+    def record_checks(self, holder: str, checks: Iterable[CheckRecord]) -> int:
+        """Add checks onto their tables' rows, in place (no row is added); returns how many tables.
+
+        A check whose last outcome found nothing to do counts as the table's last success of its kind and
+        clears that kind's failures and backoff, and its last status becomes ``skipped``, as a run that found
+        nothing did; its layout, if given, replaces the stored one.
+        """
+        shapes: dict[tuple[RunKind, bool, bool], list[dict[str, Any]]] = {}
+        for c in checks:
+            key = (c.kind, c.found_nothing, c.layout is not None)
+            row = {"u": c.uri, "t": c.checked_at, "h": holder, "n": c.checks, "p": c.planned}
+            if c.layout is not None:
+                row["l"] = c.layout
+            shapes.setdefault(key, []).append(row)
+        if not shapes:
+            return 0
+        with self._transaction("record checks") as conn:
+            for (kind, nothing, with_layout), rows in shapes.items():
+                values: dict[str, Any] = {"checked_at": sa.bindparam("t"), "checked_by": sa.bindparam("h"),
+                                          "checks": tables.c.checks + sa.bindparam("n"),
+                                          "checks_planned": tables.c.checks_planned + sa.bindparam("p")}
+                if kind is not RunKind.MAINTENANCE:
+                    values = {}  # only maintenance is checked: reclamation passes count no checks
+                if nothing:  # what a run that found nothing used to record on the table
+                    values.update({f"{kind.value}_succeeded_at": sa.bindparam("t"), f"{kind.value}_failures": 0,
+                                   f"{kind.value}_retry_after": None, "last_status": RunStatus.SKIPPED.value,
+                                   "last_run_at": sa.bindparam("t"), "last_error": None})
+                if with_layout:
+                    values.update(layout=sa.bindparam("l", type_=tables.c.layout.type), layout_at=sa.bindparam("t"))
+                if values:
+                    stmt = sa.update(tables).where(tables.c.uri == sa.bindparam("u")).values(**values)
+                    conn.execute(stmt, rows)
+        return sum(len(rows) for rows in shapes.values())
+
     # -- runs -------------------------------------------------------------------------------------------
 
     def start_run(
@@ -230,12 +277,17 @@ class StateStore:
         holder: str | None = None,
         plan: Any = None,
         now: datetime | None = None,
+        seconds_ago: float = 0.0,
     ) -> int:
-        """Record the start of a run (registering the table if needed) and return its id."""
+        """Record the start of a run (registering the table if needed) and return its id.
+
+        ``seconds_ago`` dates the start back from the database clock: a run is recorded only once it has
+        something to show (it planned work, failed, or was refused), not when its look at the table began.
+        """
         kind = RunKind(kind)
         self.register_tables([table_uri], source="run", now=now)
         with self._transaction("start a run") as conn:
-            now = now or _leases.db_now(conn)
+            now = (now or _leases.db_now(conn)) - timedelta(seconds=max(0.0, seconds_ago))
             result = conn.execute(
                 sa.insert(runs)
                 .values(
@@ -418,6 +470,54 @@ class StateStore:
     def lease_holders(self, *, now: datetime | None = None) -> dict[str, str]:
         """Table URI to holder, for every unexpired lease."""
         return {lease.table_uri: lease.holder for lease in self.leases(now=now) if lease.holder is not None}
+
+    # -- replicas ---------------------------------------------------------------------------------------
+
+    def heartbeat(self, holder: str, live_for: float) -> list[str]:
+        """Record that ``holder`` lives (database clock) and return the live replicas, sorted: those seen
+        within the last ``live_for`` seconds. Replicas gone for ten times that are forgotten."""
+        with self._transaction("renew the replica") as conn:
+            now = _leases.db_now(conn)
+            _leases.insert_missing(conn, replicas, [{"holder": holder, "started_at": now, "seen_at": now}], "holder")
+            conn.execute(sa.update(replicas).where(replicas.c.holder == holder).values(seen_at=now))
+            conn.execute(sa.delete(replicas).where(replicas.c.seen_at < now - timedelta(seconds=10 * live_for)))
+            live = sa.select(replicas.c.holder).where(replicas.c.seen_at > now - timedelta(seconds=live_for))
+            return sorted(conn.execute(live).scalars())
+
+    def leave(self, holder: str) -> None:
+        """Remove ``holder`` from the live replicas at once (a clean stop hands its tables on without delay)."""
+        with self._transaction("remove the replica") as conn:
+            conn.execute(sa.delete(replicas).where(replicas.c.holder == holder))
+
+    # -- aggregates for /metrics -------------------------------------------------------------------------
+
+    def table_counts(self) -> dict[str, int]:
+        """Registered tables by state (``healthy``, ``failing``, ``disabled``), counted by the database."""
+        failing = (tables.c.maintenance_failures + tables.c.reclaim_failures) > 0
+        state = sa.case((tables.c.enabled.is_(False), "disabled"), (failing, "failing"), else_="healthy")
+        stmt = sa.select(state, sa.func.count()).group_by(state)
+        with self._transaction("count tables") as conn:
+            return {str(name): int(count) for name, count in conn.execute(stmt)}
+
+    def lease_counts(self, *, now: datetime | None = None) -> dict[str, int]:
+        """Unexpired leases by holder, counted by the database."""
+        from maintd.service.schema import leases
+
+        with self._transaction("count leases") as conn:
+            now = now or _leases.db_now(conn)
+            stmt = (sa.select(leases.c.holder, sa.func.count())
+                    .where(leases.c.holder.is_not(None), leases.c.expires_at > now).group_by(leases.c.holder))
+            return {str(holder): int(count) for holder, count in conn.execute(stmt)}
+
+    def unhealthiest_tables(self, limit: int) -> list[TableRecord]:
+        """Up to ``limit`` enabled tables, the unhealthiest first: most failures in a row, then the longest
+        without a successful maintenance (never first), then by URI."""
+        failures = tables.c.maintenance_failures + tables.c.reclaim_failures
+        never = sa.case((tables.c.maintenance_succeeded_at.is_(None), 0), else_=1)
+        stmt = (sa.select(tables).where(tables.c.enabled.is_(True))
+                .order_by(failures.desc(), never, tables.c.maintenance_succeeded_at, tables.c.uri).limit(limit))
+        with self._transaction("list the unhealthiest tables") as conn:
+            return [TableRecord(**row) for row in conn.execute(stmt).mappings()]
 
     # -- warehouse roots --------------------------------------------------------------------------------
 

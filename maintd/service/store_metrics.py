@@ -26,12 +26,18 @@ Gauges served from the store:
 
 Only enabled tables have series: a table that is disabled or unregistered disappears from the next scrape.
 Counters and histograms (runs, commits, bytes rewritten...) stay per replica: sum them.
+
+Scale: ``maintd_tables``, ``maintd_leases_held`` and the roots are counted by the database (``GROUP BY``),
+so they cost the same for 10 or 10,000 tables. The per-table gauges are read for every enabled table
+while at most ``metrics.table_series_max_tables`` are registered; above that, only for the
+``metrics.unhealthiest_tables`` unhealthiest (most failures in a row, then longest without a successful
+maintenance), so that ``/metrics`` stays small and fast whatever the size of the warehouse.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loguru import logger
 from prometheus_client.core import GaugeMetricFamily
@@ -40,20 +46,36 @@ from prometheus_client.registry import Collector
 from maintd.errors import MaintdError
 from maintd.service.records import RootRecord, RunKind, TableRecord
 
+if TYPE_CHECKING:
+    from maintd.settings import MetricsSettings
+
+
+class GaugeSource(Protocol):
+    """What the gauges read: :class:`~maintd.service.store.StateStore` is one."""
+
+    def table_counts(self) -> dict[str, int]: ...
+
+    def lease_counts(self) -> dict[str, int]: ...
+
+    def list_roots(self) -> list[RootRecord]: ...
+
+    def list_tables(self, *, enabled_only: bool = False) -> list[TableRecord]: ...
+
+    def unhealthiest_tables(self, limit: int) -> list[TableRecord]: ...
+
 
 class StoreGauges(Collector):
     """A Prometheus collector reading the store gauges (see the module docstring) at every scrape.
 
     Args:
-        tables: returns every registered table (``StateStore.list_tables``).
-        holders: returns table URI to lease holder for every live lease (``StateStore.lease_holders``).
+        source: the state store.
+        settings: the bounds of the per-table gauges (None: every table's).
     """
 
-    def __init__(self, tables: Callable[[], Iterable[TableRecord]], holders: Callable[[], dict[str, str]],
-                 roots: Callable[[], Iterable[RootRecord]] | None = None) -> None:
-        self._tables = tables
-        self._holders = holders
-        self._roots = roots or (lambda: ())
+    def __init__(self, source: GaugeSource, settings: MetricsSettings | None = None) -> None:
+        self._source = source
+        self._max_tables = None if settings is None else settings.table_series_max_tables
+        self._unhealthiest = 0 if settings is None else settings.unhealthiest_tables
         self._failing = False
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
@@ -62,9 +84,10 @@ class StoreGauges(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         families = _families()
         try:
-            records = list(self._tables())
-            holders = self._holders()
-            root_records = list(self._roots())
+            counts = self._source.table_counts()
+            holders = self._source.lease_counts()
+            root_records = list(self._source.list_roots())
+            records = self._tables(counts)
         except MaintdError as exc:
             if not self._failing:  # once per outage, not once per scrape
                 logger.warning("the state store gauges are not served while the store fails: {}", exc)
@@ -74,8 +97,10 @@ class StoreGauges(Collector):
             return
         self._failing = False
         families["maintd_store_up"].add_metric([], 1)
-        _add_states(families["maintd_tables"], records)
-        _add_holders(families["maintd_leases_held"], holders)
+        for state in ("healthy", "failing", "disabled"):
+            families["maintd_tables"].add_metric([state], counts.get(state, 0))
+        for holder, count in sorted(holders.items()):
+            families["maintd_leases_held"].add_metric([holder], count)
         for record in records:
             if record.enabled:
                 _add_table(families, record)
@@ -83,6 +108,13 @@ class StoreGauges(Collector):
             families["maintd_root_healthy"].add_metric([root.uri], 1 if root.healthy else 0)
             families["maintd_root_tables"].add_metric([root.uri], root.tables)
         yield from families.values()
+
+    def _tables(self, counts: dict[str, int]) -> Iterable[TableRecord]:
+        """Every enabled table within the bound, else the unhealthiest."""
+        enabled = counts.get("healthy", 0) + counts.get("failing", 0)
+        if self._max_tables is None or enabled <= self._max_tables:
+            return self._source.list_tables(enabled_only=True)
+        return self._source.unhealthiest_tables(self._unhealthiest) if self._unhealthiest else ()
 
 
 def _families() -> dict[str, GaugeMetricFamily]:
@@ -135,22 +167,6 @@ def _families() -> dict[str, GaugeMetricFamily]:
 def table_state(record: TableRecord) -> str:
     """``disabled``, ``failing`` (failures in a row) or ``healthy``."""
     return "disabled" if not record.enabled else "failing" if record.consecutive_failures else "healthy"
-
-
-def _add_states(family: GaugeMetricFamily, records: list[TableRecord]) -> None:
-    counts = {"healthy": 0, "failing": 0, "disabled": 0}
-    for record in records:
-        counts[table_state(record)] += 1
-    for state, count in counts.items():
-        family.add_metric([state], count)
-
-
-def _add_holders(family: GaugeMetricFamily, holders: dict[str, str]) -> None:
-    per_holder: dict[str, int] = {}
-    for holder in holders.values():
-        per_holder[holder] = per_holder.get(holder, 0) + 1
-    for holder, count in sorted(per_holder.items()):
-        family.add_metric([holder], count)
 
 
 def _add_table(families: dict[str, GaugeMetricFamily], record: TableRecord) -> None:

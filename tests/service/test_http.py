@@ -15,8 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from maintd.errors import SparkDriverLostError, StateStoreError
 from maintd.service.http import HealthServer
 from maintd.service.metrics import Metrics
-from maintd.service.records import TableRecord
-from maintd.service.store_metrics import StoreGauges
+from maintd.service.records import RootRecord, TableRecord
+from maintd.service.store_metrics import StoreGauges, table_state
 
 
 class Flag:
@@ -130,11 +130,42 @@ def test_forgetting_a_table_drops_its_series_only() -> None:
     assert 'maintd_files_reclaimed_total{reason="data",table="/wh/b"} 2.0' in text
 
 
+class FakeSource:
+    """The store's reads the gauges make, over lists held in memory."""
+
+    def __init__(self, tables: list[TableRecord], holders: dict[str, str], fail: bool = False) -> None:
+        self.tables, self.holders, self.fail = tables, holders, fail
+
+    def table_counts(self) -> dict[str, int]:
+        if self.fail:
+            raise StateStoreError("state store postgresql://maintd:hunter2@db/x: cannot count tables")
+        counts: dict[str, int] = {}
+        for t in self.tables:
+            state = table_state(t)
+            counts[state] = counts.get(state, 0) + 1
+        return counts
+
+    def lease_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for holder in self.holders.values():
+            counts[holder] = counts.get(holder, 0) + 1
+        return counts
+
+    def list_roots(self) -> list[RootRecord]:
+        return []
+
+    def list_tables(self, *, enabled_only: bool = False) -> list[TableRecord]:
+        return [t for t in self.tables if t.enabled or not enabled_only]
+
+    def unhealthiest_tables(self, limit: int) -> list[TableRecord]:
+        return sorted(self.list_tables(enabled_only=True), key=lambda t: -t.consecutive_failures)[:limit]
+
+
 def test_store_gauges_count_leases_per_holder_and_tables_per_state_at_every_scrape() -> None:
     holders = {"/wh/a": "d1", "/wh/b": "d1", "/wh/c": "d2"}
     tables = [record("/wh/a", failures=2), record("/wh/b"), record("/wh/c", enabled=False)]
     metrics = Metrics()
-    metrics.registry.register(StoreGauges(lambda: tables, lambda: dict(holders)))
+    metrics.registry.register(StoreGauges(FakeSource(tables, holders)))
     text = metrics.expose().decode()
     assert 'maintd_leases_held{holder="d1"} 2.0' in text and 'maintd_leases_held{holder="d2"} 1.0' in text
     assert 'maintd_tables{state="failing"} 1.0' in text and 'maintd_tables{state="disabled"} 1.0' in text
@@ -144,11 +175,8 @@ def test_store_gauges_count_leases_per_holder_and_tables_per_state_at_every_scra
 
 
 def test_store_gauges_are_absent_rather_than_stale_while_the_store_fails() -> None:
-    def failing() -> list[TableRecord]:
-        raise StateStoreError("state store postgresql://maintd:hunter2@db/x: cannot list tables")
-
     metrics = Metrics()
-    metrics.registry.register(StoreGauges(failing, dict))
+    metrics.registry.register(StoreGauges(FakeSource([], {}, fail=True)))
     text = metrics.expose().decode()
     assert "maintd_store_up 0.0" in text and "maintd_tables{" not in text and "hunter2" not in text
 

@@ -120,7 +120,7 @@ def test_the_revision_check_expects_the_newest_migration() -> None:
 def test_check_passes_a_current_store_and_refuses_an_old_one(store_target: StoreTarget, store: StateStore) -> None:
     store.check_schema()
     _record_revision(store_target, store, '0002')
-    with pytest.raises(StateStoreError, match="revision 0002, older than this maintd's 0004"):
+    with pytest.raises(StateStoreError, match="revision 0002, older than this maintd's 0005"):
         store.check_schema()
 
 
