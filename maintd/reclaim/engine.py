@@ -280,8 +280,10 @@ def execute_plan(table: Table, plan: ReclaimPlan, *, on_step: StepHook | None = 
         orphan_files_deleted=orphan[0], orphan_bytes_deleted=orphan[1], complete=deleter.complete,
         seconds=round(time.monotonic() - started, 3),
     )
-    logger.info("table {}: {} deleted {} log, {} data and {} orphan file(s) ({} bytes); oldest retained version {}",
-                table.uri, operation, log[0], data[0], orphan[0], report.bytes_deleted, plan.oldest_retained_version)
+    deleted = log[0] + data[0] + orphan[0]  # a reclamation that deleted nothing is no news: DEBUG, not INFO
+    logger.log("INFO" if deleted else "DEBUG",
+               "table {}: {} deleted {} log, {} data and {} orphan file(s) ({} bytes); oldest retained version {}",
+               table.uri, operation, log[0], data[0], orphan[0], report.bytes_deleted, plan.oldest_retained_version)
     return report
 
 
