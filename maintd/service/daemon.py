@@ -281,8 +281,8 @@ class Daemon:
             if retry is not None and retry > now:
                 backing_off += 1
                 continue
-            if kind is RunKind.MAINTENANCE and self.check is not None and uri in busy:
-                continue  # its run in flight is its check
+            if kind is RunKind.MAINTENANCE and self.check is not None and uri in busy and self._running(uri, kind):
+                continue  # its maintenance in flight is its check (a reclamation in flight is not)
             if kind is RunKind.MAINTENANCE:
                 needed = self._needs_plan(uri)
                 self.ledger.checked(uri, wall, planned=needed)
@@ -565,6 +565,12 @@ class Daemon:
     def backoff_seconds(self, failures: int) -> float:
         """Delay before retrying a table after ``failures`` consecutive failures (exponential, bounded)."""
         return backoff_seconds(self.settings.scheduler, failures)
+
+    def _running(self, uri: str, kind: RunKind) -> bool:
+        """Whether a run of ``kind`` of ``uri`` is in flight."""
+        with self._lock:
+            row = self._rows.get(uri)
+        return row is not None and row.kind is kind
 
     def _snapshot(self) -> list[tuple[str, Future[None]]]:
         with self._lock:

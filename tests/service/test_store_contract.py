@@ -305,3 +305,82 @@ def test_backoff_is_per_run_kind(store: StateStore) -> None:
     )
     assert (table.failures(RunKind.RECLAIM), table.consecutive_failures, table.retry_after) == (0, 1, later(60))
     assert store.due_tables(["/wh/a"], RunKind.MAINTENANCE, now=later(5)) == []
+
+
+# -- checks, replicas and aggregates -------------------------------------------------------------------
+
+
+def test_checks_are_added_onto_the_table_row_in_place(store: StateStore) -> None:
+    from maintd.service.records import CheckRecord
+
+    store.register_tables(["/wh/a", "/wh/b"])
+    failed = store.start_run("/wh/b", RunKind.MAINTENANCE, now=T0)
+    store.finish_run(failed, RunStatus.FAILED, error="boom", retry_after=later(60), now=later(1))
+    layout = {"files": 3, "bytes": 30, "levels": {"L0": {"files": 3, "bytes": 30}}}
+    for i in range(2):
+        assert store.record_checks("d1", [
+            CheckRecord("/wh/a", RunKind.MAINTENANCE, later(10 + i), checks=3, planned=1, found_nothing=True,
+                        layout=layout if i else None),
+            CheckRecord("/wh/b", RunKind.MAINTENANCE, later(10 + i), checks=1, planned=1, found_nothing=False),
+        ]) == 2
+    a, b = store.get_table("/wh/a"), store.get_table("/wh/b")
+    assert a is not None and b is not None
+    assert (a.checks, a.checks_planned, a.checked_by, a.checked_at) == (6, 2, "d1", later(11))
+    assert a.maintenance_succeeded_at == later(11) and a.last_status == "skipped" and a.layout == layout
+    assert (b.checks, b.checks_planned, b.failures(RunKind.MAINTENANCE), b.last_status) == (2, 2, 1, "failed")
+    assert len(store.history()) == 1, "checks add no run"
+
+
+def test_a_reclamation_that_found_nothing_clears_its_backoff_only(store: StateStore) -> None:
+    from maintd.service.records import CheckRecord
+
+    run = store.start_run("/wh/a", RunKind.RECLAIM, now=T0)
+    store.finish_run(run, RunStatus.FAILED, error="boom", retry_after=later(60), now=later(1))
+    store.record_checks("d1", [CheckRecord("/wh/a", RunKind.RECLAIM, later(5), checks=0, planned=0,
+                                           found_nothing=True)])
+    a = store.get_table("/wh/a")
+    assert a is not None and a.failures(RunKind.RECLAIM) == 0 and a.reclaim_succeeded_at == later(5)
+    assert a.checks == 0
+
+
+def test_the_schedule_reads_the_backoff_of_every_enabled_table(store: StateStore) -> None:
+    store.register_tables(["/wh/a", "/wh/b", "/wh/c"])
+    store.set_enabled("/wh/c", False)
+    run = store.start_run("/wh/b", RunKind.MAINTENANCE)
+    store.finish_run(run, RunStatus.FAILED, error="boom", retry_after=later(60))
+    now, schedule = store.schedule(RunKind.MAINTENANCE)
+    assert schedule == {"/wh/a": None, "/wh/b": later(60)} and now.tzinfo is not None
+    assert store.schedule(RunKind.RECLAIM)[1] == {"/wh/a": None, "/wh/b": None}
+
+
+def test_replicas_are_live_while_they_renew_and_gone_when_they_leave(store: StateStore) -> None:
+    assert store.heartbeat("r1", 30) == ["r1"]
+    assert store.heartbeat("r2", 30) == ["r1", "r2"]
+    time.sleep(0.05)
+    assert store.heartbeat("r1", 0.04) == ["r1"], "r2 was not seen within the last 0.04 s"
+    store.leave("r1")
+    assert store.heartbeat("r2", 30) == ["r2"]
+
+
+def test_tables_and_leases_are_counted_by_the_database(store: StateStore) -> None:
+    store.register_tables(["/wh/a", "/wh/b", "/wh/c", "/wh/d"])
+    store.set_enabled("/wh/d", False)
+    run = store.start_run("/wh/b", RunKind.MAINTENANCE)
+    store.finish_run(run, RunStatus.FAILED, error="boom", retry_after=later(60))
+    store.acquire_leases("d1", ["/wh/a", "/wh/b"], 60, 10)
+    store.acquire_leases("d2", ["/wh/c"], 60, 10)
+    assert store.table_counts() == {"healthy": 2, "failing": 1, "disabled": 1}
+    assert store.lease_counts() == {"d1": 2, "d2": 1}
+
+
+def test_the_unhealthiest_tables_come_first(store: StateStore) -> None:
+    from maintd.service.records import CheckRecord
+
+    store.register_tables([f"/wh/t{i}" for i in range(5)])
+    for i, failures in ((3, 2), (1, 1)):
+        for _ in range(failures):
+            run = store.start_run(f"/wh/t{i}", RunKind.MAINTENANCE)
+            store.finish_run(run, RunStatus.FAILED, error="boom", retry_after=later(60))
+    store.record_checks("d1", [CheckRecord("/wh/t0", RunKind.MAINTENANCE, later(5), 1, 0, True),
+                               CheckRecord("/wh/t4", RunKind.MAINTENANCE, later(1), 1, 0, True)])
+    assert [t.uri for t in store.unhealthiest_tables(4)] == ["/wh/t3", "/wh/t1", "/wh/t2", "/wh/t4"]
