@@ -140,11 +140,21 @@ def _seconds(text: str) -> float:
     return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
 
 
-def scrape(port: int) -> tuple[int, float]:
+def scrape(port: int) -> tuple[int, float, dict[str, float]]:
+    """Size and wall time of one ``/metrics`` scrape, and the check counters it holds."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     began = time.perf_counter()
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
         body = response.read()
-    return len(body), time.perf_counter() - began
+    seconds = time.perf_counter() - began
+    wanted = {"maintd_checks_total", "maintd_check_duration_seconds_sum", "maintd_check_duration_seconds_count"}
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            if sample.name in wanted:
+                found[sample.name] = found.get(sample.name, 0.0) + sample.value
+    return len(body), seconds, found
 
 
 def main() -> None:
@@ -206,9 +216,10 @@ def main() -> None:
         print(f"first passes (maintenance and reclamation) over after {first:.0f} s; CPU so far {total0:.1f} s "
               f"(daemon process {own0:.1f} s)", flush=True)
         rows_before = store_rows(engine, schema)
-        size, seconds = scrape(port)
+        size, seconds, counters = scrape(port)
         print(f"/metrics: {size} bytes, {seconds * 1000:.1f} ms (first scrape)", flush=True)
         shares, own_shares, gaps, rss_own, rss_tree, scrapes = [], [], [], 0, 0, []
+        per_check, look = [], []
         seen = {u: c for u, (c, _, _) in last.items()}
         for sample in range(args.samples):
             t0, (c0, o0, _, _) = time.monotonic(), cpu(daemon.pid)
@@ -229,20 +240,32 @@ def main() -> None:
             elapsed, (c1, o1, _, _) = time.monotonic() - t0, cpu(daemon.pid)
             shares.append((c1 - c0) / elapsed)
             own_shares.append((o1 - o0) / elapsed)
-            scrapes.append(scrape(port))
+            size, seconds, after = scrape(port)
+            scrapes.append((size, seconds))
+            checks = after.get("maintd_checks_total", 0) - counters.get("maintd_checks_total", 0)
+            looks = after.get("maintd_check_duration_seconds_count", 0) - counters.get(
+                "maintd_check_duration_seconds_count", 0)
+            look_s = after.get("maintd_check_duration_seconds_sum", 0) - counters.get(
+                "maintd_check_duration_seconds_sum", 0)
+            counters = after
+            per_check.append((o1 - o0) / checks if checks else float("nan"))
+            look.append(look_s / looks if looks else float("nan"))
             print(f"sample {sample + 1}: {elapsed:.0f} s, CPU {c1 - c0:.2f} s = {100 * shares[-1]:.2f}% of a core "
-                  f"(daemon process {100 * own_shares[-1]:.2f}%); {args.tables / (args.interval or 1):.1f} "
-                  f"checks/s expected; load {os.getloadavg()}", flush=True)
+                  f"(daemon process {100 * own_shares[-1]:.2f}%); {checks:.0f} checks, daemon process CPU "
+                  f"{1000 * per_check[-1]:.3f} ms per check, look at the log {1e6 * look[-1]:.0f} us (wall); "
+                  f"load {os.getloadavg()}", flush=True)
         rows_after = store_rows(engine, schema)
         stale = max(time.time() - _seconds(at) for at in seen.values() if at is not None)
         print(f"CPU share of one core: median {100 * statistics.median(shares):.2f}% (min {100 * min(shares):.2f}%, "
               f"max {100 * max(shares):.2f}%); daemon process alone median {100 * statistics.median(own_shares):.2f}%")
-        print(f"CPU per check: {1e3 * statistics.median(shares) * args.interval / args.tables:.3f} ms (median)")
+        print(f"daemon process CPU per check (all its work over the window / checks): median "
+              f"{1000 * statistics.median(per_check):.3f} ms (min {1000 * min(per_check):.3f}, max "
+              f"{1000 * max(per_check):.3f}); the look at the log alone: median {1e6 * statistics.median(look):.0f} us")
         print(f"peak RSS: daemon process {rss_own / 2**20:.0f} MiB, whole tree {rss_tree / 2**20:.0f} MiB")
         print(f"longest gap between two checks of a table: {max(gaps) if gaps else float('nan'):.1f} s over "
               f"{len(gaps)} gaps (interval {args.interval:.0f} s); oldest check at the end: {stale:.0f} s ago")
         print(f"store rows before the windows: {rows_before}; after: {rows_after}")
-        print("/metrics: " + ", ".join(f"{n} bytes in {1000 * s:.1f} ms" for n, s in scrapes))
+        print("/metrics: " + ", ".join(f"{n} bytes in {1000 * t:.1f} ms" for n, t in scrapes))
         print(f"load after: {os.getloadavg()}")
     finally:
         daemon.send_signal(signal.SIGTERM)

@@ -119,13 +119,14 @@ def print_roots(console: Console, roots: list[dict[str, Any]]) -> None:
 
 
 def health_of(table: TableRecord, last_runs: list[RunRecord | None]) -> str:
-    """``disabled``; ``failing`` (failures in a row, or the last run of some kind failed); ``new`` (never ran);
-    else ``healthy``."""
+    """``disabled``; ``failing`` (failures in a row, or the last run of some kind failed); ``new`` (never ran
+    nor checked); else ``healthy``."""
     if not table.enabled:
         return "disabled"
     if table.consecutive_failures or any(run is not None and run.status == "failed" for run in last_runs):
         return "failing"
-    return "new" if all(run is None for run in last_runs) else "healthy"
+    never = all(run is None for run in last_runs) and table.checked_at is None and table.last_run_at is None
+    return "new" if never else "healthy"  # checks that found nothing record no run, only the table's row
 
 
 def collect_status(store: StateStore) -> list[dict[str, Any]]:
@@ -155,6 +156,10 @@ def collect_status(store: StateStore) -> list[dict[str, Any]]:
                 "last_maintenance": _run_brief(last_maintenance.get(table.uri)),
                 "last_reclaim": _run_brief(last_reclaim.get(table.uri)),
                 "leased_by": holders.get(table.uri),
+                "checked_at": table.checked_at,
+                "checked_by": table.checked_by,
+                "checks": table.checks,
+                "checks_planned": table.checks_planned,
             }
         )
     return rows

@@ -26,6 +26,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from maintd.errors import StateStoreError
+from maintd.service import aggregates as _aggregates
 from maintd.service import leases as _leases
 from maintd.service import migrations
 from maintd.service.records import (
@@ -493,31 +494,26 @@ class StateStore:
 
     def table_counts(self) -> dict[str, int]:
         """Registered tables by state (``healthy``, ``failing``, ``disabled``), counted by the database."""
-        failing = (tables.c.maintenance_failures + tables.c.reclaim_failures) > 0
-        state = sa.case((tables.c.enabled.is_(False), "disabled"), (failing, "failing"), else_="healthy")
-        stmt = sa.select(state, sa.func.count()).group_by(state)
         with self._transaction("count tables") as conn:
-            return {str(name): int(count) for name, count in conn.execute(stmt)}
+            return _aggregates.table_counts(conn)
 
     def lease_counts(self, *, now: datetime | None = None) -> dict[str, int]:
         """Unexpired leases by holder, counted by the database."""
-        from maintd.service.schema import leases
-
         with self._transaction("count leases") as conn:
-            now = now or _leases.db_now(conn)
-            stmt = (sa.select(leases.c.holder, sa.func.count())
-                    .where(leases.c.holder.is_not(None), leases.c.expires_at > now).group_by(leases.c.holder))
-            return {str(holder): int(count) for holder, count in conn.execute(stmt)}
+            return _aggregates.lease_counts(conn, now)
 
     def unhealthiest_tables(self, limit: int) -> list[TableRecord]:
         """Up to ``limit`` enabled tables, the unhealthiest first: most failures in a row, then the longest
         without a successful maintenance (never first), then by URI."""
-        failures = tables.c.maintenance_failures + tables.c.reclaim_failures
-        never = sa.case((tables.c.maintenance_succeeded_at.is_(None), 0), else_=1)
-        stmt = (sa.select(tables).where(tables.c.enabled.is_(True))
-                .order_by(failures.desc(), never, tables.c.maintenance_succeeded_at, tables.c.uri).limit(limit))
         with self._transaction("list the unhealthiest tables") as conn:
-            return [TableRecord(**row) for row in conn.execute(stmt).mappings()]
+            return _aggregates.unhealthiest(conn, limit)
+
+    def gauge_reads(self, max_tables: int | None, unhealthiest: int) -> _aggregates.GaugeReads:
+        """What one scrape of ``/metrics`` reads, in one transaction: tables by state, leases by holder, the
+        warehouse roots, and the enabled tables whose gauges are served (every one while at most
+        ``max_tables`` are enabled, None: no bound; else the ``unhealthiest`` unhealthiest)."""
+        with self._transaction("read the gauges") as conn:
+            return _aggregates.gauge_reads(conn, max_tables, unhealthiest)
 
     # -- warehouse roots --------------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ maintenance), so that ``/metrics`` stays small and fast whatever the size of the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loguru import logger
@@ -44,7 +44,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from maintd.errors import MaintdError
-from maintd.service.records import RootRecord, RunKind, TableRecord
+from maintd.service.aggregates import GaugeReads
+from maintd.service.records import RunKind, TableRecord
 
 if TYPE_CHECKING:
     from maintd.settings import MetricsSettings
@@ -53,15 +54,7 @@ if TYPE_CHECKING:
 class GaugeSource(Protocol):
     """What the gauges read: :class:`~maintd.service.store.StateStore` is one."""
 
-    def table_counts(self) -> dict[str, int]: ...
-
-    def lease_counts(self) -> dict[str, int]: ...
-
-    def list_roots(self) -> list[RootRecord]: ...
-
-    def list_tables(self, *, enabled_only: bool = False) -> list[TableRecord]: ...
-
-    def unhealthiest_tables(self, limit: int) -> list[TableRecord]: ...
+    def gauge_reads(self, max_tables: int | None, unhealthiest: int) -> GaugeReads: ...
 
 
 class StoreGauges(Collector):
@@ -84,10 +77,7 @@ class StoreGauges(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         families = _families()
         try:
-            counts = self._source.table_counts()
-            holders = self._source.lease_counts()
-            root_records = list(self._source.list_roots())
-            records = self._tables(counts)
+            reads = self._source.gauge_reads(self._max_tables, self._unhealthiest)
         except MaintdError as exc:
             if not self._failing:  # once per outage, not once per scrape
                 logger.warning("the state store gauges are not served while the store fails: {}", exc)
@@ -98,23 +88,15 @@ class StoreGauges(Collector):
         self._failing = False
         families["maintd_store_up"].add_metric([], 1)
         for state in ("healthy", "failing", "disabled"):
-            families["maintd_tables"].add_metric([state], counts.get(state, 0))
-        for holder, count in sorted(holders.items()):
+            families["maintd_tables"].add_metric([state], reads.table_counts.get(state, 0))
+        for holder, count in sorted(reads.lease_counts.items()):
             families["maintd_leases_held"].add_metric([holder], count)
-        for record in records:
-            if record.enabled:
-                _add_table(families, record)
-        for root in root_records:
+        for record in reads.tables:
+            _add_table(families, record)
+        for root in reads.roots:
             families["maintd_root_healthy"].add_metric([root.uri], 1 if root.healthy else 0)
             families["maintd_root_tables"].add_metric([root.uri], root.tables)
         yield from families.values()
-
-    def _tables(self, counts: dict[str, int]) -> Iterable[TableRecord]:
-        """Every enabled table within the bound, else the unhealthiest."""
-        enabled = counts.get("healthy", 0) + counts.get("failing", 0)
-        if self._max_tables is None or enabled <= self._max_tables:
-            return self._source.list_tables(enabled_only=True)
-        return self._source.unhealthiest_tables(self._unhealthiest) if self._unhealthiest else ()
 
 
 def _families() -> dict[str, GaugeMetricFamily]:

@@ -14,6 +14,7 @@ import sys
 import time
 
 from maintd.service.daemon import Daemon
+from maintd.service.recording import open_run
 from maintd.service.records import RunResult
 from maintd.service.store import StateStore
 from maintd.settings import Settings
@@ -31,6 +32,7 @@ def main(argv: list[str]) -> int:
     store = StateStore(url, db_schema=settings.store.db_schema)
 
     def maintain(uri: str) -> RunResult:
+        open_run()  # the stand-in has work: its run is recorded from the start, as a real one executing a plan
         time.sleep(float(work))
         return RunResult(metrics={"worked_by": holder})
 

@@ -13,9 +13,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from maintd.errors import SparkDriverLostError, StateStoreError
+from maintd.service.aggregates import GaugeReads
 from maintd.service.http import HealthServer
 from maintd.service.metrics import Metrics
-from maintd.service.records import RootRecord, TableRecord
+from maintd.service.records import TableRecord
 from maintd.service.store_metrics import StoreGauges, table_state
 
 
@@ -131,34 +132,21 @@ def test_forgetting_a_table_drops_its_series_only() -> None:
 
 
 class FakeSource:
-    """The store's reads the gauges make, over lists held in memory."""
+    """The store's reads for the gauges, over lists held in memory."""
 
     def __init__(self, tables: list[TableRecord], holders: dict[str, str], fail: bool = False) -> None:
         self.tables, self.holders, self.fail = tables, holders, fail
 
-    def table_counts(self) -> dict[str, int]:
+    def gauge_reads(self, max_tables: int | None, unhealthiest: int) -> GaugeReads:
         if self.fail:
             raise StateStoreError("state store postgresql://maintd:hunter2@db/x: cannot count tables")
         counts: dict[str, int] = {}
         for t in self.tables:
-            state = table_state(t)
-            counts[state] = counts.get(state, 0) + 1
-        return counts
-
-    def lease_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
+            counts[table_state(t)] = counts.get(table_state(t), 0) + 1
+        leases: dict[str, int] = {}
         for holder in self.holders.values():
-            counts[holder] = counts.get(holder, 0) + 1
-        return counts
-
-    def list_roots(self) -> list[RootRecord]:
-        return []
-
-    def list_tables(self, *, enabled_only: bool = False) -> list[TableRecord]:
-        return [t for t in self.tables if t.enabled or not enabled_only]
-
-    def unhealthiest_tables(self, limit: int) -> list[TableRecord]:
-        return sorted(self.list_tables(enabled_only=True), key=lambda t: -t.consecutive_failures)[:limit]
+            leases[holder] = leases.get(holder, 0) + 1
+        return GaugeReads(counts, leases, [], [t for t in self.tables if t.enabled])
 
 
 def test_store_gauges_count_leases_per_holder_and_tables_per_state_at_every_scrape() -> None:
