@@ -148,3 +148,17 @@ def test_history_of_a_table_without_runs_says_so(store: StateStore, config: Path
 def test_history_rejects_an_unknown_status(store: StateStore, config: Path) -> None:
     code, _, err = invoke("history", "--config", str(config), "--status", "exploded")
     assert code == 2 and "exploded" in err
+
+
+def test_a_table_only_ever_checked_is_healthy_with_its_checks(store: StateStore, config: Path) -> None:
+    from maintd.service.records import CheckRecord
+
+    checked = T0 + timedelta(minutes=9)
+    store.record_checks("pod-c:3", [CheckRecord(NEW, RunKind.MAINTENANCE, checked, checks=12, planned=1,
+                                                found_nothing=True)])
+    result = runner.invoke(app, ["status", "--json", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    row = next(t for t in json.loads(result.output)["tables"] if t["uri"] == NEW)
+    assert row["health"] == "healthy", "a check that found nothing is no run, but the table was maintained"
+    assert (row["checks"], row["checks_planned"], row["checked_by"]) == (12, 1, "pod-c:3")
+    assert row["checked_at"].startswith("2026-03-01T12:09")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from loguru import logger
 
 from maintd.errors import StateStoreError
@@ -18,6 +19,8 @@ from maintd.service.records import RunKind, RunResult
 from maintd.service.store import StateStore
 from maintd.settings import Settings
 
+from .conftest import StoreTarget
+from .tcpproxy import TcpProxy
 from .test_daemon import wait_for
 
 TABLE = "/wh/t0"
@@ -111,3 +114,44 @@ def test_a_run_cut_off_by_a_store_outage_is_closed_as_abandoned_when_the_store_r
         store.close()
     summary = [r for r in records if r["extra"].get("run_id") == run.id and r["extra"].get("status") == "abandoned"]
     assert len(summary) == 1 and summary[0]["level"].name == "WARNING"
+
+
+@pytest.mark.postgres
+def test_a_run_cut_off_by_a_real_postgresql_outage_is_closed_as_abandoned_when_it_answers_again(
+    store_target: StoreTarget, store: StateStore, tmp_path: Path, records: list[Any]
+) -> None:
+    """The connection to PostgreSQL itself breaks (through a proxy cut in front of it), not a stand-in store."""
+    if store_target.backend != "postgresql":
+        pytest.skip("a PostgreSQL outage")
+    url = sa.make_url(store_target.url)
+    proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432)
+    proxied = StateStore(url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False),
+                         db_schema=store_target.db_schema, connect_timeout=2)
+    inside, go_on = threading.Event(), threading.Event()
+
+    def maintain(uri: str) -> RunResult:
+        open_run()
+        inside.set()
+        assert go_on.wait(60)
+        return RunResult(metrics={"tasks_planned": 1, "tasks_committed": 1})
+
+    daemon = Daemon(settings_of(tmp_path), proxied, maintain, lambda uri: RunResult(), holder="d1")
+    try:
+        daemon.run_pass(RunKind.MAINTENANCE)
+        assert inside.wait(60)
+        proxy.cut()
+        go_on.set()
+        wait_for(lambda: not daemon._snapshot())
+        assert [r.status for r in store.history(TABLE)] == ["running"]
+        proxy.restore()
+        wait_for(lambda: daemon.renew_leases() is None and store.history(TABLE)[0].status == "abandoned", 60)
+    finally:
+        go_on.set()
+        proxy.restore() if proxy._listener is None else None
+        daemon.stop(grace_seconds=30)
+        proxied.close()
+        proxy.close()
+    [run] = store.history(TABLE)
+    assert "could not be reached when the run ended (succeeded)" in (run.error or "")
+    summary = [r for r in records if r["extra"].get("run_id") == run.id and r["extra"].get("status") == "abandoned"]
+    assert len(summary) == 1
