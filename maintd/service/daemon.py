@@ -53,7 +53,7 @@ from maintd.service.checks import CheckLedger
 from maintd.service.metrics import Metrics
 from maintd.service.recording import RunRow, backoff_seconds, record_failure, record_finished
 from maintd.service.records import RunKind, RunResult, RunStatus
-from maintd.service.replicas import Membership
+from maintd.service.replicas import Membership, live_for
 from maintd.service.run_log import log_run, run_context
 from maintd.service.store import StateStore
 from maintd.settings import Settings
@@ -119,7 +119,8 @@ class Daemon:
         self.holder = holder or default_holder()
         self.blocked = blocked or (lambda: None)
         s = settings.store
-        self.membership = Membership(store, self.holder, s.lease_duration_seconds - s.lease_renew_interval_seconds)
+        self.membership = Membership(store, self.holder, live_for(s.lease_duration_seconds,
+                                                                  s.lease_renew_interval_seconds))
         self.ledger = CheckLedger()
         self.stopping = threading.Event()
         self._grace_over = threading.Event()
@@ -151,7 +152,7 @@ class Daemon:
             jitter = min(s.jitter_seconds, interval / 4)
             self._scheduler.add_job(
                 self.run_pass, "interval", args=[kind], id=job_id, seconds=interval - jitter, jitter=jitter or None,
-                next_run_time=_utcnow(), max_instances=1, coalesce=True,
+                next_run_time=_utcnow(), max_instances=1, coalesce=True, misfire_grace_time=None,
             )
         self._scheduler.add_job(
             self.renew_leases,
@@ -159,6 +160,7 @@ class Daemon:
             id="renew",
             max_instances=1,
             coalesce=True,
+            misfire_grace_time=None,  # late on a busy machine is better than skipped: the others would think it gone
             seconds=self.settings.store.lease_renew_interval_seconds,
         )
         self._scheduler.start()

@@ -1,14 +1,17 @@
 """Replicas share the tables: each table is checked by one live replica, chosen by rendezvous hashing.
 
 Every daemon renews a row of ``maintd_replicas`` with its leases (database clock). The replicas seen within
-``lease_duration_seconds - lease_renew_interval_seconds`` are live; each table belongs to the live replica
-whose hash of (replica, table) is highest (rendezvous hashing: when a replica comes or goes, only the
-tables it owned or takes move, and every replica computes the same owner from the same list). A replica
-checks only the tables it owns, so a table is checked once per interval whatever the number of replicas.
+:func:`live_for` (``lease_duration_seconds - 1.5 * lease_renew_interval_seconds``: 30 s by default) are
+live; each table belongs to the live replica whose hash of (replica, table) is highest (rendezvous hashing:
+when a replica comes or goes, only the tables it owned or takes move, and every replica computes the same
+owner from the same list). A replica checks only the tables it owns, so a table is checked once per
+interval whatever the number of replicas.
 
-A replica that dies stops renewing its row: the others see it gone within one lease period of its last
-renewal, take its tables, and check at once those they took. A replica that stops cleanly removes its row,
-so its tables move on at the others' next renewal. Two replicas may briefly disagree on the owner while
+A replica that dies stops renewing its row: the others see it gone at their first renewal after
+:func:`live_for`, so within ``live_for + lease_renew_interval_seconds`` of its death (50 s of the 60 s lease
+by default: within one lease period whenever the renewal interval is at most a third of it), take its
+tables, and check at once those they took. A replica that stops cleanly removes its row, so its tables
+move on at the others' next renewal. Two replicas may briefly disagree on the owner while
 their lists differ; both may then check a table, which costs a look at its log: a run still needs the
 table's lease (:mod:`maintd.service.leases`), so no table is ever maintained by two replicas at once.
 """
@@ -24,6 +27,13 @@ from maintd.service.store import StateStore
 
 def _score(replica: str, uri: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{replica}\0{uri}".encode(), digest_size=8).digest(), "big")
+
+
+def live_for(lease_seconds: float, renew_seconds: float) -> float:
+    """How long a replica stays live without renewing its row: a renewal and a half short of the lease, so a
+    dead replica's tables move within the lease; never less than a renewal and a half, so one late renewal
+    of a busy replica does not hand its tables on."""
+    return max(lease_seconds - 1.5 * renew_seconds, 1.5 * renew_seconds)
 
 
 def owner(replicas: Iterable[str], uri: str) -> str:
@@ -90,4 +100,4 @@ class Membership:
         self.store.leave(self.holder)
 
 
-__all__ = ["Membership", "owner"]
+__all__ = ["Membership", "live_for", "owner"]

@@ -159,7 +159,7 @@ replicas = Table(
     "maintd_replicas",
     metadata,
     # One row per daemon, its seen_at renewed with its leases: the live replicas split the tables between
-    # them (maintd.service.replicas); a row not renewed for a lease period is a replica gone.
+    # them (maintd.service.replicas); a row not renewed for most of a lease period is a replica gone.
     Column("holder", String(256), primary_key=True),
     Column("started_at", UTCDateTime(), nullable=False),
     Column("seen_at", UTCDateTime(), nullable=False),

@@ -170,6 +170,7 @@ def test_the_planner_exports_exactly_its_public_names() -> None:
 
     assert sorted(planner.__all__) == sorted(
         ["BucketDecision", "BucketStats", "MaintenancePlan", "PlanTask", "Policy", "PolicyFile", "ResolvedPolicy",
-         "bucket_stats", "decide", "default_policy", "load_policy_file", "parse_policy", "plan", "plan_buckets",
+         "bucket_stats", "decide", "default_policy", "load_policy_file", "next_time_trigger", "parse_policy", "plan",
+         "plan_buckets",
          "policy_yaml", "with_overrides"])
     assert all(hasattr(planner, n) for n in planner.__all__)

@@ -13,16 +13,20 @@ from __future__ import annotations
 import sys
 import threading
 
+from loguru import logger
+
 from maintd.service.daemon import Daemon
 from maintd.service.records import RunResult, RunStatus
 from maintd.service.store import StateStore
 from maintd.settings import Settings
 
-INTERVAL, LEASE, RENEW = 1.0, 4.0, 1.0
+INTERVAL, LEASE, RENEW = 2.0, 10.0, 2.0
 
 
 def main(argv: list[str]) -> int:
     url, schema, holder, n_tables = argv
+    logger.remove()  # a check per table per second at DEBUG is not what the test reads
+    logger.add(sys.stderr, level="INFO")
     settings = Settings.model_validate({
         "warehouse": {"tables": [f"/wh/t{i:03d}" for i in range(int(n_tables))], "discovery": False},
         "scheduler": {"maintenance_interval_seconds": INTERVAL, "reclamation_interval_seconds": 3600,
