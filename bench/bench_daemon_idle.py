@@ -255,6 +255,12 @@ def main() -> None:
                   f"{1000 * per_check[-1]:.3f} ms per check, look at the log {1e6 * look[-1]:.0f} us (wall); "
                   f"load {os.getloadavg()}", flush=True)
         rows_after = store_rows(engine, schema)
+        timed = []
+        for _ in range(10):  # wall time of a scrape, and the daemon process's CPU meanwhile (load inflates the first)
+            o0 = cpu(daemon.pid)[1]
+            size, seconds, _ = scrape(port)
+            timed.append((seconds, cpu(daemon.pid)[1] - o0))
+            time.sleep(1)
         stale = max(time.time() - _seconds(at) for at in seen.values() if at is not None)
         print(f"CPU share of one core: median {100 * statistics.median(shares):.2f}% (min {100 * min(shares):.2f}%, "
               f"max {100 * max(shares):.2f}%); daemon process alone median {100 * statistics.median(own_shares):.2f}%")
@@ -266,6 +272,10 @@ def main() -> None:
               f"{len(gaps)} gaps (interval {args.interval:.0f} s); oldest check at the end: {stale:.0f} s ago")
         print(f"store rows before the windows: {rows_before}; after: {rows_after}")
         print("/metrics: " + ", ".join(f"{n} bytes in {1000 * t:.1f} ms" for n, t in scrapes))
+        walls, cpus = [t for t, _ in timed], [c for _, c in timed]
+        print(f"/metrics, 10 scrapes of {size} bytes: wall median {1000 * statistics.median(walls):.1f} ms (min "
+              f"{1000 * min(walls):.1f}, max {1000 * max(walls):.1f}); daemon CPU median "
+              f"{1000 * statistics.median(cpus):.0f} ms (clock ticks of {1000 / TICKS:.0f} ms)")
         print(f"load after: {os.getloadavg()}")
     finally:
         daemon.send_signal(signal.SIGTERM)
