@@ -5,6 +5,10 @@ check lag, state-store growth, and ``/metrics`` size and time.
     .venv/bin/python bench/bench_daemon_idle.py --tables 1000 --interval 60 --store postgresql
     .venv/bin/python bench/bench_daemon_idle.py --tables 10000 --interval 300 --store sqlite
 
+To measure an older maintd, run the bench with ``PYTHONPATH`` pointing at its checkout: on a store without
+``checked_at`` (before revision 0004) the last successful maintenance stands for the last check, since each
+check was then a recorded run.
+
 The bench creates TABLES small healthy tables under one root on local disk (2 buckets, one upsert of 20
 rows each: a plan finds nothing to do; kept under ``--root`` between runs), starts the real ``maintd daemon``
 command on them (discovery, the default policy, jitter and lease settings; the state store is a fresh
@@ -114,16 +118,22 @@ def free_port() -> int:
 
 
 def store_rows(engine: sa.Engine, schema: str | None) -> dict[str, int]:
-    names = ("maintd_tables", "maintd_runs", "maintd_decisions", "maintd_leases", "maintd_replicas")
     with engine.connect() as conn:
+        present = set(sa.inspect(conn).get_table_names(schema=schema))
+        names = [n for n in ("maintd_tables", "maintd_runs", "maintd_decisions", "maintd_leases", "maintd_replicas")
+                 if n in present]
         prefix = f'"{schema}".' if schema else ""
         return {n: int(conn.execute(sa.text(f"SELECT count(*) FROM {prefix}{n}")).scalar_one()) for n in names}
 
 
 def checked(engine: sa.Engine, schema: str | None) -> dict[str, tuple[str | None, str | None, str | None]]:
+    """Per table: when it was last checked, and when maintenance and reclamation last succeeded. A store of a
+    maintd before revision 0004 has no ``checked_at``: each of its checks was a run that set the last success."""
     prefix = f'"{schema}".' if schema else ""
     with engine.connect() as conn:
-        rows = conn.execute(sa.text(f"SELECT uri, checked_at, maintenance_succeeded_at, reclaim_succeeded_at "
+        columns = {c["name"] for c in sa.inspect(conn).get_columns("maintd_tables", schema=schema)}
+        check = "checked_at" if "checked_at" in columns else "maintenance_succeeded_at"
+        rows = conn.execute(sa.text(f"SELECT uri, {check}, maintenance_succeeded_at, reclaim_succeeded_at "
                                     f"FROM {prefix}maintd_tables"))
         return {r[0]: (_text(r[1]), _text(r[2]), _text(r[3])) for r in rows}
 

@@ -8,9 +8,10 @@ pressure), and the expiry of pins that hold history back. A daemon that found no
 skip planning an unchanged table until the earliest of those moments, and re-plan exactly then.
 
 :func:`next_time_trigger` returns that moment. It is conservative: it takes every such threshold of
-every file of every bucket that holds DeltaFiles (buckets without DeltaFiles have no time trigger), so
-it may name a moment at which the plan is still empty (the daemon then plans once more and asks again),
-never one later than the first at which the plan could become non-empty.
+every file of every bucket that holds DeltaFiles (buckets without DeltaFiles have no time trigger), leaving
+out only those that cannot fire (an age rule of a level with fewer than two files, the minimum interval of a
+bucket without a BaseFile), so it may name a moment at which the plan is still empty (the daemon then plans
+once more and asks again), never one later than the first at which the plan could become non-empty.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from maintd.table import Snapshot
 
 def _candidates(snapshot: Snapshot, policy: Policy, now_ms: int) -> Iterable[int]:
     clustering, compaction = policy.clustering, policy.compaction
-    ages = [lvl.max_age_hours for lvl in (clustering.level1, clustering.level2)] if clustering.enabled else []
-    intervals = [compaction.max_interval_hours, compaction.min_interval_hours] if compaction.enabled else []
+    # a level's age rule fires only for a run of at least two files of its source level
+    ages = {0: clustering.level1.max_age_hours, 1: clustering.level2.max_age_hours} if clustering.enabled else {}
     retain = snapshot.retain_hours if compaction.enabled and compaction.retention_pressure else None
     with_deltas = False
     for files in snapshot.by_bucket().values():
@@ -36,13 +37,16 @@ def _candidates(snapshot: Snapshot, policy: Policy, now_ms: int) -> Iterable[int
         with_deltas = True
         bases = [f for f in files if f.kind == "base"]
         clock = max(f.modification_time for f in bases) if bases else min(f.min_commit_time for f in deltas)
-        for hours in intervals:
-            yield clock + int(hours * MS_PER_HOUR)
-        for f in deltas:
-            for hours in ages:
-                yield f.max_commit_time + int(hours * MS_PER_HOUR)
-            if retain is not None:
-                yield f.max_commit_time + retain * MS_PER_HOUR
+        if compaction.enabled:
+            yield clock + int(compaction.max_interval_hours * MS_PER_HOUR)
+            if bases:  # min_interval_hours only holds back a compaction of a bucket that has a BaseFile
+                yield clock + int(compaction.min_interval_hours * MS_PER_HOUR)
+        for level, hours in ages.items():
+            same = [f for f in deltas if f.level == level]
+            if len(same) >= 2:
+                yield from (f.max_commit_time + int(hours * MS_PER_HOUR) for f in same)
+        if retain is not None:
+            yield from (f.max_commit_time + retain * MS_PER_HOUR for f in deltas)
     if with_deltas:
         yield from (p.expires for p in snapshot.live_pins(now_ms))
 

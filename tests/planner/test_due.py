@@ -62,3 +62,10 @@ def test_the_age_of_a_run_of_delta_files_is_a_trigger() -> None:
     due = next_time_trigger(snap, pol, NOW)
     assert due is not None and due <= NOW + timedelta(hours=0.75) + timedelta(milliseconds=1)
     assert plan(snap, pol, NOW + timedelta(hours=0.76)).tasks
+
+
+def test_a_single_file_per_level_waits_for_compaction_not_for_the_age_of_a_merge() -> None:
+    """One DeltaFile per bucket cannot be merged whatever its age: the next trigger is compaction's interval."""
+    snap = snapshot([delta(1, age_h=0.1, bucket=0), delta(2, age_h=0.1, bucket=1)], version=2)
+    due = next_time_trigger(snap, policy(), NOW)
+    assert due is not None and due >= NOW + timedelta(hours=23.8), due
