@@ -28,6 +28,7 @@ maintd's own records bypass the pipe, so none is lost when the process exits.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -157,13 +158,43 @@ def _forward_stderr() -> TextIO:
     st = os.fstat(2)
     _pipe = (st.st_dev, st.st_ino)
     threading.Thread(target=_pass_lines, args=(read_end, real), name="maintd-stderr", daemon=True).start()
+    if _forwarded is None:
+        atexit.register(_drain)
     _forwarded = real
     return real
+
+
+_SENTINEL = "\x00maintd-stderr-drained\x00"
+"""A line :func:`_drain` writes through the pipe; the forwarding thread sets :data:`_drained` on reading it."""
+_drained = threading.Event()
+
+
+def _drain(timeout: float = 2.0) -> None:
+    """At exit, wait until the lines written to fd 2 so far are forwarded: the last thing a command writes
+    (``error: ...`` before it exits) goes through the pipe, and the thread forwarding it is a daemon thread
+    that would be stopped with lines still in the pipe. A sentinel line marks the end (a child still holding
+    the pipe would keep an end-of-file from coming); bounded by ``timeout``."""
+    if _pipe is None:
+        return
+    try:
+        sys.stderr.flush()
+        st = os.fstat(2)
+        if (st.st_dev, st.st_ino) != _pipe:
+            return
+        _drained.clear()
+        os.write(2, (_SENTINEL + "\n").encode())
+    except (OSError, ValueError):
+        return
+    _drained.wait(timeout)
 
 
 def _pass_lines(read_end: int, real: TextIO) -> None:
     with os.fdopen(read_end, encoding="utf-8", errors="replace") as lines:
         for line in lines:
+            if line.rstrip("\n") == _SENTINEL:
+                real.flush()
+                _drained.set()
+                continue
             try:
                 _pass_line(line, real)
             except Exception:  # never stop reading: a full pipe would block every writer
