@@ -45,15 +45,22 @@ each task. Importing the module changes nothing; run as Spark runs a daemon modu
 At import it loads nothing but the standard library and :mod:`pyspark.daemon`, and lives at the top of the
 package for that reason: importing it (tests, the daemon's own start) must not start threads; only the
 preload, run as the daemon, loads the rest, and only what is safe to fork (above).
-Executors need maintd installed for it, as for maintd's tasks; :func:`maintd.execution.spark.spark_session`
-sets it only in sessions it builds and not when code is shipped with ``spark.submit.pyFiles``, and a
-``spark.python.daemon.module`` in the ``spark.conf`` settings (``pyspark.daemon``, say) replaces it.
+Executors need maintd installed for it, as for maintd's tasks. It is off by default, because it replaces a
+private function of PySpark's: ``spark.worker_daemon: true`` sets it in the sessions maintd builds
+(:func:`maintd.execution.spark.spark_session`), not when code is shipped with ``spark.submit.pyFiles``, and a
+``spark.python.daemon.module`` in the ``spark.conf`` settings (``pyspark.daemon``, say) replaces it. At the
+session's start :func:`incompatibility` checks the running pyspark for what this module relies on (the
+signatures of ``pyspark.daemon.worker`` and ``manager``, and the worker opening its input with
+``os.fdopen``); when it differs, PySpark's own daemon runs and a warning says why. Run as the daemon on an
+executor whose pyspark differs from the driver's, it makes the same check and runs PySpark's daemon
+unchanged, with a line on standard error.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import inspect
 import io
 import os
 import socket
@@ -66,6 +73,38 @@ TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 """Linux only; elsewhere the stock daemon runs unchanged."""
 
 _stock_worker = _daemon.worker
+
+WORKER_PARAMETERS = ("sock", "authenticated")
+"""The parameters of ``pyspark.daemon.worker`` this module calls it with and replaces it by."""
+WORKER_INPUT = 'os.fdopen(os.dup(sock.fileno()), "rb"'
+"""How ``pyspark.daemon.worker`` opens its input, which :func:`worker` answers with a :class:`QuickAckReader`."""
+
+
+def incompatibility(daemon: Any = _daemon) -> str | None:
+    """Why this module cannot stand in for the running pyspark's daemon (None: it can).
+
+    Checks what it relies on: ``worker(sock, authenticated)``, ``manager()`` without parameters, and the worker
+    opening its input with ``os.fdopen`` as PySpark 4.1 to 4.3 do.
+    """
+    import pyspark
+
+    version = getattr(pyspark, "__version__", "?")
+    worker_fn, manager_fn = getattr(daemon, "worker", None), getattr(daemon, "manager", None)
+    if not callable(worker_fn) or not callable(manager_fn):
+        return f"pyspark {version}'s pyspark.daemon has no worker() or manager()"
+    try:
+        params = tuple(inspect.signature(worker_fn).parameters)
+        manager_params = [p for p in inspect.signature(manager_fn).parameters.values() if p.default is p.empty]
+        source = inspect.getsource(worker_fn)
+    except (TypeError, ValueError, OSError) as exc:
+        return f"pyspark {version}'s pyspark.daemon cannot be inspected ({exc})"
+    if params != WORKER_PARAMETERS:
+        return f"pyspark {version}'s pyspark.daemon.worker takes {params}, not {WORKER_PARAMETERS}"
+    if manager_params:
+        return f"pyspark {version}'s pyspark.daemon.manager needs arguments ({[p.name for p in manager_params]})"
+    if WORKER_INPUT not in source:
+        return f"pyspark {version}'s pyspark.daemon.worker no longer opens its input with {WORKER_INPUT}"
+    return None
 
 
 class QuickAckReader(io.RawIOBase):
@@ -167,7 +206,17 @@ def preload() -> bool:
     return True
 
 
-if __name__ == "__main__":  # as Spark starts it: ``python -m maintd.pyspark_daemon``
-    _daemon.worker = worker  # the daemon's loop calls the module-level name for every task
-    preload()
+def main() -> None:
+    """Run as Spark runs a daemon module: this module's :func:`worker` in PySpark's daemon loop, or PySpark's
+    daemon unchanged when the executor's pyspark is not the one this module expects (:func:`incompatibility`)."""
+    reason = incompatibility()
+    if reason is not None:
+        print(f"maintd.pyspark_daemon: {reason}; running PySpark's own daemon", file=sys.stderr, flush=True)
+    else:
+        _daemon.worker = worker  # the daemon's loop calls the module-level name for every task
+        preload()
     _daemon.manager()
+
+
+if __name__ == "__main__":  # as Spark starts it: ``python -m maintd.pyspark_daemon``
+    main()

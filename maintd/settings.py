@@ -157,8 +157,10 @@ class SparkSettings(_Group):
     master: str = Field(
         default="local[*]",
         description="Spark master URL (`local[*]`, `spark://host:7077`, `k8s://https://...`); a local master "
-        "without a failure count runs with `spark.task.maxFailures` retries (`local[*,4]`). Not used under "
-        "`spark-submit`, whose `--master` stands. URL.",
+        "without a failure count runs with `spark.task.maxFailures` retries (`local[N,4]`), and `local[*]` with N "
+        "the CPUs of the container's quota (cgroup `cpu.max` or CFS quota, CPU affinity), not the node's cores. "
+        "Only with a local master may small plans run without a Spark job; on any other every plan runs on the "
+        "cluster. Not used under `spark-submit`, whose `--master` stands. URL.",
     )
     remote: str | None = Field(
         default=None,
@@ -176,6 +178,21 @@ class SparkSettings(_Group):
         "`-XX:TieredStopAtLevel=1` joins `spark.driver.extraJavaOptions` (the driver JVM compiles with the client "
         "compiler only: docs/architecture.md, \"Spark modes\") unless those options choose a tiered level, e.g. "
         "`-XX:TieredStopAtLevel=4` for the JVM's default."
+    )
+    ship_storage_options: bool = Field(
+        default=False,
+        description="Carry the storage credentials this process resolved (registered options, `AWS_*`, "
+        "`AZURE_*`, `GOOGLE_*` variables) to the Spark executors inside every task. Off: tasks carry only the "
+        "options that are not credentials (endpoint, region...) and executors use their own (environment, "
+        "instance role, IRSA, workload identity). Secrets are hidden in every log line either way; Spark conf "
+        "`spark.maintd.storage.shipOptions=true` does the same under `spark-submit`. Boolean.",
+    )
+    worker_daemon: bool = Field(
+        default=False,
+        description="Run maintd's PySpark worker daemon (`maintd.pyspark_daemon`: tens of milliseconds less per "
+        "Python task) in sessions maintd builds. It replaces a private function of PySpark's, so it is checked "
+        "against the running pyspark at start; when that differs, PySpark's own daemon runs and a warning says "
+        "why. Executors need maintd installed. Boolean.",
     )
     keep_workers_warm_seconds: float | None = Field(
         default=None,
@@ -204,8 +221,7 @@ class SchedulerSettings(_Group):
         default=30.0,
         ge=0,
         description="Passes start at a random moment within this much (at most a quarter of the interval) before "
-        "their interval is over, ending 5% of the interval early, so replicas spread out and no table waits longer "
-        "than its interval. Seconds.",
+        "their interval is over, so replicas spread out and no table waits longer than its interval. Seconds.",
     )
     max_concurrent_tables: int = Field(
         default=2, ge=1, le=256, description="Tables in maintenance at once in one daemon. Count."

@@ -14,8 +14,12 @@ import pytest
 def spark() -> Iterator[Any]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from maintd.execution import spark_session
+    from maintd.settings import SparkSettings
 
-    session = spark_session(conf={"spark.master": "local[2]", "spark.driver.memory": "1g",
+    # maintd's worker daemon is opt-in (spark.worker_daemon); the shared session turns it on, so that every Spark
+    # test runs through it as well (the default, PySpark's own daemon, runs in the cluster and subprocess tests)
+    session = spark_session(SparkSettings(worker_daemon=True),
+                            conf={"spark.master": "local[2]", "spark.driver.memory": "1g",
                                   "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
     yield session
     session.stop()

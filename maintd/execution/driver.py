@@ -10,13 +10,13 @@ on. A commit that fails for good stops the run: nothing more starts and running 
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from maintd.execution.commit import CommitOutcome, IncrementalCommitter
+from maintd.execution.cpus import usable_cpus
 from maintd.execution.processes import ProcessBackend, warm_workers, workers_can_open
 from maintd.execution.scheduler import Backend, LocalBackend, SparkBackend, run_units
 from maintd.execution.specs import ExecutionOptions, PlanDoc, TaskResult
@@ -99,21 +99,6 @@ def in_process_threads(options: ExecutionOptions) -> int:
         return options.in_process_threads
     cpus = usable_cpus()
     return min(cpus, DEFAULT_MAX_WORKERS) if options.in_process_workers == "processes" else cpus
-
-
-def usable_cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
-    """The CPUs this process may run on, bounded by its container's CPU quota (cgroup v2 ``cpu.max``, as a
-    Kubernetes CPU limit sets it): a pod limited to 2 CPUs on a 64-CPU node runs 2 units at once, not 64."""
-    cpus = len(os.sched_getaffinity(0)) or 1
-    try:
-        with open(cpu_max) as fh:
-            fields = fh.read().split()
-    except OSError:  # no cgroup v2 quota file: no quota
-        return cpus
-    if len(fields) != 2 or fields[0] == "max" or not fields[0].isdigit() or not fields[1].isdigit():
-        return cpus
-    quota, period = int(fields[0]), int(fields[1])
-    return max(1, min(cpus, -(-quota // period))) if period > 0 else cpus
 
 
 def execute(plan: Any, table: Table, spark: Any = None, options: ExecutionOptions | None = None) -> list[TaskResult]:

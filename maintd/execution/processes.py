@@ -238,7 +238,7 @@ class ProcessBackend:
 
     def __init__(self, workers: int, table_uri: str, pack_threads: int = 1) -> None:
         self.workers = workers
-        carried = carry_storage(table_uri)
+        carried = carry_storage(table_uri, credentials=True)  # its own children, on this machine
         self.request: dict[str, object] = {"threads": pack_threads, "uri": carried.uri if carried else None,
                                            "options": dict(carried.options) if carried else None}
         self._cancelled = threading.Event()

@@ -4,7 +4,11 @@ Each table is independent: a failure in one is recorded in its summary and the o
 Within a table, finished buckets are committed in groups while the run goes on (``commit.group_*``
 settings), so a failing or conflicting bucket costs only itself. The SparkSession is created only
 when some table has work, so ``maintd run`` on healthy tables (or with ``--dry-run``) never starts a
-JVM; the summary names the Spark master and application a run used.
+JVM; the summary names the engine, the Spark master and application a run used.
+
+Where a plan runs: under ``spark-submit`` or in a session the caller gives, every plan runs as Spark jobs on
+that session's cluster; only a session maintd builds itself with a local master lets a small plan
+(``spark.maintd.inProcess.maxInputBytes``) run in this process instead (:mod:`maintd.execution.spark`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from loguru import logger
 
 from maintd.errors import MaintdError
 from maintd.execution.driver import run_plan, runs_in_process
-from maintd.execution.spark import options_from_settings, spark_session
+from maintd.execution.spark import options_from_settings, runs_small_plans_in_process, spark_session
 from maintd.execution.specs import ExecutionOptions
 from maintd.table import RetryPolicy, Snapshot, Table
 
@@ -83,7 +87,7 @@ class TableRunSummary:
     """Where the run's rewrites executed: ``spark``, or ``in-process`` (threads of the process that planned
     them: a plan of at most ``spark.maintd.inProcess.maxInputBytes``); None when nothing executed."""
     spark_master: str | None = None
-    """The master URL of the Spark application that ran the tasks (None: none ran, or local threads)."""
+    """The master URL of the Spark application that ran the tasks (None: none ran, or they ran in process)."""
     spark_app_id: str | None = None
     """The id of that Spark application (``app-...`` on a standalone cluster, ``local-...`` in local mode)."""
     spark_tasks: int = 0
@@ -154,6 +158,14 @@ class Runner:
             self._spark = spark_session(getattr(self.settings, "spark", None))
         return self._spark
 
+    def _runs_in_process(self, plan: Any, snap: Snapshot) -> bool:
+        """Whether ``plan`` runs without a Spark job: only small plans, and only when the session is (or will be)
+        one maintd builds itself with a local master (:func:`~maintd.execution.spark.runs_small_plans_in_process`);
+        under ``spark-submit`` or in a session the caller gave, every plan runs on that session's cluster."""
+        if not runs_in_process(plan, snap, self.options):
+            return False
+        return runs_small_plans_in_process(self._spark, getattr(self.settings, "spark", None))
+
     def run(self, uris: Sequence[str], *, dry_run: bool = False, now: datetime | None = None
             ) -> list[TableRunSummary]:
         return [self.run_table(uri, dry_run=dry_run, now=now) for uri in uris]
@@ -212,7 +224,7 @@ class Runner:
             self._progress(uri, "done")
             return
         self._progress(uri, "executing")
-        local = not self._use_spark or runs_in_process(plan, snap, self.options)  # no session for a small plan
+        local = not self._use_spark or self._runs_in_process(plan, snap)
         report = run_plan(plan, table, None if local else self.spark, self.options, commit=True,
                           before_commit=lambda: self._progress(uri, "committing"))
         results, outcome = report.results, report.outcome

@@ -34,7 +34,7 @@ from loguru import logger
 from maintd.execution.output import name_prefix
 from maintd.execution.prior import PRIOR_PREFIX
 from maintd.execution.rewrite import run_pack
-from maintd.execution.spark import is_connect, run_pack_in_worker
+from maintd.execution.spark import is_connect, run_pack_in_worker, ships_storage_options
 from maintd.execution.specs import ExecutionOptions, TaskResult, TaskSpec
 from maintd.storage import Storage, carry_storage
 from maintd.table.files import data_file_path
@@ -103,9 +103,11 @@ class SparkBackend:
         self.group = f"maintd-{uuid.uuid4().hex[:12]}"
         self.description = description
         # Executors on other machines see neither this process's storage options nor its environment: the
-        # task function carries the table's resolved options (their repr hides secrets).
+        # task function carries the table's resolved options (their repr hides secrets), its credentials only
+        # when asked (or to a local master's workers): an executor's own role or environment supplies them.
+        carried = carry_storage(table_uri, ships_storage_options(spark, options)) if table_uri else None
         self.fn = functools.partial(run_pack_in_worker, threads=options.pack_threads, freeze=options.freeze_zip_caches,
-                                    storage=carry_storage(table_uri) if table_uri else None)
+                                    storage=carried)
 
     def cores(self) -> int:
         if self.connect:

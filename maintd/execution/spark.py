@@ -8,8 +8,24 @@ maintd runs on the session the user runs it with:
 * **otherwise** maintd builds one from its ``spark`` settings: ``master`` (``local[*]``,
   ``spark://host:7077``, ``k8s://https://...``) or ``remote`` (Spark Connect), ``app_name``,
   ``driver_memory`` and ``conf``. A local master without a failure count gets one (``local[*]`` runs
-  as ``local[*,F]`` with F = ``spark.task.maxFailures``, default 4), because Spark retries nothing in
-  local mode otherwise, and a killed Python worker would fail the run.
+  as ``local[N,F]`` with N the CPUs of the container's quota, :func:`maintd.execution.cpus.usable_cpus`,
+  and F = ``spark.task.maxFailures``, default 4), because Spark retries nothing in local mode otherwise,
+  and a killed Python worker would fail the run.
+
+**Where work runs** (:func:`runs_small_plans_in_process`): in a session maintd builds itself with a local
+master, a plan of at most ``spark.maintd.inProcess.maxInputBytes`` runs without a Spark job, in this process
+(:func:`maintd.execution.driver.runs_in_process`). Every other session (``spark-submit``, one the caller
+gives, one maintd builds on a cluster master or Spark Connect) runs every plan as Spark jobs on its cluster,
+whatever the size: work submitted to a cluster never runs in the driver's container.
+
+**What executors are given.** Only the task specs and, by default, the storage options of the table
+that are not credentials (endpoint, region...): executors use their own credentials (environment,
+instance role, workload identity). ``spark.ship_storage_options`` (or the Spark conf
+``spark.maintd.storage.shipOptions=true``) ships the driver's credentials in the tasks, hidden in every
+``repr``; a local master's Python workers (this process's children) get them without asking. A session
+maintd builds with a local master runs its Python workers with this interpreter
+(``spark.pyspark.python``); on a cluster master the executors' interpreter is theirs to choose
+(``PYSPARK_PYTHON`` or ``spark.pyspark.python`` naming the path on the executors).
 
 Execution options of maintd itself are read from ``spark.conf`` of the settings in every mode
 (``spark.maintd.task.memory``, ``...readThreads``, ``...inputBytes``, ``...packThreads``).
@@ -30,10 +46,11 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 
 from maintd.errors import ConfigError
+from maintd.execution.cpus import usable_cpus
 from maintd.execution.rewrite import release_memory, run_pack_json
 from maintd.execution.specs import ExecutionOptions
 from maintd.redaction import withheld_from_children
-from maintd.storage import CarriedStorage
+from maintd.storage import SHIP_CONF, CarriedStorage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -58,6 +75,14 @@ IN_PROCESS_WORKERS_CONF = "spark.maintd.inProcess.workers"
 """What runs them: ``processes`` (default, a pool of local worker processes) or ``threads`` of the daemon."""
 FAULTS_CONF = "spark.maintd.faults"
 """Fault injection for tests: JSON object of plan task id (or ``*``) to fault (:class:`ExecutionOptions`)."""
+SHIP_STORAGE_CONF = SHIP_CONF
+"""``spark.maintd.storage.shipOptions``: ``true``: tasks carry the driver's storage credentials to the executors
+(``spark.ship_storage_options`` sets it in sessions maintd builds; under ``spark-submit`` or in a session of your
+own, set it in the Spark conf)."""
+OWNER_CONF = "spark.maintd.session.owner"
+"""``maintd`` in the sessions maintd builds itself: with a local master (and only then) they may run small plans
+without a Spark job (:func:`runs_small_plans_in_process`)."""
+PYSPARK_PYTHON_CONF = "spark.pyspark.python"
 MAX_FAILURES_CONF = "spark.task.maxFailures"
 DEFAULT_MAX_FAILURES = 4
 
@@ -74,9 +99,11 @@ _DEFAULT_CONF = {
 DAEMON_MODULE_CONF = "spark.python.daemon.module"
 DAEMON_MODULE = "maintd.pyspark_daemon"
 """PySpark's daemon with workers that acknowledge the JVM's writes at once and freeze what their imports left
-for the collector: tens of milliseconds less per Python task (:mod:`maintd.pyspark_daemon`). Set in sessions
-maintd builds, unless the settings name a daemon module themselves or ship code with ``spark.submit.pyFiles``
-(the daemon starts before any shipped file is on its path, so it needs maintd installed on the executors)."""
+for the collector: tens of milliseconds less per Python task (:mod:`maintd.pyspark_daemon`). Off by default (it
+replaces a private function of PySpark's): ``spark.worker_daemon: true`` sets it in sessions maintd builds, once
+:func:`maintd.pyspark_daemon.incompatibility` finds the running pyspark as it expects, and unless the settings
+name a daemon module themselves or ship code with ``spark.submit.pyFiles`` (the daemon starts before any shipped
+file is on its path, so it needs maintd installed on the executors)."""
 DRIVER_JAVA_OPTIONS_CONF = "spark.driver.extraJavaOptions"
 DRIVER_JIT_OPTION = "-XX:TieredStopAtLevel=1"
 """The driver JVM of a session maintd builds compiles with the client compiler (C1) only. maintd's driver
@@ -87,36 +114,30 @@ workers (the whole JVM 0.10-0.145 s against 0.055-0.07 s with C1 only, and the p
 0.37-0.39 s, bench/bench_spark_workers.py --variants default,c2). Options of the user's that choose a tiered
 level themselves are left alone."""
 _LOCAL = re.compile(r"local(?:\[(\*|\d+)\])?")
+_ANY_LOCAL = re.compile(r"local(?:\[[^\]]*\])?")
 
 
 def spark_session(spark_settings: Any = None, *, conf: Mapping[str, str] | None = None) -> SparkSession:
     """The session to run on: an existing one, the one ``spark-submit`` configured, or one built from the
-    ``spark`` settings group (None: local defaults) with ``conf`` on top."""
+    ``spark`` settings group (None: local defaults) with ``conf`` on top (:func:`session_conf`)."""
     from pyspark.sql import SparkSession
 
     existing = existing_session()
     if existing is not None:
         return existing
     if os.environ.get("PYSPARK_GATEWAY_PORT"):  # launched by spark-submit: its configuration stands
-        logger.info("running under spark-submit: the submitted master and configuration are used as they are")
+        logger.info("running under spark-submit: the submitted master and configuration are used as they are; "
+                    "every plan runs as Spark jobs of it")
         return SparkSession.builder.getOrCreate()
     s = spark_settings
-    merged = {**_DEFAULT_CONF, **dict(getattr(s, "conf", {}) or {}), **dict(conf or {})}
-    builder = SparkSession.builder.appName(getattr(s, "app_name", "maintd"))
     remote = getattr(s, "remote", None)
-    if remote:
-        builder = builder.remote(remote)
-    else:
-        failures = int(merged.get(MAX_FAILURES_CONF, DEFAULT_MAX_FAILURES))
-        builder = builder.master(with_task_retries(merged.pop("spark.master", None)
-                                                   or getattr(s, "master", "local[*]"), failures))
-        builder = builder.config("spark.driver.memory", getattr(s, "driver_memory", "2g"))
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        builder = builder.config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
-        merged = with_driver_jit(with_daemon_module(merged))
+    merged = session_conf(s, conf)
+    if PYSPARK_PYTHON_CONF in merged and is_local_master(merged.get("spark.master", "")):
+        os.environ.setdefault("PYSPARK_PYTHON", merged[PYSPARK_PYTHON_CONF])
+    builder = SparkSession.builder.appName(getattr(s, "app_name", "maintd"))
+    builder = builder.remote(remote) if remote else builder
     for k, v in merged.items():
-        if not remote or not k.startswith("spark.ui"):
-            builder = builder.config(k, v)
+        builder = builder.master(v) if k == "spark.master" else builder.config(k, v)
     with withheld_from_children():  # the JVM and its Python workers never need the state store's credentials
         session = builder.getOrCreate()
     from maintd.engines.spark import register  # spark.read/write/writeStream.format("maintd") works in it
@@ -127,12 +148,97 @@ def spark_session(spark_settings: Any = None, *, conf: Mapping[str, str] | None 
     return session
 
 
-def with_daemon_module(conf: Mapping[str, str]) -> dict[str, str]:
-    """``conf`` with maintd's daemon module (:data:`DAEMON_MODULE`) unless it names one or ships code with
-    ``spark.submit.pyFiles``."""
+def session_conf(spark_settings: Any = None, conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The configuration of a session maintd builds from its ``spark`` settings (``spark.master`` included for a
+    classic session): maintd's defaults, the settings' ``conf``, then ``conf``.
+
+    A local master runs ``local[N,F]`` (:func:`with_task_retries`) and its Python workers with this interpreter
+    (``PYSPARK_PYTHON`` or ``sys.executable``), unless the conf names one; a cluster master gets no interpreter
+    path: a path of the driver's machine means nothing on an executor's image.
+    """
+    s = spark_settings
+    merged = {**_DEFAULT_CONF, **dict(getattr(s, "conf", {}) or {}), **dict(conf or {})}
+    merged[OWNER_CONF] = "maintd"
+    if getattr(s, "ship_storage_options", False):
+        merged[SHIP_STORAGE_CONF] = "true"
+    if getattr(s, "remote", None):
+        return {k: v for k, v in merged.items() if not k.startswith("spark.ui") and k != "spark.master"}
+    failures = int(merged.get(MAX_FAILURES_CONF, DEFAULT_MAX_FAILURES))
+    master = with_task_retries(merged.pop("spark.master", None) or getattr(s, "master", "local[*]"), failures)
+    merged = {"spark.master": master, "spark.driver.memory": getattr(s, "driver_memory", "2g"), **merged}
+    if is_local_master(master):
+        merged.setdefault(PYSPARK_PYTHON_CONF, os.environ.get("PYSPARK_PYTHON") or sys.executable)
+    return with_driver_jit(with_daemon_module(merged, bool(getattr(s, "worker_daemon", False))))
+
+
+def is_local_master(master: str) -> bool:
+    """Whether ``master`` runs everything in the driver's JVM (``local``, ``local[4]``, ``local[*,4]``)."""
+    return _ANY_LOCAL.fullmatch(master.strip()) is not None
+
+
+def runs_small_plans_in_process(spark: Any = None, spark_settings: Any = None) -> bool:
+    """Whether a small plan may run without a Spark job: only in a session maintd builds itself with a local master.
+
+    ``spark``: the session the caller gave (None: the one maintd would use, :func:`spark_session`, found or
+    foreseen without starting a JVM). Under ``spark-submit``, in a session the caller built (a notebook's, one
+    passed to :class:`~maintd.execution.runner.Runner`), on a cluster master or Spark Connect: False, every plan
+    runs on the session's cluster.
+    """
+    session = spark if spark is not None else _running_session()
+    if session is not None:
+        return is_own_local_session(session)
+    if os.environ.get("PYSPARK_GATEWAY_PORT") or getattr(spark_settings, "remote", None):
+        return False
+    conf = dict(getattr(spark_settings, "conf", {}) or {})
+    return is_local_master(str(conf.get("spark.master") or getattr(spark_settings, "master", "local[*]")))
+
+
+def is_own_local_session(spark: Any) -> bool:
+    """Whether ``spark`` is a session maintd built itself (:data:`OWNER_CONF`) with a local master."""
+    if is_connect(spark):
+        return False
+    try:
+        sc = spark.sparkContext
+        return bool(sc.getConf().get(OWNER_CONF) == "maintd" and is_local_master(str(sc.master)))
+    except Exception:  # a session going away: it runs nothing either way
+        return False
+
+
+def _running_session() -> Any:
+    """The session this process runs, if any, without importing pyspark when nothing has."""
+    if "pyspark" not in sys.modules:
+        return None
+    return existing_session()
+
+
+def ships_storage_options(spark: Any, options: ExecutionOptions) -> bool:
+    """Whether tasks carry the driver's storage credentials: ``options.ship_storage_options`` (the settings),
+    :data:`SHIP_STORAGE_CONF` in the session's conf, or a local master (whose Python workers are this process's
+    children on this machine: the credentials stay where they are)."""
+    if options.ship_storage_options:
+        return True
+    try:
+        if str(spark.conf.get(SHIP_STORAGE_CONF, "false")).strip().lower() == "true":
+            return True
+        return not is_connect(spark) and is_local_master(str(spark.sparkContext.master))
+    except Exception:  # a session without that conf API (a stand-in): the default
+        return False
+
+
+def with_daemon_module(conf: Mapping[str, str], enabled: bool = False) -> dict[str, str]:
+    """``conf`` with maintd's daemon module (:data:`DAEMON_MODULE`) when ``enabled``, unless it names one, ships code
+    with ``spark.submit.pyFiles``, or the running pyspark is not the one the module was written for (then PySpark's
+    own daemon runs, and a warning says why)."""
     out = dict(conf)
-    if "spark.submit.pyFiles" not in out:
-        out.setdefault(DAEMON_MODULE_CONF, DAEMON_MODULE)
+    if not enabled or "spark.submit.pyFiles" in out or DAEMON_MODULE_CONF in out:
+        return out
+    from maintd.pyspark_daemon import incompatibility
+
+    reason = incompatibility()
+    if reason is not None:
+        logger.warning("spark.worker_daemon is on, but {}: PySpark's own worker daemon runs instead", reason)
+        return out
+    out[DAEMON_MODULE_CONF] = DAEMON_MODULE
     return out
 
 
@@ -160,11 +266,13 @@ def existing_session() -> SparkSession | None:
 
 
 def with_task_retries(master: str, failures: int = DEFAULT_MAX_FAILURES) -> str:
-    """``local[N]`` -> ``local[N,F]``: local mode retries a failed task only when told how often."""
+    """``local[N]`` -> ``local[N,F]``: local mode retries a failed task only when told how often; ``local[*]`` ->
+    ``local[C,F]`` with C the CPUs of the container's quota (Spark's own ``*`` counts the node's cores)."""
     m = _LOCAL.fullmatch(master.strip())
     if m is None:
         return master
-    return f"local[{m.group(1) or 1},{max(1, failures)}]"
+    threads = m.group(1) or "1"
+    return f"local[{usable_cpus() if threads == '*' else threads},{max(1, failures)}]"
 
 
 def spark_info(spark: Any) -> tuple[str | None, str | None]:
@@ -208,6 +316,8 @@ def options_from_settings(spark_settings: Any = None, **overrides: Any) -> Execu
         values["in_process_workers"] = workers
     if FAULTS_CONF in conf:
         values["faults"] = json.loads(conf[FAULTS_CONF])
+    if getattr(spark_settings, "ship_storage_options", False) or str(conf.get(SHIP_STORAGE_CONF, "")).lower() == "true":
+        values["ship_storage_options"] = True
     return ExecutionOptions(**(values | overrides))
 
 

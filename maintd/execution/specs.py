@@ -107,7 +107,7 @@ class ExecutionOptions(_Model):
     in_process_threads: int = Field(default=0, ge=0)
     """Units at once when a run executes in process (worker processes or threads, ``in_process_workers``); 0:
     one per CPU this process may run on, within its container's CPU quota
-    (:func:`maintd.execution.driver.usable_cpus`), and at most 4 worker processes
+    (:func:`maintd.execution.cpus.usable_cpus`), and at most 4 worker processes
     (:data:`maintd.execution.driver.DEFAULT_MAX_WORKERS`)."""
     in_process_workers: Literal["processes", "threads"] = "processes"
     """What runs the units of a run in process: ``processes``, a pool of local worker processes kept for the
@@ -119,6 +119,10 @@ class ExecutionOptions(_Model):
     """A group of finished plan tasks is committed once it holds this many..."""
     commit_interval_seconds: float = Field(default=30.0, ge=0)
     """...or once its first task has waited this long (0: commit every task as it finishes)."""
+    ship_storage_options: bool = False
+    """Carry the driver's storage credentials to the executors in every task (``spark.ship_storage_options``).
+    Off: tasks carry only the options that are not credentials (endpoint, region...) and executors use their own
+    (environment, instance role, workload identity)."""
     freeze_zip_caches: bool = True
     """Stop Python workers from re-reading Spark's zip archives before every Spark task (see
     :func:`maintd.execution.spark.freeze_zip_caches`)."""

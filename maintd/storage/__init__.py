@@ -21,6 +21,7 @@ from maintd.storage.base import (
 from maintd.storage.local import LocalStorage
 from maintd.storage.lock import Claim, CommitRecords, commit_lock, install_commit_lock
 from maintd.storage.options import (
+    SHIP_CONF,
     CarriedStorage,
     StorageOptions,
     carry_storage,
@@ -30,7 +31,7 @@ from maintd.storage.options import (
     resolve_options,
 )
 
-__all__ = ["CarriedStorage", "Claim", "CommitRecords", "FileInfo", "LocalStorage", "Storage", "StorageFactory",
-           "StorageOptions", "carry_storage", "check_path", "clear_storage_options", "commit_lock",
+__all__ = ["SHIP_CONF", "CarriedStorage", "Claim", "CommitRecords", "FileInfo", "LocalStorage", "Storage",
+           "StorageFactory", "StorageOptions", "carry_storage", "check_path", "clear_storage_options", "commit_lock",
            "configure_storage", "executor_storage", "install_commit_lock", "register_storage", "resolve_options",
            "storage_for_uri", "unregister_storage"]

@@ -11,7 +11,11 @@ profiles, IRSA web identity tokens, ``GOOGLE_APPLICATION_CREDENTIALS``...).
 
 Spark executors on another machine see neither the driver's registrations nor its environment: a task
 carries the resolved options of its table (:func:`carry_storage`), a :class:`StorageOptions` whose
-``repr`` and ``str`` show every secret as ``***``, so that a logged task or error never reveals one.
+``repr`` and ``str`` show every secret as ``***``, so that a logged task or error never reveals one. By
+default it carries only the options that are not credentials (endpoint, region, ``aws_allow_http``...):
+executors use their own credentials (environment, instance role, IRSA, workload identity), which a
+driver's would otherwise override. Shipping the credentials too is an explicit choice
+(:data:`SHIP_CONF`, ``spark.ship_storage_options``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,14 @@ REDACTED = "***"
 _SECRET_WORDS = ("secret", "token", "password", "key", "sas", "credential", "service_account")
 _NOT_SECRET = ("aws_access_key_id", "access_key_id", "azure_storage_account_name", "account_name",
                "google_service_account_path", "aws_sse_kms_key_id", "azure_client_id", "client_id")
+
+SHIP_CONF = "spark.maintd.storage.shipOptions"
+"""Spark conf: ``true`` ships the driver's storage credentials to the executors inside every task."""
+_IDENTITY = ("aws_access_key_id", "access_key_id", "google_service_account", "google_service_account_path",
+             "google_application_credentials", "azure_client_id", "azure_tenant_id", "azure_federated_token_file",
+             "aws_web_identity_token_file", "aws_role_arn", "aws_profile", "aws_container_credentials_relative_uri")
+"""Options that name whose credentials to use (or a file of the driver's that holds them): left out with the
+secrets when credentials are not shipped, so that an executor's own identity applies as a whole."""
 
 MAINTD_KEYS = ("commit_lock", "listing_order")
 """Options read by maintd itself, never passed to the store: ``commit_lock`` (``state_store``) opts a store
@@ -191,13 +203,26 @@ def executor_storage(uri: str, carried: CarriedStorage | None) -> Storage:
     return storage_for_uri(uri)
 
 
-def carry_storage(uri: str) -> CarriedStorage | None:
-    """The storage of ``uri`` as a task carries it (None for local tables: nothing to carry)."""
+def is_credential(key: str) -> bool:
+    """Whether option ``key`` is part of a credential: a secret, or names an identity or a credentials file."""
+    return is_secret(key) or key.lower() in _IDENTITY
+
+
+def carry_storage(uri: str, credentials: bool = False) -> CarriedStorage | None:
+    """The storage of ``uri`` as a task carries it (None for local tables: nothing to carry).
+
+    Without ``credentials`` the options that are credentials (:func:`is_credential`) stay on the driver: the
+    executor's own environment or role supplies them. With it, the driver's resolved credentials travel (hidden
+    in every ``repr``; the caller asked for it explicitly).
+    """
     if "://" not in uri or uri.startswith("file:"):
         return None
-    return CarriedStorage(uri, resolve_options(uri))
+    options = resolve_options(uri)
+    if not credentials:
+        options = StorageOptions.of({k: v for k, v in options.items() if not is_credential(k)})
+    return CarriedStorage(uri, options)
 
 
-__all__ = ["FAMILIES", "MAINTD_KEYS", "REDACTED", "CarriedStorage", "StorageOptions", "carry_storage",
+__all__ = ["FAMILIES", "MAINTD_KEYS", "REDACTED", "SHIP_CONF", "CarriedStorage", "StorageOptions", "carry_storage",
            "clear_storage_options", "configure_storage", "configured_options", "env_options", "executor_storage",
-           "is_secret", "resolve_options"]
+           "is_credential", "is_secret", "resolve_options"]

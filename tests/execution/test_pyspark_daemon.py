@@ -74,11 +74,13 @@ def test_a_unix_socket_worker_is_pyspark_s_own() -> None:
     assert got["reads"] == [] and got["restored"] is True
 
 
-def test_sessions_maintd_builds_run_its_daemon_unless_told_otherwise() -> None:
-    assert with_daemon_module({})[DAEMON_MODULE_CONF] == DAEMON_MODULE
-    assert with_daemon_module({DAEMON_MODULE_CONF: "pyspark.daemon"})[DAEMON_MODULE_CONF] == "pyspark.daemon"
+def test_sessions_maintd_builds_run_its_daemon_only_when_asked_and_not_told_otherwise() -> None:
+    assert DAEMON_MODULE_CONF not in with_daemon_module({}), "off by default"
+    assert with_daemon_module({}, enabled=True)[DAEMON_MODULE_CONF] == DAEMON_MODULE
+    theirs = {DAEMON_MODULE_CONF: "pyspark.daemon"}
+    assert with_daemon_module(theirs, enabled=True)[DAEMON_MODULE_CONF] == "pyspark.daemon"
     # Code shipped with the application reaches a task's path, not the daemon's: PySpark's daemon then.
-    assert DAEMON_MODULE_CONF not in with_daemon_module({"spark.submit.pyFiles": "maintd.zip"})
+    assert DAEMON_MODULE_CONF not in with_daemon_module({"spark.submit.pyFiles": "maintd.zip"}, enabled=True)
 
 
 _FREEZE_SCRIPT = textwrap.dedent("""

@@ -212,19 +212,3 @@ def test_runs_in_process_counts_the_plans_input_files(tmp_path: Path) -> None:
     assert in_process_threads(ExecutionOptions(in_process_threads=3)) == 3
     assert in_process_threads(ExecutionOptions(in_process_workers="threads")) == usable_cpus()
     assert in_process_threads(ExecutionOptions()) == min(usable_cpus(), DEFAULT_MAX_WORKERS)
-
-
-@pytest.mark.parametrize(("cpu_max", "expected"), [
-    ("max 100000\n", None), ("150000 100000\n", 2), ("50000 100000\n", 1), ("100000000 100000\n", None),
-    ("garbage\n", None), (None, None)])
-def test_usable_cpus_follow_the_containers_cpu_quota(tmp_path: Path, cpu_max: str | None,
-                                                      expected: int | None) -> None:
-    import os
-
-    from maintd.execution.driver import usable_cpus
-
-    cpus = len(os.sched_getaffinity(0))
-    path = tmp_path / "cpu.max"
-    if cpu_max is not None:
-        path.write_text(cpu_max)
-    assert usable_cpus(str(path)) == (min(expected, cpus) if expected is not None else cpus)

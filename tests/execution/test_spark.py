@@ -267,7 +267,8 @@ def test_the_driver_jit_option_joins_the_users_java_options_unless_they_choose_a
 
 
 def test_spark_workers_read_their_tasks_through_the_quick_ack_reader(spark: Any) -> None:
-    """maintd's daemon module runs the workers, and a task's input stream is its QuickAckReader."""
+    """maintd's daemon module runs the workers (the shared session opts in: tests/conftest.py), and a task's input
+    stream is its QuickAckReader."""
 
     def inputs(_: Any) -> list[str]:
         import gc
@@ -295,7 +296,9 @@ _PRELOADED_SESSION = """
 import json, os, sys
 os.environ["PYSPARK_PYTHON"] = sys.executable
 from maintd.execution import spark_session
-spark = spark_session(conf={"spark.master": "local[1]", "spark.driver.memory": "512m",
+from maintd.settings import SparkSettings
+spark = spark_session(SparkSettings(worker_daemon=True),
+                      conf={"spark.master": "local[1]", "spark.driver.memory": "512m",
                             "spark.executorEnv.MAINTD_WORKER_PRELOAD": "1"})
 def probe(_):
     import os, sys
@@ -312,3 +315,33 @@ def test_a_session_asked_to_preload_forks_workers_with_maintd_and_pandas_loaded(
                          check=True, env=env)
     ((loaded, pandas),) = json.loads(out.stdout.strip().splitlines()[-1])
     assert int(loaded) > 500 and pandas is True
+
+
+_SESSION_START = """
+import json, os, sys, warnings
+os.environ["PYSPARK_PYTHON"] = sys.executable
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as caught:
+    from maintd.execution import spark_session
+    spark = spark_session(conf={"spark.master": "local[1]", "spark.driver.memory": "512m"})
+    spark.createDataFrame([(1, "a")], "id long, s string").toPandas()  # the pandas conversion path as well
+    spark.stop()
+print(json.dumps([str(w.message) for w in caught]))
+"""
+
+
+def test_a_session_starts_without_a_pandas_warning() -> None:
+    """The locked pandas is one PySpark supports fully (PySpark's own check, and a session's start and first
+    pandas conversion, warn of nothing about it)."""
+    import warnings
+
+    from pyspark.sql.pandas.utils import require_minimum_pandas_version
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        require_minimum_pandas_version()
+    out = subprocess.run([sys.executable, "-c", _SESSION_START], capture_output=True, text=True, timeout=180,
+                         check=True)
+    caught = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not [w for w in caught if "pandas" in w.lower()], caught
+    assert "pandas" not in out.stderr.lower(), out.stderr[-2000:]

@@ -23,7 +23,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from maintd.storage import carry_storage, executor_storage
+from maintd.engines.spark.carry import carried_storage
+from maintd.storage import executor_storage
 from maintd.table import Snapshot, Table
 from maintd.table.actions import Metadata, Protocol
 from maintd.table.filters import Predicate, RowFilter, typed
@@ -83,7 +84,7 @@ class SnapshotReader(DataSourceReader):
                  row_filter: RowFilter | None, split_bytes: int | None,
                  nullable: Sequence[bool] | None = None) -> None:
         self.uri, self.version, self.metadata = uri, version, metadata
-        self.carried = carry_storage(uri)  # the storage options executors open the table with (secrets hidden)
+        self.carried = carried_storage(uri)  # the storage options executors open the table with (secrets hidden)
         self.columns = tuple(columns)
         self.row_filter = row_filter
         self.split_bytes = split_bytes
@@ -117,7 +118,7 @@ class ChangeFeedReader(DataSourceReader):
     def __init__(self, uri: str, start: int, end: int, protocol: Protocol, metadata: Metadata,
                  columns: Sequence[str], nullable: Sequence[bool] | None = None) -> None:
         self.uri, self.start, self.end = uri, start, end
-        self.carried = carry_storage(uri)
+        self.carried = carried_storage(uri)
         self.before = Snapshot(version=start, timestamp=0, protocol=protocol, metadata=metadata, files={})
         self.after = Snapshot(version=end, timestamp=0, protocol=protocol, metadata=metadata, files={})
         self.columns = tuple(columns)

@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 from loguru import logger
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, WriterCommitMessage
 
+from maintd.engines.spark.carry import carried_storage
 from maintd.errors import (
     CommitConflictError,
     CommitRetriesExhaustedError,
@@ -50,7 +51,7 @@ from maintd.errors import (
     MetadataChangedError,
     PrimaryKeyError,
 )
-from maintd.storage import CarriedStorage, Storage, carry_storage, executor_storage, storage_for_uri
+from maintd.storage import CarriedStorage, Storage, executor_storage, storage_for_uri
 from maintd.table import AddFile, Metadata, Snapshot, Table
 from maintd.table.files import read_data_file
 from maintd.table.filters import RowFilter
@@ -93,7 +94,7 @@ class WriteJob:
 
     def __post_init__(self) -> None:
         if self.carried is None:
-            object.__setattr__(self, "carried", carry_storage(self.uri))
+            object.__setattr__(self, "carried", carried_storage(self.uri))
 
     # -- executors ------------------------------------------------------------------------------
     def write_task(self, batches: Iterable[pa.RecordBatch]) -> FilesWritten:
