@@ -1,8 +1,14 @@
 """Benchmark of maintd maintenance against its peers, on the workload of ../shared/bench (same run, same machine).
 
     .venv/bin/python bench/bench_maintenance.py [--buckets 16 --commits 200 --rows 4000] [--layout partitioned|hashed]
+    .venv/bin/python bench/bench_maintenance.py --workload wide [--text-columns 24 --buckets 8 --commits 60 --rows 1000]
 
-1. generate the workload (gen_workload.py: BUCKETS x COMMITS small files);
+1. generate the workload (gen_workload.py: BUCKETS x COMMITS small files). ``--workload wide`` instead
+   writes COMMITS micro-batches of ROWS rows straight into a table hashed into BUCKETS buckets: keys drawn
+   uniformly (every micro-batch touches every bucket, so every bucket gets one small file per commit),
+   20% deletes, and ``--text-columns`` text columns, half of them high-cardinality tokens of 12 to 40
+   characters, a quarter of a few thousand values, a quarter of a dozen (written as dictionaries), beside
+   one integer and one float column: the wide, string-heavy shape where decoding and encoding text dominate;
 2. ingest it through ``Table.write_changes`` as one commit per file (``__op`` is the op column, ``__seq``
    dropped: our row versions come from commits). ``partitioned`` (default) keeps the peers' layout: the
    workload's bucket becomes a partition column with one bucket each, so the input is the same 3,200
@@ -136,6 +142,50 @@ def ingest(wl: Path, uri: str, layout: str) -> tuple[float, int]:
     return time.monotonic() - t0, len(files)
 
 
+def ingest_wide(uri: str, buckets: int, commits: int, rows: int, text_columns: int) -> tuple[float, int]:
+    """The wide workload (``--workload wide``): COMMITS upserts-and-deletes micro-batches of uniform keys."""
+    import numpy as np
+
+    from maintd import Table
+
+    rng = np.random.default_rng(11)
+    high, mid = text_columns // 2, text_columns // 4  # the rest: a dozen values
+    cols = [f"t{i:02d}:string" for i in range(text_columns)]
+    table = Table.create(uri, ",".join(["pk:int64", "qty:int64", "amount:float64", *cols]), primary_key="pk",
+                         buckets=buckets)
+    keyspace = rows * commits // 3  # about 3 versions per key
+    alphabet = np.array(list("abcdefghijklmnopqrstuvwxyz0123456789"))
+    mids = [f"value-{i:05d}-{'x' * (i % 17)}" for i in range(3000)]
+    lows = ["pending", "shipped", "delivered", "returned", "cancelled", "on-hold", "refunded", "lost", "unknown",
+            "draft", "paid", "void"]
+
+    def tokens(n: int) -> pa.Array:
+        lengths = rng.integers(12, 41, n)
+        chars = alphabet[rng.integers(0, len(alphabet), int(lengths.sum()))]
+        text = "".join(chars.tolist())
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(text.encode()))
+
+    t0 = time.monotonic()
+    for c in range(commits):
+        keys = np.unique(rng.integers(0, keyspace, rows))  # one row per key in a micro-batch, as writers keep
+        n = len(keys)
+        data = {"pk": pa.array(keys, pa.int64()), "qty": pa.array(rng.integers(0, 10_000, n)),
+                "amount": pa.array(rng.random(n) * 1000),
+                "__op": pa.array((rng.random(n) < 0.2).astype(np.int8))}
+        for i in range(text_columns):
+            if i < high:
+                data[f"t{i:02d}"] = tokens(n)
+            elif i < high + mid:
+                data[f"t{i:02d}"] = pa.array(np.array(mids, dtype=object)[rng.integers(0, len(mids), n)], pa.string())
+            else:
+                data[f"t{i:02d}"] = pa.array(np.array(lows, dtype=object)[rng.integers(0, len(lows), n)], pa.string())
+        table.write_changes(pa.table(data), "__op")
+        if (c + 1) % 20 == 0:
+            print(f"  ingested {c + 1}/{commits} commits, {time.monotonic() - t0:.0f} s", flush=True)
+    return time.monotonic() - t0, commits
+
+
 def export_level0(table, out: Path) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
     """The table's level-0 files in the peers' layout: ``__seq`` = the file's version (from the log), written
     as maintd writes its level-0 files (``write_parquet`` with ``level0_options``: the same codecs, packed
@@ -150,9 +200,9 @@ def export_level0(table, out: Path) -> tuple[int, int, int]:  # type: ignore[no-
         assert f.kind == "delta" and f.level == 0, f
         t = read_data_file(table.storage, md, f)
         bucket = t.column("wb")[0].as_py() if "wb" in t.column_names else str(f.bucket)
+        data = [c for c in t.column_names if c not in ("pk", "wb") and not c.startswith("_maintd")]
         t = pa.table({"pk": t.column("pk"), "__seq": pa.repeat(pa.scalar(f.min_version, pa.int64()), t.num_rows),
-                      "__op": t.column("_maintd_op"), "name": t.column("name"), "amount": t.column("amount"),
-                      "qty": t.column("qty"), "note": t.column("note")})
+                      "__op": t.column("_maintd_op"), **{c: t.column(c) for c in data}})
         (out / f"bucket={bucket}").mkdir(parents=True, exist_ok=True)
         path = out / f"bucket={bucket}" / f"c{f.min_version:06d}-{f.bucket:03d}.parquet"
         # encoded as maintd encodes its level-0 files, so that every contender decodes the same encoding
@@ -236,6 +286,9 @@ def main() -> None:
     ap.add_argument("--commits", type=int, default=200)
     ap.add_argument("--rows", type=int, default=4000)
     ap.add_argument("--layout", choices=["partitioned", "hashed"], default="partitioned")
+    ap.add_argument("--workload", choices=["narrow", "wide"], default="narrow",
+                    help="narrow: ../shared/bench/gen_workload.py; wide: many text columns, uniform keys (hashed)")
+    ap.add_argument("--text-columns", type=int, default=24, help="text columns of the wide workload")
     ap.add_argument("--master", default="local[*]")
     ap.add_argument("--dir", default=None, help="work directory (default: a temporary one, removed after)")
     ap.add_argument("--input-bytes", default="256m", help="input per Spark task (default 256m; at least one per core)")
@@ -251,11 +304,14 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(args.dir or tempfile.mkdtemp(prefix="maintd-bench-"))
     wl = work / "wl"
-    if not wl.exists():
+    if args.workload == "wide":
+        args.layout = "hashed"
+    elif not wl.exists():
         subprocess.run([sys.executable, str(PEERS / "gen_workload.py"), str(wl), str(args.buckets),
                         str(args.commits), str(args.rows)], check=True)
     nbytes = sum(os.path.getsize(f) for f in glob.glob(f"{wl}/bucket=*/*.parquet"))
-    print(f"workload: {nbytes / 1e6:.0f} MB in {args.buckets * args.commits} files at {wl}")
+    if args.workload == "narrow":
+        print(f"workload: {nbytes / 1e6:.0f} MB in {args.buckets * args.commits} files at {wl}")
 
     from maintd import Table
     from maintd.execution import ExecutionOptions, spark_session, warm_up
@@ -267,9 +323,15 @@ def main() -> None:
                                read_threads=args.read_threads, decode_threads=args.decode_threads,
                                in_process_workers=args.in_process_workers, **local_bytes)
 
-    base_uri = str(work / f"t_{args.layout}")
+    base_uri = str(work / f"t_{args.workload}_{args.layout}")
     shutil.rmtree(base_uri, ignore_errors=True)
-    ingest_s, commits = ingest(wl, base_uri, args.layout)
+    if args.workload == "wide":
+        ingest_s, commits = ingest_wide(base_uri, args.buckets, args.commits, args.rows, args.text_columns)
+        nbytes = Table.open(base_uri).snapshot().total_bytes()
+        print(f"workload: wide, {args.text_columns} text columns, {args.commits} micro-batches of {args.rows} rows "
+              f"into {args.buckets} buckets, {nbytes / 1e6:.0f} MB")
+    else:
+        ingest_s, commits = ingest(wl, base_uri, args.layout)
     print(f"  ingest: {commits} commits in {ingest_s:.1f} s ({commits / ingest_s:.0f} commits/s)")
     base = Table.open(base_uri)
     same = work / "same"
@@ -344,8 +406,8 @@ def main() -> None:
     assert clustered.read().sort_by("pk").equals(expected), "read after clustering + compaction differs"
 
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"\nmaintd ({args.layout}, {files0} level-0 files, {versions0:,} row versions, {rows:,} visible rows); "
-          f"{args.samples} samples per step, one run")
+    print(f"\nmaintd ({args.workload}, {args.layout}, {files0} level-0 files, {versions0:,} row versions, "
+          f"{rows:,} visible rows); {args.samples} samples per step, one run")
     print("  " + stats_line("DuckDB dedupe (same files)", times["duckdb"]))
     print("  " + stats_line("delta-rs optimize.compact (same files)", times["deltars"]))
     print("  " + stats_line(f"maintd clustering {cstats}", times["cluster"]))

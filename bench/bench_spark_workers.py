@@ -23,9 +23,11 @@ tasks (default 8), each an empty pack run by maintd's Spark backend, after the p
 workers then holding what a unit imports: the fixed cost of the Spark tasks of a plan. Variants
 (``--variants``, comma-separated):
 
-* ``default``: maintd's session settings (``maintd.execution.spark``), its daemon module included;
-* ``stock-daemon``: PySpark's own daemon (``spark.python.daemon.module=pyspark.daemon``), without the
-  quick acknowledgement and the freeze of maintd's (:mod:`maintd.pyspark_daemon`);
+* ``default``: maintd's session settings (``maintd.execution.spark``) with its worker daemon turned on
+  (``spark.worker_daemon: true``, as every variant but ``stock-daemon``);
+* ``stock-daemon``: PySpark's own daemon (``spark.python.daemon.module=pyspark.daemon``, what sessions maintd
+  builds run by default), without the quick acknowledgement and the freeze of maintd's
+  (:mod:`maintd.pyspark_daemon`);
 * ``preload``: maintd's daemon with its preload (``MAINTD_WORKER_PRELOAD=1``): a new worker starts with
   maintd, pyarrow and pandas imported, and without jemalloc's background thread (:mod:`maintd.pyspark_daemon`);
 * ``no-bg-thread``: ``JE_ARROW_MALLOC_CONF=background_thread:false`` in the workers (jemalloc purges as it
@@ -113,6 +115,7 @@ def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int, input_
 
     from maintd.execution import ExecutionOptions, execute, spark_session, warm_up
     from maintd.execution.spark import parse_size
+    from maintd.settings import SparkSettings
 
     with copied_table(table_uri) as table:
         plan = full_plan(table, kind)
@@ -121,8 +124,8 @@ def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int, input_
                 "threads" if variant == "in-process-threads" else "processes"))
         else:
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            spark = spark_session(None, conf={"spark.master": "local[*]", "spark.driver.memory": "1g",
-                                              **VARIANTS[variant]})
+            spark = spark_session(SparkSettings(worker_daemon=True),
+                                  conf={"spark.master": "local[*]", "spark.driver.memory": "1g", **VARIANTS[variant]})
             options = ExecutionOptions(in_process_max_bytes=0, task_input_bytes=parse_size(input_bytes))
             warm_up(spark, options)
         keeper = None
