@@ -265,3 +265,21 @@ def test_documents_are_read_and_written_on_s3(s3_root: str) -> None:
     assert read_document(f"{s3_root}/runs/2026/summary.json") == b'{"ok": true}'
     with pytest.raises(FileNotFoundError):
         read_document(f"{s3_root}/runs/none.json")
+
+
+@pytest.mark.parametrize(("session", "ships"), [
+    (None, False),
+    (FakeSession("spark://127.0.0.1:7077", **{"spark.master": "spark://127.0.0.1:7077"}), False),
+    (FakeSession("yarn", **{"spark.master": "yarn", SHIP_STORAGE_CONF: "true"}), True),
+    (FakeSession("local[2,4]", **{"spark.master": "local[2,4]"}), True),
+])
+def test_the_data_sources_tasks_carry_credentials_as_the_active_session_says(
+        registered: str, session: Any, ships: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark.sql import SparkSession
+
+    from maintd.engines.spark.carry import carried_storage
+
+    monkeypatch.setattr(SparkSession, "getActiveSession", staticmethod(lambda: session))
+    carried = carried_storage(registered)
+    assert carried is not None and ("aws_secret_access_key" in carried.options) is ships
+    assert carried.options["aws_region"] == "eu-west-1"
