@@ -202,12 +202,15 @@ def test_a_session_the_caller_gives_runs_a_small_plan_on_its_cluster(tmp_path: P
     assert sorted_read(table).equals(model.table())
 
 
-@pytest.mark.parametrize("ship", [True, False], ids=["credentials-shipped", "default"])
+@pytest.mark.parametrize(("ship", "own"), [(True, False), (False, False), (False, True)],
+                         ids=["credentials-shipped", "default", "executors-own-credentials"])
 def test_spark_submit_reads_its_plan_and_writes_its_output_on_s3_shipping_credentials_only_when_asked(
-        tmp_path: Path, spark_cluster: Cluster, s3_server: Any, ship: bool) -> None:
-    """The worker's executors have no credentials of their own here. By default the driver's stay with the driver
-    (the executors' reads are refused, nothing is committed); asked to, the driver ships them, and they appear in
-    no log, no event log, no output. Either way the job reads its plan from S3 and writes its output there."""
+        tmp_path: Path, spark_cluster: Cluster, s3_server: Any, ship: bool, own: bool) -> None:
+    """The worker's executors have no credentials of their own here, unless given some in their environment
+    (``own``). By default the driver's stay with the driver (without their own the executors' reads are refused
+    and nothing is committed; with their own they succeed); asked to, the driver ships them. The driver's secret
+    appears in no log, no event log, no output. Every time the job reads its plan from S3 and writes its output
+    there."""
     from s3server import SECRET_KEY
 
     from maintd.storage import clear_storage_options, configure_storage
@@ -228,12 +231,14 @@ def test_spark_submit_reads_its_plan_and_writes_its_output_on_s3_shipping_creden
         args = ["--plan", f"s3://{bucket}/jobs/plan.json", "--output", f"s3://{bucket}/jobs/out/result.json",
                 "--commit"]
         conf = {**_event_log_conf(tmp_path), "spark.executorEnv.AWS_EC2_METADATA_DISABLED": "true",  # no role either
-                **({"spark.maintd.storage.shipOptions": "true"} if ship else {})}
+                **({"spark.maintd.storage.shipOptions": "true"} if ship else {}),
+                **({"spark.executorEnv.AWS_ACCESS_KEY_ID": "executor-own-key",
+                    "spark.executorEnv.AWS_SECRET_ACCESS_KEY": "executor-own-secret"} if own else {})}
         proc = _spark_submit(spark_cluster, tmp_path, args, env, conf)
         out = json.loads(read_document(f"s3://{bucket}/jobs/out/result.json"))
         assert out["engine"] == "spark" and out["spark_master"] == spark_cluster.master_url
         events = _events(tmp_path, out["spark_app_id"])
-        if ship:
+        if ship or own:
             assert proc.returncode == 0, proc.stderr[-4000:]
             assert all(r["ok"] for r in out["results"]) and out["commit"]["error"] is None, out
             assert sorted_read(Table.open(table.uri)).equals(model.table())
