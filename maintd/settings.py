@@ -221,7 +221,8 @@ class SchedulerSettings(_Group):
         default=30.0,
         ge=0,
         description="Passes start at a random moment within this much (at most a quarter of the interval) before "
-        "their interval is over, so replicas spread out and no table waits longer than its interval. Seconds.",
+        "their interval is over, ending 5% of the interval early, so replicas spread out and no table waits longer "
+        "than its interval. Seconds.",
     )
     max_concurrent_tables: int = Field(
         default=2, ge=1, le=256, description="Tables in maintenance at once in one daemon. Count."

@@ -133,6 +133,9 @@ class Daemon:
         self._releasing: set[str] = set()
         self._unrecorded: list[_Unrecorded] = []
         self._queue: list[tuple[RunKind, str]] = []
+        self._backing_off: dict[tuple[RunKind, str], float] = {}
+        """Runs that failed here, with the monotonic time their backoff ends: a pass that read the store's
+        schedule before the failure was written must not queue them again."""
         self._pool = ThreadPoolExecutor(settings.scheduler.max_concurrent_tables, thread_name_prefix="maintd-table")
         self._scheduler = BackgroundScheduler(timezone="UTC")
 
@@ -147,11 +150,12 @@ class Daemon:
         self._renew_membership()
         for job_id, kind, interval in (("maintenance", RunKind.MAINTENANCE, s.maintenance_interval_seconds),
                                        ("reclaim", RunKind.RECLAIM, s.reclamation_interval_seconds)):
-            # Passes start at random moments within the last `jitter` of the interval, never later: a table
-            # is checked within its interval (APScheduler's jitter delays a fire without moving the next one).
-            jitter = min(s.jitter_seconds, interval / 4)
+            # Passes start at random moments within the last `jitter` of the interval, ending a margin before
+            # it: a table is checked within its interval (APScheduler's jitter delays a fire without moving
+            # the next one), even when a pass reaches it later than the one before did.
+            jitter, period = pass_period(interval, s.jitter_seconds)
             self._scheduler.add_job(
-                self.run_pass, "interval", args=[kind], id=job_id, seconds=interval - jitter, jitter=jitter or None,
+                self.run_pass, "interval", args=[kind], id=job_id, seconds=period, jitter=jitter or None,
                 next_run_time=_utcnow(), max_instances=1, coalesce=True, misfire_grace_time=None,
             )
         self._scheduler.add_job(
@@ -259,7 +263,10 @@ class Daemon:
         with self._lock:
             kept = [(k, uri) for k, uri in self._queue if k is not kind or uri in schedule]
             queued = {uri for k, uri in kept if k is kind}
-            self._queue = kept + [(kind, uri) for uri in wanted if uri not in queued]
+            clock = time.monotonic()
+            self._backing_off = {entry: end for entry, end in self._backing_off.items() if end > clock}
+            self._queue = kept + [(kind, uri) for uri in wanted
+                                  if uri not in queued and (kind, uri) not in self._backing_off]
         self.flush_checks()
         started = self.fill()
         seconds = time.perf_counter() - began
@@ -558,11 +565,13 @@ class Daemon:
         result: RunResult | None = None,
     ) -> None:
         self.metrics.observe_run(kind.value, RunStatus.FAILED.value, seconds, error=error_type)
-        with self._lock:  # a run queued meanwhile waits for the backoff, until a pass queues it again
-            self._queue = [entry for entry in self._queue if entry != (kind, uri)]
-        record_failure(
+        delay = record_failure(
             self.store, self.settings.scheduler, uri, kind, run_id, error, seconds, result=result, exc=exc
         )
+        with self._lock:  # a run queued meanwhile, or by a pass that read the schedule before the failure was
+            # written, waits for the backoff
+            self._backing_off[(kind, uri)] = time.monotonic() + delay
+            self._queue = [entry for entry in self._queue if entry != (kind, uri)]
 
     def backoff_seconds(self, failures: int) -> float:
         """Delay before retrying a table after ``failures`` consecutive failures (exponential, bounded)."""
@@ -577,6 +586,19 @@ class Daemon:
     def _snapshot(self) -> list[tuple[str, Future[None]]]:
         with self._lock:
             return list(self._in_flight.items())
+
+
+PASS_MARGIN = 0.05
+"""Share of the interval a pass is scheduled early by: a pass reaches a table some time after it starts
+(the store's query, the checks before it; seconds under load), and that time varies between passes."""
+
+
+def pass_period(interval: float, jitter_seconds: float) -> tuple[float, float]:
+    """``(jitter, period)`` of a periodic pass: fires ``period`` apart, each delayed by up to ``jitter``, so that
+    two checks of a table are at most ``interval`` minus the margin apart, plus how much later the second
+    pass reached it."""
+    jitter = min(jitter_seconds, interval / 4)
+    return jitter, max(interval - jitter - interval * PASS_MARGIN, interval / 2)
 
 
 def _utcnow() -> datetime:

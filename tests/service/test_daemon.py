@@ -273,3 +273,31 @@ def test_a_table_is_never_run_twice_at_once_nor_its_lease_freed_under_a_run(tmp_
     for uri, spans in by_table.items():
         spans.sort()
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), f"runs of {uri} overlap"
+
+
+@pytest.mark.parametrize(("interval", "jitter"), [(60.0, 30.0), (300.0, 30.0), (60.0, 0.0), (3600.0, 5.0)])
+def test_passes_check_every_table_within_its_interval_though_a_pass_reaches_it_later(
+    interval: float, jitter: float
+) -> None:
+    """The fire times APScheduler draws for the pass (its own interval trigger, its own jitter): two passes are
+    at most the interval minus the margin apart, so a table the second pass reaches up to that margin later
+    than the first did is still checked within its interval (a 60.5 s gap at 60 s was measured before)."""
+    from datetime import UTC, datetime
+
+    from apscheduler.triggers.interval import IntervalTrigger
+
+    from maintd.service.daemon import PASS_MARGIN, pass_period
+
+    drawn_jitter, period = pass_period(interval, jitter)
+    trigger = IntervalTrigger(seconds=period, jitter=drawn_jitter or None, timezone=UTC)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    fires, previous = [], None
+    for _ in range(2_000):
+        fire = trigger.get_next_fire_time(previous, now)
+        assert fire is not None
+        fires.append(fire)
+        previous, now = fire, fire
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(fires)]
+    assert max(gaps) <= interval * (1 - PASS_MARGIN) + 1e-6
+    assert min(gaps) >= period - drawn_jitter - 1e-6  # and they are not bunched up: about one pass per interval
+    assert sum(gaps) / len(gaps) >= interval * 0.75
