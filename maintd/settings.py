@@ -318,7 +318,7 @@ class StoreSettings(_Group):
 
 
 class HttpSettings(_Group):
-    """The read-only HTTP endpoint: /healthz, /readyz, /metrics."""
+    """The read-only HTTP endpoint: /healthz, /readyz, /metrics and the web console."""
 
     enabled: bool = Field(default=True, description="Serve the HTTP endpoint. Boolean.")
     host: str = Field(default="0.0.0.0", description="Address to listen on. IP address.")
@@ -335,6 +335,57 @@ class HttpSettings(_Group):
         le=4096,
         description="Connections served at once; more are answered 503 at once and closed. Count.",
     )
+    console: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="The read-only web console at `/` (fleet, tables, runs, daemon). `auto`: served when `host` is "
+        "a loopback address, or on any address once `console_token` or `console_password` is set; `on`: served on "
+        "any address, without credentials if none is set (the explicit switch, e.g. behind an authenticating "
+        "proxy); `off`: never. `auto`, `on` or `off`.",
+    )
+    console_token: str = Field(
+        default="",
+        description="When set, every console page needs it: `Authorization: Bearer <token>`, or HTTP basic auth "
+        "with any user and the token as password (what a browser asks for). At least 16 characters. Text (secret: "
+        "give it through `MAINTD_HTTP__CONSOLE_TOKEN`, e.g. from a Kubernetes Secret).",
+    )
+    console_user: str = Field(
+        default="maintd", min_length=1,
+        description="The user name of HTTP basic auth to the console, with `console_password`. Text.",
+    )
+    console_password: str = Field(
+        default="",
+        description="When set, every console page needs HTTP basic auth as `console_user` with this password. At "
+        "least 12 characters. Text (secret: give it through `MAINTD_HTTP__CONSOLE_PASSWORD`).",
+    )
+
+    @field_validator("console_token", "console_password")
+    @classmethod
+    def _credentials_are_secrets(cls, value: str, info: Any) -> str:
+        """Long enough to resist guessing, and redacted wherever they show up from now on."""
+        from maintd.redaction import register_secret
+
+        shortest = 16 if info.field_name == "console_token" else 12
+        if value and len(value) < shortest:
+            raise ValueError(f"{info.field_name} must be at least {shortest} characters long (or empty: none)")
+        register_secret(value)
+        return value
+
+    def __repr_args__(self) -> Any:  # repr(Settings) never shows the console's credentials
+        for name, value in super().__repr_args__():
+            yield name, "***" if name in ("console_token", "console_password") and value else value
+
+    def console_served(self) -> bool:
+        """Whether the console is served: see ``console``."""
+        import ipaddress
+
+        if self.console != "auto":
+            return self.console == "on"
+        if self.console_token or self.console_password:
+            return True
+        try:
+            return self.host == "localhost" or ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
 
 
 class MetricsSettings(_Group):

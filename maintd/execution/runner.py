@@ -34,22 +34,47 @@ Progress = Callable[[str, str], None]
 
 @dataclass
 class TableHealth:
-    """Files and bytes of a snapshot, by file kind and level (``L0``, ``L1``, ``L2``, ``base``)."""
+    """Files and bytes of a snapshot, by file kind and level (``L0``, ``L1``, ``L2``, ``base``), and what they
+    cost readers: the files a reader of one bucket opens (the read amplification, at most and on average over
+    the buckets), when the oldest level-0 file was committed (level 0 waits for clustering), and the bytes
+    of removed files still kept for the retained history."""
 
     files: int = 0
     bytes: int = 0
     by_level: dict[str, tuple[int, int]] = field(default_factory=dict)
+    max_files_per_bucket: int = 0
+    mean_files_per_bucket: float = 0.0
+    oldest_l0_ms: int | None = None
+    """Commit time (ms since the epoch) of the oldest level-0 file; None when level 0 is empty."""
+    history_bytes: int = 0
+    """Bytes of the files removed from the table but kept for older versions (tombstones whose size is known)."""
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> TableHealth:
         by: dict[str, list[int]] = {}
+        per_bucket: dict[tuple[str, int], int] = {}
+        oldest_l0: int | None = None
         for f in snapshot.files.values():
             key = "base" if f.kind == "base" else f"L{f.level}"
             acc = by.setdefault(key, [0, 0])
             acc[0] += 1
             acc[1] += f.bytes
+            bucket = (repr(sorted(f.partition.items())), f.bucket)
+            per_bucket[bucket] = per_bucket.get(bucket, 0) + 1
+            if key == "L0" and (oldest_l0 is None or f.min_commit_time < oldest_l0):
+                oldest_l0 = f.min_commit_time
+        counts = list(per_bucket.values())
         return cls(files=len(snapshot.files), bytes=snapshot.total_bytes(),
-                   by_level={k: (v[0], v[1]) for k, v in sorted(by.items())})
+                   by_level={k: (v[0], v[1]) for k, v in sorted(by.items())},
+                   max_files_per_bucket=max(counts, default=0),
+                   mean_files_per_bucket=round(sum(counts) / len(counts), 3) if counts else 0.0,
+                   oldest_l0_ms=oldest_l0,
+                   history_bytes=sum(t.bytes or 0 for t in snapshot.tombstones.values()))
+
+    def layout_measures(self) -> dict[str, int | float | None]:
+        """The reader-cost measures stored in a table's layout (see :mod:`maintd.service.store_metrics`)."""
+        return {"read_amplification": self.max_files_per_bucket, "mean_files_per_bucket": self.mean_files_per_bucket,
+                "oldest_l0_ms": self.oldest_l0_ms, "history_bytes": self.history_bytes}
 
 
 @dataclass

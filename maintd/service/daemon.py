@@ -81,6 +81,18 @@ class _Unrecorded:
     error: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class WorkView:
+    """A replica's work at one moment (:meth:`Daemon.work`)."""
+
+    running: list[tuple[str, str, float, int | None]]
+    """Runs in flight: table URI, kind, seconds since the run began, its run id (None until its row is written)."""
+    queued: list[tuple[str, str]]
+    """Runs waiting for a free slot, oldest first: kind, table URI."""
+    backing_off: list[tuple[str, str, float]]
+    """Runs that failed here and wait out their backoff: kind, table URI, seconds left."""
+
+
 class Daemon:
     """Maintains the tables of a warehouse until stopped.
 
@@ -577,6 +589,16 @@ class Daemon:
         """Delay before retrying a table after ``failures`` consecutive failures (exponential, bounded)."""
         return backoff_seconds(self.settings.scheduler, failures)
 
+    def work(self) -> WorkView:
+        """What this replica is doing now, for the console: runs in flight, runs queued (oldest first) and runs
+        waiting out a backoff here, read under the daemon's lock (a copy: nothing the caller does changes them)."""
+        clock = time.monotonic()
+        with self._lock:
+            running = [(uri, row.kind.value, clock - row.started, row.run_id) for uri, row in self._rows.items()]
+            queued = [(kind.value, uri) for kind, uri in self._queue]
+            backing = [(kind.value, uri, end - clock) for (kind, uri), end in self._backing_off.items() if end > clock]
+        return WorkView(sorted(running), queued, sorted(backing))
+
     def _running(self, uri: str, kind: RunKind) -> bool:
         """Whether a run of ``kind`` of ``uri`` is in flight."""
         with self._lock:
@@ -605,4 +627,4 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-__all__ = ["Daemon", "TableCheck", "TableJob", "default_holder"]
+__all__ = ["Daemon", "TableCheck", "TableJob", "WorkView", "default_holder"]

@@ -12,6 +12,8 @@ served at once (more get ``503`` at once).
 - ``/readyz``: runs every readiness check (state store reachable, Spark session alive...); 200 if all
   pass, else 503 with the failing checks in a JSON body (the readiness probe).
 - ``/metrics``: the Prometheus text exposition of :class:`~maintd.service.metrics.Metrics`.
+- ``/``, ``/table``, ``/run``, ``/daemon``: the read-only web console (:mod:`maintd.service.console`) when one
+  is attached (:attr:`HealthServer.console`); else 404.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from typing import Any
 from loguru import logger
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from maintd.errors import MaintdError
+from maintd.service.console import CONTENT_SECURITY_POLICY, PATHS, Console
 from maintd.service.metrics import Metrics
 from maintd.settings import redact_secrets
 
@@ -43,6 +47,7 @@ class HealthServer:
         liveness: liveness checks by name, run on every ``/healthz``.
         request_timeout: seconds a connection may stay silent (or leave a response unread) before it is closed.
         max_connections: connections served at once; more are answered 503 and closed.
+        console: the web console served at ``/`` (None: none; it can be attached later, once the daemon runs).
     """
 
     def __init__(
@@ -55,8 +60,10 @@ class HealthServer:
         liveness: Mapping[str, ReadinessCheck] | None = None,
         request_timeout: float = 10.0,
         max_connections: int = 32,
+        console: Console | None = None,
     ) -> None:
         self.metrics = metrics
+        self.console = console
         self.checks = dict(checks or {})
         self.liveness = dict(liveness or {})
         self.request_timeout = request_timeout
@@ -190,8 +197,22 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(503 if failing else 200, json.dumps(body).encode() + b"\n", "application/json", head)
         elif path == "/metrics":
             self._send(200, self.owner.metrics.expose(), CONTENT_TYPE_LATEST, head)
+        elif path in PATHS and self.owner.console is not None:
+            self._console(self.owner.console, path, head)
         else:
             self._send(404, b"not found; try /healthz, /readyz or /metrics\n", "text/plain; charset=utf-8", head)
+
+    def _console(self, console: Console, path: str, head: bool) -> None:
+        query = self.path.partition("?")[2]
+        try:
+            answer = console.respond(path, query, self.headers.get("Authorization"))
+        except MaintdError as exc:  # the store is unreachable: say so, as /readyz does
+            body = f"the state store cannot be read: {exc}\n".encode()
+            self._send(503, body, "text/plain; charset=utf-8", head)
+            return
+        extra = (("Content-Security-Policy", CONTENT_SECURITY_POLICY), ("X-Content-Type-Options", "nosniff"),
+                 ("Referrer-Policy", "no-referrer"), *answer.headers)
+        self._send(answer.status, answer.body, "text/html; charset=utf-8", head, extra)
 
     def _method_not_allowed(self) -> None:
         self.send_response(405)
@@ -201,9 +222,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _method_not_allowed
 
-    def _send(self, status: int, body: bytes, content_type: str, head: bool) -> None:
+    def _send(self, status: int, body: bytes, content_type: str, head: bool,
+              headers: tuple[tuple[str, str], ...] = ()) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        for name, value in headers:
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.end_headers()

@@ -209,6 +209,7 @@ class TableJobs:
             "files": health.files,
             "bytes": health.bytes,
             "levels": {level: {"files": f, "bytes": b} for level, (f, b) in health.by_level.items()},
+            **health.layout_measures(),
             "backlog_files": 0,
             "backlog_bytes": 0,
         }
@@ -301,6 +302,7 @@ class TableJobs:
             "files": health.files,
             "bytes": health.bytes,
             "levels": {level: {"files": f, "bytes": b} for level, (f, b) in health.by_level.items()},
+            **health.layout_measures(),
             "backlog_files": backlog[0] if backlog else None,
             "backlog_bytes": backlog[1] if backlog else None,
         }
@@ -409,6 +411,7 @@ def _maintenance_metrics(summary: TableRunSummary, layout: dict[str, Any] | None
         "files": summary.after.files,
         "bytes": summary.after.bytes,
         "levels": {level: {"files": f, "bytes": b} for level, (f, b) in summary.after.by_level.items()},
+        **summary.after.layout_measures(),
         "backlog_files": layout["backlog_files"] if layout else None,
         "backlog_bytes": layout["backlog_bytes"] if layout else None,
         "seconds": summary.seconds,

@@ -24,6 +24,7 @@ from typing import Any
 from loguru import logger
 
 from maintd.errors import ConfigError
+from maintd.service.console import Console
 from maintd.service.daemon import Daemon, default_holder
 from maintd.service.http import HealthServer
 from maintd.service.jobs import TableJobs
@@ -66,6 +67,8 @@ def serve(settings: Settings, *, stop: threading.Event | None = None, holder: st
                 settings, metrics, {"state_store": store.ping, "spark": driver.ready, "warehouse": warehouse},
                 {"spark_driver": driver.alive},
             )
+            if server is not None:  # the fleet is readable while Spark starts
+                _attach_console(server, settings, store, holder)
             if not stop.is_set() and driver.start(settings, stop):
                 _warm_local_workers(settings)
                 jobs = TableJobs(settings, store, metrics, holder=holder, spark=driver.session)
@@ -74,6 +77,8 @@ def serve(settings: Settings, *, stop: threading.Event | None = None, holder: st
                     holder=holder, blocked=driver.lost, check=jobs.check,
                 )
                 daemon.start()
+                if server is not None and settings.http.console_served():
+                    server.console = Console(store, settings, holder=holder, work=daemon.work)
                 stop.wait()
         finally:
             clean = _shut_down(daemon, driver, server, store)
@@ -143,6 +148,17 @@ def _http_server(
             "free the port or change http.port"
         ) from None
     return server.start()
+
+
+def _attach_console(server: HealthServer, settings: Settings, store: StateStore, holder: str) -> None:
+    http = settings.http
+    if not http.console_served():
+        logger.info("web console not served: {} is not a loopback address and neither http.console_token nor "
+                    "http.console_password is set (http.console: on serves it without credentials)", http.host)
+        return
+    server.console = Console(store, settings, holder=holder)
+    shown = "with credentials" if server.console.protected else "without credentials"
+    logger.info("web console on {}/ ({})", server.url, shown)
 
 
 @contextmanager

@@ -27,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from maintd.errors import StateStoreError
 from maintd.service import aggregates as _aggregates
+from maintd.service import console_reads as _console
 from maintd.service import leases as _leases
 from maintd.service import migrations
 from maintd.service.records import (
@@ -514,6 +515,18 @@ class StateStore:
         ``max_tables`` are enabled, None: no bound; else the ``unhealthiest`` unhealthiest)."""
         with self._transaction("read the gauges") as conn:
             return _aggregates.gauge_reads(conn, max_tables, unhealthiest)
+
+    # -- reads for the web console ----------------------------------------------------------------------
+
+    def fleet_page(self, query: _console.FleetQuery) -> _console.FleetPage:
+        """One page of the registered tables, filtered and ordered by the database (the console's fleet page)."""
+        with self._transaction("read a page of tables") as conn:
+            return _console.fleet_page(conn, query)
+
+    def list_replicas(self) -> list[_console.ReplicaRecord]:
+        """The replicas recorded in the store (live ones and those gone recently), by holder."""
+        with self._transaction("list replicas") as conn:
+            return _console.list_replicas(conn)
 
     # -- warehouse roots --------------------------------------------------------------------------------
 
