@@ -51,7 +51,7 @@ def page(title: str, body: str, *, refreshed: datetime | None = None) -> bytes:
     when = "" if refreshed is None else f"<span>read {text(stamp(refreshed))}</span>"
     doc = (
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
-        '<meta name=viewport content="width=device-width,initial-scale=1">'
+        '<meta name=viewport content="width=device-width,initial-scale=1"><link rel=icon href="data:,">'
         f"<title>{text(title)} · maintd</title><style>{_STYLE}</style></head><body>"
         '<header><strong><a href="/">maintd</a></strong><a href="/">fleet</a><a href="/daemon">daemon</a>'
         f'<a href="/metrics">metrics</a>{when}</header><main><h1>{text(title)}</h1>{body}</main></body></html>'
