@@ -6,7 +6,7 @@ These functions run inside a transaction the caller (:class:`~maintd.service.sto
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -26,6 +26,20 @@ class GaugeReads:
     roots: list[RootRecord]
     tables: list[TableRecord]
     """The enabled tables whose per-table gauges are served."""
+    measures: list[tuple[float | None, ...]] = field(default_factory=list)
+    """Every enabled table's :data:`MEASURES` (None where its layout lacks one): the fleet-wide histograms."""
+
+
+#: The layout measures of every enabled table read at each scrape for the fleet-wide histograms.
+MEASURES = ("read_amplification", "oldest_l0_ms", "history_bytes", "pinned_bytes")
+
+
+def layout_measures(conn: Connection) -> list[tuple[float | None, ...]]:
+    """:data:`MEASURES` of every enabled table, extracted from the layout by the database (a few numbers a
+    table, not its whole layout)."""
+    columns = [tables.c.layout[name].as_float() for name in MEASURES]
+    stmt = sa.select(*columns).where(tables.c.enabled.is_(True), tables.c.layout.is_not(None))
+    return [tuple(row) for row in conn.execute(stmt)]
 
 
 def table_counts(conn: Connection) -> dict[str, int]:
@@ -64,7 +78,7 @@ def gauge_reads(conn: Connection, max_tables: int | None, limit: int) -> GaugeRe
     else:
         served = unhealthiest(conn, limit) if limit else []
     found = [RootRecord(**row) for row in conn.execute(sa.select(roots).order_by(roots.c.uri)).mappings()]
-    return GaugeReads(counts, lease_counts(conn, None), found, served)
+    return GaugeReads(counts, lease_counts(conn, None), found, served, layout_measures(conn))
 
 
-__all__ = ["GaugeReads", "gauge_reads", "lease_counts", "table_counts", "unhealthiest"]
+__all__ = ["MEASURES", "GaugeReads", "gauge_reads", "layout_measures", "lease_counts", "table_counts", "unhealthiest"]

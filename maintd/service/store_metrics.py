@@ -13,6 +13,14 @@ Gauges served from the store:
 - ``maintd_backlog_files``, ``maintd_backlog_bytes`` (``table``): what the policy would rewrite then;
 - ``maintd_table_pins``, ``maintd_table_pinned_bytes`` (``table``): the live pins of the table then, and the
   bytes of the data files they hold back from reclamation;
+- ``maintd_table_read_amplification`` (``table``): the files a reader of the table's fullest bucket opens then;
+  ``maintd_table_oldest_l0_age_seconds`` (``table``): how long the oldest level-0 file has waited for clustering
+  (absent while level 0 is empty); ``maintd_table_history_bytes`` (``table``): the bytes of removed files kept
+  for older versions;
+- ``maintd_fleet_read_amplification``, ``maintd_fleet_oldest_l0_age_seconds``, ``maintd_fleet_history_bytes``,
+  ``maintd_fleet_pinned_bytes``: the same over every enabled table, as gauge histograms (``_bucket{le}``,
+  ``_gcount``, ``_gsum``), served whatever the number of tables (a few numbers a table, extracted by the
+  database);
 - ``maintd_last_success_timestamp_seconds`` (``table``, ``kind``): when a run of that kind last succeeded
   (kept on the table's row, so it survives the pruning of old runs);
 - ``maintd_tables`` (``state``) and ``maintd_leases_held`` (``holder``);
@@ -36,15 +44,17 @@ maintenance), so that ``/metrics`` stays small and fast whatever the size of the
 
 from __future__ import annotations
 
+import time
+from bisect import bisect_left
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loguru import logger
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from maintd.errors import MaintdError
-from maintd.service.aggregates import GaugeReads
+from maintd.service.aggregates import MEASURES, GaugeReads
 from maintd.service.records import RunKind, TableRecord
 
 if TYPE_CHECKING:
@@ -71,10 +81,11 @@ class StoreGauges(Collector):
         self._unhealthiest = 0 if settings is None else settings.unhealthiest_tables
         self._failing = False
 
-    def describe(self) -> Iterator[GaugeMetricFamily]:
+    def describe(self) -> Iterator[GaugeMetricFamily | GaugeHistogramMetricFamily]:
         yield from _families().values()
+        yield from _fleet_histograms([], 0.0)
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | GaugeHistogramMetricFamily]:
         families = _families()
         try:
             reads = self._source.gauge_reads(self._max_tables, self._unhealthiest)
@@ -91,12 +102,48 @@ class StoreGauges(Collector):
             families["maintd_tables"].add_metric([state], reads.table_counts.get(state, 0))
         for holder, count in sorted(reads.lease_counts.items()):
             families["maintd_leases_held"].add_metric([holder], count)
+        now = time.time()
         for record in reads.tables:
-            _add_table(families, record)
+            _add_table(families, record, now)
         for root in reads.roots:
             families["maintd_root_healthy"].add_metric([root.uri], 1 if root.healthy else 0)
             families["maintd_root_tables"].add_metric([root.uri], root.tables)
         yield from families.values()
+        yield from _fleet_histograms(reads.measures, now)
+
+
+#: Bucket bounds of the fleet-wide histograms, by measure (+Inf is added).
+FLEET_BUCKETS: dict[str, tuple[float, ...]] = {
+    "read_amplification": (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024),
+    "oldest_l0_age_seconds": (60, 300, 900, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400, 7 * 86400),
+    "history_bytes": (0, 2**20, 2**24, 2**27, 2**30, 2**33, 2**36, 2**39, 2**42),
+    "pinned_bytes": (0, 2**20, 2**24, 2**27, 2**30, 2**33, 2**36, 2**39, 2**42),
+}
+_FLEET_HELP = {
+    "read_amplification": "Enabled tables by the files a reader of their fullest bucket opens.",
+    "oldest_l0_age_seconds": "Enabled tables with level-0 files, by the age of their oldest one (seconds).",
+    "history_bytes": "Enabled tables by the bytes of removed files kept for older versions.",
+    "pinned_bytes": "Enabled tables by the bytes their pins hold back from reclamation.",
+}
+
+
+def _fleet_histograms(measures: list[tuple[float | None, ...]], now: float) -> Iterator[GaugeHistogramMetricFamily]:
+    """The fleet-wide gauge histograms of the layout measures (:data:`MEASURES`, in that order)."""
+    for i, measure in enumerate(MEASURES):
+        name = "oldest_l0_age_seconds" if measure == "oldest_l0_ms" else measure
+        values = [float(row[i]) for row in measures if row[i] is not None]  # type: ignore[arg-type]
+        if measure == "oldest_l0_ms":  # a commit time (ms) becomes an age (s)
+            values = [max(0.0, now - v / 1000) for v in values]
+        bounds = FLEET_BUCKETS[name]
+        counts = [0] * (len(bounds) + 1)
+        for value in values:
+            counts[bisect_left(bounds, value)] += 1
+        cumulative, running = [], 0
+        for bound, count in zip([*(str(float(b)) for b in bounds), "+Inf"], counts, strict=True):
+            running += count
+            cumulative.append((bound, running))
+        yield GaugeHistogramMetricFamily(f"maintd_fleet_{name}", _FLEET_HELP[name], buckets=cumulative,
+                                         gsum_value=float(sum(values)))
 
 
 def _families() -> dict[str, GaugeMetricFamily]:
@@ -138,6 +185,19 @@ def _families() -> dict[str, GaugeMetricFamily]:
             "Bytes of data files reclamation would delete but for the table's pins (at its last maintenance run).",
             ["table"],
         ),
+        "maintd_table_read_amplification": gauge(
+            "maintd_table_read_amplification",
+            "Files a reader of the table's fullest bucket opens (at its last maintenance run or check).", ["table"],
+        ),
+        "maintd_table_oldest_l0_age_seconds": gauge(
+            "maintd_table_oldest_l0_age_seconds",
+            "Age of the table's oldest level-0 file, waiting for clustering (absent while level 0 is empty).",
+            ["table"],
+        ),
+        "maintd_table_history_bytes": gauge(
+            "maintd_table_history_bytes", "Bytes of files removed from the table but kept for older versions.",
+            ["table"],
+        ),
         "maintd_last_success_timestamp_seconds": gauge(
             "maintd_last_success_timestamp_seconds",
             "Unix time of the last successful run of a table, by kind (from the state store).",
@@ -151,7 +211,7 @@ def table_state(record: TableRecord) -> str:
     return "disabled" if not record.enabled else "failing" if record.consecutive_failures else "healthy"
 
 
-def _add_table(families: dict[str, GaugeMetricFamily], record: TableRecord) -> None:
+def _add_table(families: dict[str, GaugeMetricFamily], record: TableRecord, now: float) -> None:
     families["maintd_table_healthy"].add_metric([record.uri], 0 if record.consecutive_failures else 1)
     for kind in RunKind:
         moment = record.succeeded_at(kind)
@@ -164,9 +224,16 @@ def _add_table(families: dict[str, GaugeMetricFamily], record: TableRecord) -> N
     if layout.get("pins") is not None:
         families["maintd_table_pins"].add_metric([record.uri], layout["pins"])
         families["maintd_table_pinned_bytes"].add_metric([record.uri], layout.get("pinned_bytes") or 0)
+    if layout.get("read_amplification") is not None:
+        families["maintd_table_read_amplification"].add_metric([record.uri], layout["read_amplification"])
+    if layout.get("oldest_l0_ms") is not None:
+        age = max(0.0, now - layout["oldest_l0_ms"] / 1000)
+        families["maintd_table_oldest_l0_age_seconds"].add_metric([record.uri], age)
+    if layout.get("history_bytes") is not None:
+        families["maintd_table_history_bytes"].add_metric([record.uri], layout["history_bytes"])
     if layout.get("backlog_files") is not None:
         families["maintd_backlog_files"].add_metric([record.uri], layout["backlog_files"])
         families["maintd_backlog_bytes"].add_metric([record.uri], layout["backlog_bytes"] or 0)
 
 
-__all__ = ["StoreGauges", "table_state"]
+__all__ = ["FLEET_BUCKETS", "StoreGauges", "table_state"]
