@@ -68,9 +68,9 @@ def test_a_real_tables_layout_gives_its_read_amplification_level0_age_history_an
 
 
 def fleet_layout(i: int, now_ms: int) -> dict[str, object]:
-    return {"files": i + 1, "bytes": 10, "levels": {"L0": {"files": i + 1, "bytes": 10}}, "read_amplification": i + 1,
-            "oldest_l0_ms": now_ms - i * 600_000 + 30_000, "history_bytes": i * 2**20, "pins": 1, "pinned_bytes": i * 2**21,
-            "backlog_files": 0, "backlog_bytes": 0}
+    return {"files": i + 1, "bytes": 10, "levels": {"L0": {"files": i + 1, "bytes": 10}},
+            "read_amplification": i + 1, "oldest_l0_ms": now_ms - i * 600_000 + 30_000, "history_bytes": i * 2**20,
+            "pins": 1, "pinned_bytes": i * 2**21, "backlog_files": 0, "backlog_bytes": 0}
 
 
 def test_fleet_histograms_count_every_enabled_table_whatever_the_per_table_bound(store_target: StoreTarget) -> None:
