@@ -71,6 +71,9 @@ class HealthServer:
         self._server = _BoundedServer((host, port), _handler_class(self), self._slots)
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
+        if self.checks or self.liveness:
+            metrics.attach_probes({"readiness": self.readiness, "liveness": self.liveness_failures},
+                                  {"readiness": self.checks, "liveness": self.liveness})
 
     @property
     def port(self) -> int:

@@ -22,10 +22,13 @@ count what this replica did.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from maintd.service.store import StateStore
@@ -47,6 +50,7 @@ class Metrics:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
         self._store_attached = False
+        self._probes_attached = False
         self.runs = Counter("maintd_runs", "Finished runs, by kind and status.", ["kind", "status"], registry=r)
         self.failures = Counter(
             "maintd_run_failures", "Failed runs, by kind and error type.", ["kind", "error"], registry=r
@@ -120,6 +124,16 @@ class Metrics:
         self.registry.register(StoreGauges(store, settings))
         self._store_attached = True
 
+    def attach_probes(self, probes: Mapping[str, Callable[[], Mapping[str, str]]],
+                      names: Mapping[str, Iterable[str]]) -> None:
+        """Serve ``maintd_probe_check_ok{probe, check}``: 1 while a check of a probe passes, 0 while it fails, run at
+        every scrape (``probes``: probe name to a function returning the failing checks; ``names``: every check of
+        each probe), so that alerts see the Spark driver or the store down as ``/readyz`` and ``/healthz`` do."""
+        if self._probes_attached:
+            return
+        self.registry.register(_ProbeChecks(probes, names))
+        self._probes_attached = True
+
     def set_table_count(self, tables: int) -> None:
         """The enabled tables now: per-table counters are kept only while within ``table_series_max_tables``."""
         limit = self.table_series_max_tables
@@ -177,6 +191,32 @@ class Metrics:
             for labels in _label_sets(metric):
                 if labels.get("table") == table:
                     metric.remove(*labels.values())
+
+
+class _ProbeChecks(Collector):
+    """``maintd_probe_check_ok``, computed at every scrape (see :meth:`Metrics.attach_probes`)."""
+
+    def __init__(self, probes: Mapping[str, Callable[[], Mapping[str, str]]],
+                 names: Mapping[str, Iterable[str]]) -> None:
+        self._probes = dict(probes)
+        self._names = {probe: sorted(checks) for probe, checks in names.items()}
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield self._family()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = self._family()
+        for probe, failing in self._probes.items():
+            down = failing()
+            for check in self._names.get(probe, []):
+                family.add_metric([probe, check], 0 if check in down else 1)
+        yield family
+
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily("maintd_probe_check_ok", "1 while a check of /readyz (probe=readiness) or /healthz "
+                                 "(probe=liveness) passes, else 0 (state_store, spark, warehouse, spark_driver).",
+                                 labels=["probe", "check"])
 
 
 def _label_sets(metric: Counter) -> list[dict[str, str]]:

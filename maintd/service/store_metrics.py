@@ -26,6 +26,7 @@ Gauges served from the store:
 - ``maintd_tables`` (``state``) and ``maintd_leases_held`` (``holder``);
 - ``maintd_table_healthy`` (``table``): 1, or 0 while the table's runs fail (a storage error: missing bucket,
   refused credentials, unreachable endpoint; a damaged table...; ``maintd status`` says why);
+  ``maintd_table_failures`` (``table``, ``kind``): its runs of that kind that failed in a row;
 - ``maintd_root_healthy`` (``root``): 1 when the last search of a warehouse root for tables succeeded, else 0
   (the root cannot be listed: ``maintd status`` names the error), and ``maintd_root_tables`` (``root``): the
   tables that search found;
@@ -159,6 +160,10 @@ def _families() -> dict[str, GaugeMetricFamily]:
         "maintd_table_healthy": gauge(
             "maintd_table_healthy", "1 unless the table's last runs failed (maintd status names the error).", ["table"]
         ),
+        "maintd_table_failures": gauge(
+            "maintd_table_failures", "Runs of the table that failed in a row, by kind (0: its last run did not fail).",
+            ["table", "kind"]
+        ),
         "maintd_root_healthy": gauge(
             "maintd_root_healthy", "1 when the last search of a warehouse root succeeded, 0 when it failed.", ["root"]
         ),
@@ -214,6 +219,7 @@ def table_state(record: TableRecord) -> str:
 def _add_table(families: dict[str, GaugeMetricFamily], record: TableRecord, now: float) -> None:
     families["maintd_table_healthy"].add_metric([record.uri], 0 if record.consecutive_failures else 1)
     for kind in RunKind:
+        families["maintd_table_failures"].add_metric([record.uri, kind.value], record.failures(kind))
         moment = record.succeeded_at(kind)
         if moment is not None:
             families["maintd_last_success_timestamp_seconds"].add_metric([record.uri, kind.value], moment.timestamp())

@@ -83,6 +83,16 @@ def test_readyz_names_the_failing_checks_without_secrets(server: HealthServer, f
     assert b"hunter2" not in body
 
 
+def test_metrics_show_each_probe_check_up_or_down_at_every_scrape(server: HealthServer, flag: Flag) -> None:
+    def checks() -> dict[tuple[str, str], float]:
+        families = {f.name: f for f in text_string_to_metric_families(request(server, "/metrics")[1].decode())}
+        return {(s.labels["probe"], s.labels["check"]): s.value for s in families["maintd_probe_check_ok"].samples}
+
+    assert checks() == {("readiness", "spark"): 1, ("readiness", "store"): 1}
+    flag.ready = False  # Spark not ready, and the store failing
+    assert checks() == {("readiness", "spark"): 0, ("readiness", "store"): 0}
+
+
 def test_metrics_are_served_in_prometheus_text_format(server: HealthServer) -> None:
     server.metrics.observe_run("maintenance", "failed", 1.5, error="TaskExecutionError")
     server.metrics.commit_conflicts.labels(type="ConcurrentDeleteReadError").inc()
