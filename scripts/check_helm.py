@@ -9,8 +9,10 @@ binary), Kubernetes schemas from ``kubernetes-validate``, the Dockerfile linter 
 For each values file the chart is linted (strict: warnings fail), validated against
 ``values.schema.json``, rendered, and every rendered manifest is validated (strictly: unknown fields
 fail) against the schemas of :data:`KUBERNETES_VERSION`. Custom resources (the Prometheus Operator's
-ServiceMonitor) have no schema in ``kubernetes-validate``, which ships only the core API, so they are
-only checked to parse and to carry apiVersion, kind and metadata.name.
+ServiceMonitor, PrometheusRule) have no schema in ``kubernetes-validate``, which ships only the core API, so
+they are checked to parse and to carry apiVersion, kind and metadata.name; a PrometheusRule's groups are
+checked for their shape and, where ``promtool`` is installed (Debian's ``prometheus``), with ``promtool check
+rules``; the Grafana dashboard's ConfigMap must hold a dashboard whose every panel queries something.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ VALUES_FILES: dict[str, Path | None] = {
     "pvc": CHART / "ci" / "pvc-values.yaml",
     "spark-k8s": CHART / "ci" / "spark-k8s-values.yaml",
     "s3-irsa": CHART / "ci" / "s3-irsa-values.yaml",
+    "monitoring": CHART / "ci" / "monitoring-values.yaml",
 }
 #: Kinds each values file must render, so that a template silently rendering nothing is caught.
 _BASE = {"ConfigMap", "Deployment", "Service", "ServiceAccount", "PodDisruptionBudget"}
@@ -48,10 +51,14 @@ EXPECTED_KINDS = {
     "pvc": _BASE | {"CronJob"},
     "spark-k8s": _BASE | {"Role", "RoleBinding", "NetworkPolicy"},
     "s3-irsa": _BASE | {"NetworkPolicy"},
+    "monitoring": _BASE | {"ServiceMonitor", "PrometheusRule"},
 }
 #: Kinds a values file must not render (RBAC only for executors on Kubernetes).
-UNEXPECTED_KINDS = {"default": {"Role", "RoleBinding"}, "ha": {"Role", "RoleBinding"}, "pvc": {"Role", "RoleBinding"},
-                    "spark-k8s": set(), "s3-irsa": {"Role", "RoleBinding"}}
+UNEXPECTED_KINDS = {"default": {"Role", "RoleBinding", "PrometheusRule"}, "ha": {"Role", "RoleBinding"},
+                    "pvc": {"Role", "RoleBinding"}, "spark-k8s": set(), "s3-irsa": {"Role", "RoleBinding"},
+                    "monitoring": {"Role", "RoleBinding"}}
+#: Values files that must render the Grafana dashboard's ConfigMap.
+DASHBOARD_VALUES = {"monitoring"}
 
 
 @dataclass
@@ -86,6 +93,7 @@ def check_chart(report: Report) -> None:
                 continue
         kinds = validate_manifests(label, rendered, report)
         check_rendered_settings(label, rendered, report)
+        check_monitoring(label, rendered, report)
         missing = EXPECTED_KINDS[label] - kinds
         if missing:
             report.fail(f"values {label}: expected kinds not rendered: {sorted(missing)}")
@@ -120,6 +128,64 @@ def validate_manifests(label: str, rendered: dict[str, str], report: Report) -> 
             except (kubernetes_validate.SchemaNotFoundError, kubernetes_validate.InvalidSchemaError) as exc:
                 report.fail(f"{where}: no usable schema: {exc}")
     return kinds
+
+
+def check_monitoring(label: str, rendered: dict[str, str], report: Report) -> None:
+    """The PrometheusRule's groups (shape, and ``promtool check rules`` where installed) and the dashboard."""
+    dashboards = 0
+    for template, text in rendered.items():
+        if not template.endswith((".yaml", ".yml")):
+            continue
+        for doc in yaml.safe_load_all(text):
+            if not doc:
+                continue
+            if doc.get("kind") == "PrometheusRule":
+                check_rule_groups(label, doc.get("spec") or {}, report)
+            elif doc.get("kind") == "ConfigMap" and "maintd.json" in (doc.get("data") or {}):
+                dashboards += 1
+                check_dashboard(label, doc["data"]["maintd.json"], report)
+    if label in DASHBOARD_VALUES and not dashboards:
+        report.fail(f"values {label}: the Grafana dashboard's ConfigMap was not rendered")
+
+
+def check_rule_groups(label: str, spec: dict[str, Any], report: Report) -> None:
+    groups = spec.get("groups") or []
+    rules = [rule for group in groups for rule in group.get("rules") or []]
+    if not groups or not rules or not all(g.get("name") for g in groups):
+        report.fail(f"{label}: the PrometheusRule has no named group of rules")
+    for rule in rules:
+        if not (rule.get("alert") or rule.get("record")) or not rule.get("expr"):
+            report.fail(f"{label}: PrometheusRule rule without alert/record name or expr: {rule}")
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "rules.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60,
+                                check=False)
+    if result.returncode != 0:
+        report.fail(f"{label}: promtool check rules on the PrometheusRule:\n{result.stdout}{result.stderr}")
+    else:
+        report.checked.append(f"{label}: PrometheusRule with promtool ({len(rules)} rules)")
+
+
+def check_dashboard(label: str, text: str, report: Report) -> None:
+    import json
+
+    try:
+        dashboard = json.loads(text)
+    except ValueError as exc:
+        report.fail(f"{label}: the dashboard ConfigMap does not hold JSON: {exc}")
+        return
+    panels = [p for p in dashboard.get("panels") or [] if p.get("type") != "row"]
+    if not dashboard.get("uid") or not panels:
+        report.fail(f"{label}: the dashboard has no uid or no panel")
+    for panel in panels:
+        if not [t for t in panel.get("targets") or [] if t.get("expr")]:
+            report.fail(f"{label}: dashboard panel {panel.get('title')!r} queries nothing")
 
 
 def check_rendered_settings(label: str, rendered: dict[str, str], report: Report) -> None:
