@@ -32,8 +32,8 @@ def test_the_chart_renders_lints_and_validates_for_every_example_values_file() -
     report = check.Report()
     check.check_chart(report)
     assert report.problems == []
-    assert len(report.checked) == len(check.VALUES_FILES) == 5
-    assert set(check.VALUES_FILES) == {"default", "ha", "pvc", "spark-k8s", "s3-irsa"}
+    assert len(report.checked) == len(check.VALUES_FILES) == 6
+    assert set(check.VALUES_FILES) == {"default", "ha", "pvc", "spark-k8s", "s3-irsa", "monitoring"}
 
 
 def test_the_dockerfile_passes_hadolint_without_findings() -> None:
@@ -258,3 +258,24 @@ def test_object_store_credentials_come_from_a_secret_and_irsa_from_service_accou
     assert env_of["AWS_ENDPOINT_URL"]["value"] == "http://minio.storage:9000" and env_of["AWS_ALLOW_HTTP"]["value"]
     assert "endpoint" in schema_refuses({"objectStore": {"endpoint": "minio:9000"}})
     assert "objectStore" in schema_refuses({"objectStore": {"secret": "x"}})
+
+
+def test_the_alert_rules_dashboard_and_console_token_come_with_their_switches() -> None:
+    pytest.importorskip("helm_python", reason="helm-python-sdk is not installed (pip install -e '.[test]')")
+    default = render({})
+    assert "PrometheusRule" not in default
+    assert not [d for d in default["ConfigMap"] if "maintd.json" in d["data"]]  # type: ignore[operator]
+    env = {e["name"]: e for e in pod_spec(default["Deployment"][0])["containers"][0]["env"]}  # type: ignore[index]
+    assert env["MAINTD_HTTP__CONSOLE"]["value"] == "auto" and "MAINTD_HTTP__CONSOLE_TOKEN" not in env
+
+    monitoring = render(yaml_values(ROOT / "helm" / "maintd" / "ci" / "monitoring-values.yaml"))
+    rule = monitoring["PrometheusRule"][0]
+    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}  # type: ignore[index]
+    assert {"MaintdTableUnhealthy", "MaintdSparkDown", "MaintdStoreUnreachable", "MaintdLeaseLost"} <= alerts
+    assert "{{ $labels.table }}" in str(rule["spec"])  # Prometheus's templates reach it untouched by Helm
+    dashboard = next(d for d in monitoring["ConfigMap"] if "maintd.json" in d["data"])  # type: ignore[operator]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"  # type: ignore[index]
+    env = {e["name"]: e for e in pod_spec(monitoring["Deployment"][0])["containers"][0]["env"]}  # type: ignore[index]
+    assert env["MAINTD_HTTP__CONSOLE_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "maintd-console",
+                                                                                "key": "token"}}
+    assert "MAINTD_HTTP__CONSOLE_TOKEN" not in str(monitoring.get("CronJob", ""))
