@@ -30,6 +30,7 @@ from maintd.service.console_html import (
 from maintd.service.console_reads import FLEET_SORTS, FLEET_STATES, FleetQuery
 from maintd.service.records import RunKind, RunRecord, TableRecord
 from maintd.service.store_metrics import table_state
+from maintd.units import fmt_bytes
 
 if TYPE_CHECKING:
     from maintd.service.daemon import WorkView
@@ -182,7 +183,7 @@ def _table_summary(record: TableRecord) -> str:
     for key in ("files", "bytes", "read_amplification", "mean_files_per_bucket", "backlog_files", "backlog_bytes",
                 "history_bytes", "pins", "pinned_bytes"):
         if layout.get(key) is not None:
-            facts[key.replace("_", " ")] = layout[key]
+            facts[key.replace("_", " ")] = fmt_bytes(layout[key]) if key.endswith("bytes") else layout[key]
     levels = layout.get("levels") or {}
     level_rows = [[text(lvl), num(levels[lvl].get("files")), size(levels[lvl].get("bytes"))]
                   for lvl in _LEVELS if lvl in levels]
@@ -304,12 +305,12 @@ def run_page(store: StateStore, run_id: int) -> bytes | None:
 
 def _tasks(plan: Any) -> str:
     tasks = plan.get("tasks") if isinstance(plan, dict) else None
+    # A run's plan records each task's inputs as files and bytes (maintd.execution.runner).
     rows = [[text(t.get("task_id")), text(t.get("kind")), text(_partition(t.get("partition"))), num(t.get("bucket")),
-             text(t.get("target_level")), num(t.get("input_files")), num(t.get("input_rows")),
-             size(t.get("input_bytes")), size(t.get("expected_output_bytes")), text(t.get("reason"))]
+             num(t.get("files")), size(t.get("bytes")), text(t.get("reason"))]
             for t in tasks or [] if isinstance(t, dict)]
-    return table(["task", "kind", "partition", "bucket", "to level", "input files", "rows", "input bytes",
-                  "expected output", "reason"], rows, empty="no task planned")
+    return table(["task", "kind", "partition", "bucket", "input files", "input bytes", "reason"], rows,
+                 empty="no task planned")
 
 
 def _partition(values: object) -> str:
