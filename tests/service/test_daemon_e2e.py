@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import pyarrow.parquet as pq
 import pytest
@@ -211,6 +212,15 @@ def test_the_daemon_maintains_and_reclaims_under_a_writer_stops_on_sigterm_and_r
     wait_for(lambda: runs(store, broken, RunKind.RECLAIM) or (store.get_table(broken) or _NONE).reclaim_succeeded_at,
              "a failing maintenance does not hold reclamation back (one that deleted nothing is no run)")
     assert daemon.get("/readyz")[0] == 200 and daemon.get("/healthz") == (200, "ok\n")
+
+    # The web console of the daemon (on a loopback address: served without credentials) shows the same runs:
+    # the failing table first, a run of the written table on its page, the queue of this replica.
+    status, fleet = daemon.get("/")
+    assert status == 200 and fleet.index(f">{broken}<") < fleet.index(f">{orders.uri}<")
+    status, page = daemon.get("/table?uri=" + quote(orders.uri, safe=""))
+    assert status == 200 and f'href="/run?id={first.id}"' in page and "<svg" in page
+    status, page = daemon.get("/daemon")
+    assert status == 200 and "Running (" in page and "Queued (" in page
 
     # SIGTERM: exit 0, nothing left running or leased, and the table reads exactly what was written.
     assert daemon.terminate() == 0
