@@ -213,6 +213,11 @@ class _Handler(BaseHTTPRequestHandler):
             body = f"the state store cannot be read: {exc}\n".encode()
             self._send(503, body, "text/plain; charset=utf-8", head)
             return
+        except Exception as exc:  # a bug must not take the endpoint (and its probes) down with it
+            logger.exception("console page {} failed", path)
+            body = f"the page failed: {type(exc).__name__}: {redact_secrets(str(exc))}\n".encode()
+            self._send(500, body, "text/plain; charset=utf-8", head)
+            return
         extra = (("Content-Security-Policy", CONTENT_SECURITY_POLICY), ("X-Content-Type-Options", "nosniff"),
                  ("Referrer-Policy", "no-referrer"), *answer.headers)
         self._send(answer.status, answer.body, "text/html; charset=utf-8", head, extra)

@@ -205,3 +205,13 @@ def test_the_console_changes_nothing_every_other_method_is_refused(server: Healt
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(request, timeout=5)
         assert refused.value.code == 405
+
+
+def test_an_unreachable_store_is_answered_503_naming_it_and_the_probes_still_answer() -> None:
+    store = StateStore("postgresql+psycopg://maintd:pw-canary-42@127.0.0.1:9/none", connect_timeout=1, create=False)
+    with HealthServer(Metrics(), host="127.0.0.1", port=0, console=Console(store)) as running:
+        for path in ("/", "/daemon", "/run?id=1"):
+            status, body, _ = get(running, path)
+            assert status == 503 and "state store" in body and "pw-canary-42" not in body
+        assert get(running, "/healthz")[0] == 200
+    store.close()
