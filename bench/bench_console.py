@@ -35,6 +35,7 @@ PAGES = {
     "fleet, page 100 by name": "/?sort=name&page=100",
     "fleet, filtered by name": "/?q=table_09",
     "fleet, failing only": "/?state=failing",
+    "fleet, by backlog (from the layouts)": "/?sort=backlog",
     "fleet, 500 a page": "/?per=500",
 }
 

@@ -56,9 +56,10 @@ def fleet(store: StateStore, query: FleetQuery) -> bytes:
         for s in FLEET_STATES
     )
     rows = [_fleet_row(record, found.holders.get(record.uri), found.now) for record in found.tables]
-    headers = [_sort_header(query, "table", "name"), "state", "files by level", "files",
-               '<abbr title="files a reader of the fullest bucket opens">read ampl.</abbr>', "backlog",
-               "oldest L0", "history", "pinned", _sort_header(query, "last run", "last_run"),
+    headers = [_sort_header(query, "table", "name"), "state", "files by level", _sort_header(query, "files", "files"),
+               _sort_header(query, "read ampl.", "read_amplification"), _sort_header(query, "backlog", "backlog"),
+               _sort_header(query, "oldest L0", "l0_age"), _sort_header(query, "history", "history"), "pinned",
+               _sort_header(query, "last run", "last_run"),
                _sort_header(query, "failures in a row", "failures"), "replica",
                _sort_header(query, "checked", "checked")]
     body = (f"<div class=tiles>{tiles}</div>{_fleet_form(query)}"

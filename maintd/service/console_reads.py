@@ -18,8 +18,14 @@ from maintd.service.records import TableRecord
 from maintd.service.schema import leases, replicas, tables
 
 #: The orders of the fleet page; ``health`` (the unhealthiest first) is the default.
-FleetSort = Literal["health", "name", "last_run", "failures", "checked"]
-FLEET_SORTS: tuple[str, ...] = ("health", "name", "last_run", "failures", "checked")
+FleetSort = Literal["health", "name", "last_run", "failures", "checked", "backlog", "files", "read_amplification",
+                    "l0_age", "history"]
+FLEET_SORTS: tuple[str, ...] = ("health", "name", "last_run", "failures", "checked", "backlog", "files",
+                                "read_amplification", "l0_age", "history")
+#: Orders by a measure of the stored layout: the key in the layout, and whether its largest value comes first.
+_LAYOUT_SORTS = {"backlog": ("backlog_bytes", True), "files": ("files", True),
+                 "read_amplification": ("read_amplification", True), "l0_age": ("oldest_l0_ms", False),
+                 "history": ("history_bytes", True)}
 #: The states a fleet page can be filtered by (those of ``maintd_tables``).
 FLEET_STATES: tuple[str, ...] = ("healthy", "failing", "disabled")
 
@@ -106,7 +112,11 @@ def _fleet_order(query: FleetQuery) -> list[sa.ColumnElement[Any]]:
     def way(column: sa.ColumnElement[Any], *, reverse: bool = False) -> sa.ColumnElement[Any]:
         return column.desc() if query.descending != reverse else column.asc()
 
-    if query.sort == "name":
+    if query.sort in _LAYOUT_SORTS:  # extracted from the layout by the database; tables without one last
+        key, largest_first = _LAYOUT_SORTS[query.sort]
+        value = tables.c.layout[key].as_float()
+        keys = [sa.case((value.is_(None), 1), else_=0), way(value, reverse=largest_first)]
+    elif query.sort == "name":
         keys = [way(tables.c.name)]
     elif query.sort == "last_run":  # the newest first; never-run tables last
         keys = [sa.case((tables.c.last_run_at.is_(None), 1), else_=0), way(tables.c.last_run_at, reverse=True)]

@@ -85,6 +85,11 @@ def test_the_fleet_page_filters_orders_and_pages_by_query_parameters(server: Hea
     assert len(rows_of(body)) == 1 and "page 2 of 3" in body and "previous" in body and "next" in body
     _, body, _ = get(server, "/?sort=failures&desc=1")
     assert "broken" in rows_of(body)[-1]
+    _, body, _ = get(server, "/?sort=files")  # the most files first: weird's 16 level-0 files, then orders' 2
+    assert "L0 16" in rows_of(body)[0] and ">orders<" in rows_of(body)[1]
+    assert "broken" in rows_of(body)[2]  # no layout recorded: last
+    _, body, _ = get(server, "/?sort=l0_age")  # the oldest level-0 file first
+    assert "L0 16" in rows_of(body)[0]
     _, body, _ = get(server, "/?q=nothing-matches")
     assert "no table matches" in body
 
