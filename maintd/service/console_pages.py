@@ -252,7 +252,9 @@ def _from_the_log(record: TableRecord, settings: Settings | None) -> str:
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
     pins = [[text(p.id), num(p.version), text(stamp(p.created_at)), text(_ms(p.expires)), text(p.who), text(p.reason)]
             for p in snapshot.live_pins(now_ms)]
-    out = (f"<h2>Properties (version {snapshot.version})</h2>"
+    out = (f"<p>Version {snapshot.version}; history retained {snapshot.retain_hours} h "
+           f"(<code>acid.data.retain.hours</code>); isolation {text(snapshot.isolation_level)}.</p>"
+           f"<h2>Properties (version {snapshot.version})</h2>"
            + pairs({k: REDACTED if is_secret_option(k) else v for k, v in sorted(props.items())})
            + "<h2>Pins</h2>" + table(["pin", "version", "created", "expires", "who", "reason"], pins,
                                      empty="no live pin"))

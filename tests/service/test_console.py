@@ -111,6 +111,7 @@ def test_the_table_page_shows_runs_over_time_runs_plan_explained_properties_pins
     assert "explained bucket by bucket" in body and "compact" in body
     assert "Files by bucket" in body and "files a reader opens" in body
     assert "max_delta_files" in body  # the resolved policy
+    assert re.search(r"history retained \d+ h", body)
     _, hostile, _ = get(server, "/table?uri=" + quote(fleet.hostile, safe=""))
     assert "a reader&#x27;s job" in hostile  # the pin, escaped like everything else
 
