@@ -220,3 +220,34 @@ def test_the_driver_jvm_has_no_state_store_credentials(tmp_path: Path) -> None:
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "CLEAN" in done.stdout and "STILL" in done.stdout and "children 0" not in done.stdout, done.stdout
+
+
+def test_the_web_console_hides_every_canary(tmp_path: Path) -> None:
+    """The daemon page shows every setting, the table and run pages stored errors: none shows a canary, nor the
+    console's own token and password."""
+    from maintd.service.console import Console
+    from maintd.service.records import RunKind, RunStatus
+    from maintd.service.store import StateStore
+
+    token, password = "console-canary-token-0123456789", "console-canary-password"
+    configured = settings(tmp_path)
+    configured.http.console_token = token
+    configured.http.console_password = password
+    configured = Settings.model_validate(configured.model_dump())  # validated again: both registered as secrets
+    store = StateStore(f"sqlite:///{tmp_path / 'console.db'}")
+    try:
+        uri = str(tmp_path / "wh" / "orders")  # local: the table page reads the log, which is not there
+        run = store.start_run(uri, RunKind.MAINTENANCE)
+        store.finish_run(run, RunStatus.FAILED, error=quoting_every_canary() + f" {token} {password}")
+        console = Console(store, configured, holder="replica-a")
+        auth = f"Bearer {token}"
+        pages = [console.respond(path, query, auth) for path, query in (
+            ("/daemon", ""), ("/", ""), ("/table", "uri=" + quote(uri, safe="")), ("/run", f"id={run}"))]
+        assert [p.status for p in pages] == [200, 200, 200, 200]
+        for page in pages:
+            text = page.body.decode()
+            assert not leaked(text) and token not in text and password not in text
+        assert "http.console_token" in pages[0].body.decode() and "***" in pages[0].body.decode()
+        assert token not in repr(configured) and password not in repr(configured)
+    finally:
+        store.close()
