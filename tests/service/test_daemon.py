@@ -301,3 +301,28 @@ def test_passes_check_every_table_within_its_interval_though_a_pass_reaches_it_l
     assert max(gaps) <= interval * (1 - PASS_MARGIN) + 1e-6
     assert min(gaps) >= period - drawn_jitter - 1e-6  # and they are not bunched up: about one pass per interval
     assert sum(gaps) / len(gaps) >= interval * 0.75
+
+
+def test_the_work_view_shows_runs_in_flight_and_the_queue_without_changing_them(
+    tmp_path: Path, store: StateStore
+) -> None:
+    release = threading.Event()
+    maintain = Recorder(lambda uri: release.wait(30))
+    daemon = Daemon(make_settings(tmp_path, max_concurrent_tables=1, maintenance_interval_seconds=3600), store,
+                    maintain, Recorder(), holder="d1")
+    daemon.start()
+    try:
+        def maintenance_queued() -> list[str]:
+            return sorted(u for kind, u in daemon.work().queued if kind == "maintenance")
+
+        wait_for(lambda: len(maintain.calls) == 1 and len(maintenance_queued()) == len(TABLES) - 1)
+        work = daemon.work()
+        [(uri, kind, seconds, _run_id)] = work.running
+        assert uri == maintain.calls[0] and kind == "maintenance" and seconds >= 0
+        assert maintenance_queued() == sorted(set(TABLES) - {uri})
+        assert daemon.work().queued == work.queued  # a read: the queue is the same after it
+        work.queued.clear()
+        assert len(maintenance_queued()) == len(TABLES) - 1  # a copy: clearing it changes nothing
+    finally:
+        release.set()
+        daemon.stop()
