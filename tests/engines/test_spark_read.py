@@ -245,3 +245,27 @@ def test_spark_reads_the_change_feed_from_the_prior_rows_compactions_stored(spar
     expected = table.changes(start, end)
     assert expected.num_rows and by_key(df.toArrow().cast(expected.schema)).equals(by_key(expected))
     assert by_key(expected).equals(by_key(table.full_changes(start, end)))
+
+
+def test_empty_scans_of_every_kind_return_no_rows(spark: Any, tmp_path: Path) -> None:
+    """A scan with nothing to read plans no partition; Spark then hands the reader one partition
+    holding None, which reads as no rows (a fresh table, version 0, a filter matching no partition, a
+    change feed over maintenance commits only)."""
+    from .helpers import rewrite
+
+    table = Table.create(str(tmp_path / "t"), "id:int64!,region:string!,v:double", primary_key="id",
+                         partition_by="region", buckets=2)
+    read = spark.read.format("maintd")
+    fresh = read.load(table.uri)
+    assert fresh.columns == ["id", "region", "v"] and fresh.collect() == []
+    table.upsert(pa.table({"id": pa.array([1, 2, 3], pa.int64()), "region": ["eu", "eu", "us"], "v": [1.0, 2.0, 3.0]}))
+    assert spark.read.format("maintd").option("versionAsOf", 0).load(table.uri).collect() == []
+    assert spark.read.format("maintd").option("filter", "region = 'ap'").load(table.uri).collect() == []
+    assert spark.read.format("maintd").load(table.uri).where("region = 'ap'").collect() == []
+    assert spark.read.format("maintd").load(table.uri).count() == 3
+    maintained = rewrite(table, "compact", lambda f: True)
+    feed = (spark.read.format("maintd").option("readChangeFeed", "true").option("startingVersion", maintained)
+            .option("endingVersion", maintained).load(table.uri))
+    assert feed.columns == ["id", "region", "v", "_change", "_change_version"] and feed.collect() == []
+    fresh_feed = spark.read.format("maintd").option("readChangeFeed", "true").option("startingVersion", 0)
+    assert fresh_feed.option("endingVersion", 0).load(table.uri).collect() == []

@@ -105,9 +105,9 @@ class SnapshotReader(DataSourceReader):
         return [InputPartition(unit) for unit in self.plan().units]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if partition is None:
+        unit: ScanUnit | None = _unit_of(partition)
+        if unit is None:
             return
-        unit: ScanUnit = partition.value
         t = read_unit(executor_storage(self.uri, self.carried), self.metadata, unit, self.columns, self.row_filter)
         yield from t.cast(self.arrow_schema).to_batches(max_chunksize=BATCH_ROWS)
 
@@ -131,11 +131,20 @@ class ChangeFeedReader(DataSourceReader):
         return [InputPartition(u) for u in units]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if partition is None:
+        unit: ChangeUnit | None = _unit_of(partition)
+        if unit is None:
             return
-        unit: ChangeUnit = partition.value
         t = read_change_unit(executor_storage(self.uri, self.carried), self.before, self.after, unit)
         yield from t.select(list(self.columns)).cast(self.arrow_schema).to_batches(max_chunksize=BATCH_ROWS)
+
+
+def _unit_of(partition: InputPartition | None) -> Any:
+    """The unit a Spark partition carries, or None for an empty scan.
+
+    A reader whose ``partitions()`` returns no partition is still read once: PySpark 4.3 hands it
+    ``InputPartition(None)`` (earlier releases passed ``None``). Either reads as no rows.
+    """
+    return None if partition is None else getattr(partition, "value", None)
 
 
 def _as_declared(schema: pa.Schema, nullable: Sequence[bool] | None) -> pa.Schema:
