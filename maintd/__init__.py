@@ -41,23 +41,31 @@ from maintd.errors import (
 )
 
 if TYPE_CHECKING:
-    from maintd.table import CommitRecord, Pin, RetryPolicy, Snapshot, Table, Transaction
+    from maintd.api import Table
+    from maintd.table import CommitRecord, DataFileInfo, Pin, RetryPolicy, Snapshot, Transaction
 
 __version__ = "0.1.0"
 
-_LAZY = {"CommitRecord", "Pin", "RetryPolicy", "Snapshot", "Table", "Transaction"}
+_LAZY = {"CommitRecord", "DataFileInfo", "Pin", "RetryPolicy", "Snapshot", "Transaction"}
 """Imported on first use: the table format pulls in pyarrow, which commands such as ``maintd --help`` never
 need (see ``tests/cli/test_startup.py``)."""
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
+    value: Any
+    if name == "Table":  # the table with maintenance (maintd.api), one layer above the format's
+        import maintd.api
+
+        value = maintd.api.Table
+    elif name in _LAZY:
         import maintd.table
 
         value = getattr(maintd.table, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'maintd' has no attribute {name!r}")
+    else:
+        raise AttributeError(f"module 'maintd' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CommitConflictError",
@@ -74,6 +82,7 @@ __all__ = [
     "CorruptLogError",
     "CorruptTableError",
     "DataFileError",
+    "DataFileInfo",
     "DataFileMissingError",
     "DataFileSchemaError",
     "InvalidInputError",

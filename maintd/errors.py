@@ -315,9 +315,17 @@ class ConfigError(MaintdError):
 
 
 class TaskExecutionError(MaintdError):
-    """A maintenance task failed while rewriting files; nothing of it was committed."""
+    """A maintenance task failed while rewriting files; nothing of it was committed.
+
+    Attributes:
+        summary: the run's summary when a whole run failed (``maintd.Table.maintain``): what did commit.
+    """
 
     retryable = True
+
+    def __init__(self, *args: object, summary: object = None) -> None:
+        super().__init__(*args)
+        self.summary = summary
 
 
 class SparkDriverLostError(MaintdError):

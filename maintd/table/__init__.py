@@ -4,8 +4,8 @@ from maintd.table.actions import AddFile, CommitInfo, Metadata, Pin, Protocol, R
 from maintd.table.retry import RetryPolicy
 from maintd.table.scan import TableScan
 from maintd.table.snapshot import Snapshot
-from maintd.table.table import CommitRecord, Table
+from maintd.table.table import CommitRecord, DataFileInfo, Table
 from maintd.table.transaction import Transaction
 
-__all__ = ["AddFile", "CommitInfo", "CommitRecord", "Metadata", "Pin", "Protocol", "RemoveFile", "RetryPolicy",
-           "Snapshot", "Table", "TableScan", "Transaction", "Txn"]
+__all__ = ["AddFile", "CommitInfo", "CommitRecord", "DataFileInfo", "Metadata", "Pin", "Protocol", "RemoveFile",
+           "RetryPolicy", "Snapshot", "Table", "TableScan", "Transaction", "Txn"]

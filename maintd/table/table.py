@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import threading
 import time
@@ -94,10 +95,41 @@ class ChangeInputs:
     never added (a damaged log: the feed then diffs two full reads)."""
 
 
-class Table:
-    """A primary-key table at a URI. Thread-safe for concurrent readers and writers in one process."""
+@dataclass(frozen=True)
+class DataFileInfo:
+    """One live data file of a version (:meth:`Table.files`)."""
 
-    def __init__(self, storage: Storage, *, retry: RetryPolicy | None = None) -> None:
+    path: str
+    """Relative to the table's URI."""
+    uri: str
+    partition: Mapping[str, str | None]
+    bucket: int
+    kind: str
+    """``base`` (a BaseFile: the bucket's rows as of a compaction) or ``delta`` (a DeltaFile of changes)."""
+    level: int | None
+    """0 for files writers wrote, 1 or 2 after clustering; None for a BaseFile."""
+    rows: int
+    bytes: int
+    delete_rows: int
+    min_version: int
+    max_version: int
+
+
+class Table:
+    """A primary-key table at a URI. Thread-safe for concurrent readers and writers in one process.
+
+    ``Table(uri)`` opens the table at ``uri`` as :meth:`open` does (:class:`TableNotFoundError` when there
+    is none); :meth:`create` makes a new one. A :class:`~maintd.storage.Storage` in place of the URI opens
+    it through that storage without the check (tests wrap storages to inject faults).
+    """
+
+    def __init__(self, storage: Storage | str | os.PathLike[str], *, retry: RetryPolicy | None = None) -> None:
+        check = isinstance(storage, (str, os.PathLike))
+        if isinstance(storage, (str, os.PathLike)):
+            storage = storage_for_uri(os.fspath(storage))
+        elif not hasattr(storage, "uri"):
+            raise InvalidInputError(f"Table() takes a table URI (a str or a path), not {type(storage).__name__}; "
+                                    "Table.create makes a new table")
         self.storage = storage
         self.log = TableLog(storage)
         self.retry_policy = retry or DEFAULT_RETRY
@@ -108,6 +140,8 @@ class Table:
         monotonic time at which that lookup (or publish) started."""
         self._looked_up: tuple[int, float] = (-1, float("-inf"))
         """The version last found as the latest by a lookup of the log, and the monotonic time it started."""
+        if check and not self.log.is_table():
+            raise TableNotFoundError(f"no table at {self.uri} (no {self.uri}/_log/); create it first")
 
     # -- lifecycle -------------------------------------------------------------------------
     @classmethod
@@ -200,14 +234,39 @@ class Table:
     @classmethod
     def open(cls, uri: str, *, retry: RetryPolicy | None = None) -> Table:
         """Open an existing table; raises :class:`TableNotFoundError` if there is none."""
-        table = cls(storage_for_uri(uri), retry=retry)
-        if not table.log.is_table():
-            raise TableNotFoundError(f"no table at {table.uri} (no {table.uri}/_log/); create it first")
-        return table
+        return cls(uri, retry=retry)
 
     @property
     def uri(self) -> str:
         return self.storage.uri
+
+    def __repr__(self) -> str:
+        snap = self._latest  # what this object knows already: a repr reads nothing from storage
+        name = type(self).__name__
+        if snap is None:
+            return f"{name}({self.uri!r})"
+        md = snap.metadata
+        parts = f", partition_by={list(md.partition_by)}" if md.partition_by else ""
+        return (f"{name}({self.uri!r}, version={snap.version}, primary_key={list(md.primary_key)}{parts}, "
+                f"buckets={md.buckets}, files={len(snap.files)})")
+
+    def schema(self, version: int | None = None) -> pa.Schema:
+        """The table's columns as an Arrow schema (key and partition columns not null) at ``version``
+        (latest if None)."""
+        from maintd.table.schema import to_arrow
+
+        return to_arrow(self.snapshot(self.resolve_version(version)).metadata.fields)
+
+    def files(self, version: int | None = None) -> list[DataFileInfo]:
+        """The live data files of ``version`` (latest if None), by partition, bucket, then level (base first)."""
+        snap = self.snapshot(self.resolve_version(version))
+        pb = snap.metadata.partition_by
+        infos = [DataFileInfo(path=f.path, uri=f"{self.uri.rstrip('/')}/{f.path}", partition=dict(f.partition),
+                              bucket=f.bucket, kind=f.kind, level=f.level, rows=f.rows, bytes=f.bytes,
+                              delete_rows=f.delete_rows, min_version=f.min_version, max_version=f.max_version)
+                 for f in snap.files.values()]
+        return sorted(infos, key=lambda i: (str(partition_key(i.partition, pb)), i.bucket,
+                                            -1 if i.level is None else i.level, i.min_version, i.path))
 
     # -- snapshots -------------------------------------------------------------------------
     def snapshot(self, version: int | None = None) -> Snapshot:
@@ -567,6 +626,20 @@ class Table:
                   as_of: datetime | int | float | str | None = None) -> Any:
         """A pandas DataFrame of the merged rows."""
         return interop.to_pandas(self.scan(version, columns, filter, as_of=as_of))
+
+    def to_pyarrow_dataset(self, version: int | None = None, columns: Sequence[str] | None = None,
+                           filter: Any = None, *, as_of: datetime | int | float | str | None = None) -> Any:
+        """A ``pyarrow.dataset.Dataset`` of the merged rows of one version, to scan, filter and project as
+        often as wanted.
+
+        The table's files cannot be handed to pyarrow as they are: a key's latest row may be in a DeltaFile
+        that replaces or deletes it in a BaseFile, so the dataset holds the merged rows in memory. For a
+        table larger than memory, narrow it with ``columns`` and ``filter`` (pruned at the source), or
+        stream it with :meth:`to_batches`, :meth:`to_duckdb` or :meth:`to_polars`.
+        """
+        import pyarrow.dataset as ds
+
+        return ds.dataset(self.scan(version, columns, filter, as_of=as_of).to_table())
 
     def history(self, limit: int | None = None) -> list[CommitRecord]:
         """Commits newest first, as far back as the log is retained."""
