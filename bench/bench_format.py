@@ -77,7 +77,7 @@ def median_time(fn: Callable[[], Any], repeat: int) -> float:
 
 def build_history(root: Path, history: int) -> None:
     """A table whose newest checkpoint is at ``history`` and whose latest version is ``history + TAIL``."""
-    table = Table.create(str(root), "id:int64,name:string", primary_key="id", buckets=16)
+    table = Table.create(str(root), "id:int64!,name:string", primary_key="id", buckets=16)
     storage = _NoSyncStorage(str(root))
     log = TableLog(storage)
     base = table.snapshot(0)
@@ -142,7 +142,7 @@ def bench_throughput(base: Path, processes: list[int], commits: int) -> list[dic
     out = []
     for n in processes:
         root = base / f"throughput-{n}"
-        Table.create(str(root), "id:int64,name:string", primary_key="id", buckets=4)
+        Table.create(str(root), "id:int64!,name:string", primary_key="id", buckets=4)
         go, results = ctx.Event(), ctx.Queue()
         procs = [ctx.Process(target=_writer, args=(str(root), w, commits, go, results)) for w in range(n)]
         for p in procs:
@@ -167,7 +167,7 @@ def bench_throughput(base: Path, processes: list[int], commits: int) -> list[dic
 
 
 def bench_merge(base: Path, files: int, rows: int) -> dict[str, Any]:
-    table = Table.create(str(base / "merge"), "id:int64,name:string,amount:float64", primary_key="id", buckets=1)
+    table = Table.create(str(base / "merge"), "id:int64!,name:string,amount:float64", primary_key="id", buckets=1)
     rng = np.random.default_rng(1)
     keyspace = files * rows // 4
     for _ in range(files):

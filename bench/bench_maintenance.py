@@ -58,8 +58,8 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = Path(os.environ.get("MAINTD_PEERS_DIR", ROOT.parent / "shared" / "bench"))
-SCHEMA_HASHED = "pk:int64,name:string,amount:float64,qty:int32,note:string"
-SCHEMA_PARTITIONED = "pk:int64,wb:string,name:string,amount:float64,qty:int32,note:string"
+SCHEMA_HASHED = "pk:int64!,name:string,amount:float64,qty:int32,note:string"
+SCHEMA_PARTITIONED = "pk:int64!,wb:string,name:string,amount:float64,qty:int32,note:string"
 
 
 class PeakRss:

@@ -51,7 +51,7 @@ from maintd.execution.spark import parse_size  # noqa: E402
 from maintd.execution.specs import TaskSpec  # noqa: E402
 from maintd.table.actions import AddFile  # noqa: E402
 
-SCHEMA = "id:int64,name:string,amount:float64,qty:int32,note:string"
+SCHEMA = "id:int64!,name:string,amount:float64,qty:int32,note:string"
 ROW_BYTES = 80
 """Approximate Arrow bytes of one generated row (measured on the first file and printed)."""
 FILES_PER_BUDGET = 8

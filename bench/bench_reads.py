@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-SCHEMA = pa.schema([("pk", pa.int64()), ("name", pa.string()), ("amount", pa.float64()), ("qty", pa.int32()),
+SCHEMA = pa.schema([pa.field("pk", pa.int64(), nullable=False), ("name", pa.string()), ("amount", pa.float64()), ("qty", pa.int32()),
                     ("note", pa.string()), ("score", pa.float64()), ("flag", pa.bool_()), ("ts", pa.int64())])
 
 

@@ -235,7 +235,7 @@ def build_maintd_history(uri: str, history: int) -> None:
     from maintd.table.log import TableLog
     from maintd.table.snapshot import SnapshotBuilder
 
-    table = Table.create(uri, "id:int64,name:string", primary_key="id", buckets=4)
+    table = Table.create(uri, "id:int64!,name:string", primary_key="id", buckets=4)
     log = TableLog(table.storage)
     base = table.snapshot(0)
     md, ts = base.metadata, base.timestamp

@@ -59,7 +59,9 @@ def make_batches(n: int, rows: int, partitions: int, seed: int = 11) -> list[pa.
 def maintd_sample(batches: list[pa.Table], uri: str, buckets: int) -> list[float]:
     from maintd import Table
 
-    table = Table.create(uri, batches[0].schema, primary_key="pk", partition_by="part", buckets=buckets)
+    schema = batches[0].schema
+    schema = schema.set(schema.get_field_index("pk"), schema.field("pk").with_nullable(False))
+    table = Table.create(uri, schema, primary_key="pk", partition_by="part", buckets=buckets)
     times = []
     for b in batches:
         t0 = time.perf_counter()

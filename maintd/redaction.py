@@ -42,6 +42,7 @@ _SECRET_KEY = (
 )
 _KEY_VALUE = re.compile(
     rf"(?P<prefix>(?P<q>['\"]?)\b{_SECRET_KEY}(?<!error)(?<!exception)(?<!warning)(?P=q)\s*(?:=|:)\s*)"
+    r"(?!(?:set|give|use|pass|provide|configure)\s+\S)"  # prose ("credentials: set AWS_..."), not a value
     r"(?P<open>['\"])?"
     r"(?P<value>(?(open)[^'\"]*|[^\s&;,'\"})\]]+))",
     re.IGNORECASE,

@@ -21,6 +21,7 @@ and error messages.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
@@ -252,6 +253,10 @@ class SchedulerSettings(_Group):
         return self
 
 
+_DATABASE_URL = re.compile(r"^[A-Za-z][A-Za-z0-9]*(\+[A-Za-z0-9_]+)?://")
+"""What SQLAlchemy takes for a URL: ``dialect[+driver]://`` and the rest."""
+
+
 class StoreSettings(_Group):
     """The state store: registered tables, runs, decisions and leases."""
 
@@ -300,6 +305,14 @@ class StoreSettings(_Group):
         from maintd.redaction import register_url_password
 
         register_url_password(value)
+        if value and not _DATABASE_URL.match(value):
+            from maintd.redaction import register_secrets
+
+            register_secrets([value])  # where its password starts cannot be told: none of it is shown
+            raise ValueError(
+                "not a database URL (it is not shown: it may hold a password); give "
+                "dialect[+driver]://user:password@host[:port]/database, such as postgresql+psycopg://db:5432/maintd "
+                "or sqlite:////var/lib/maintd/maintd.db, or leave it empty for the SQLite file in state_dir")
         return value
 
     def __repr_args__(self) -> Any:  # repr(Settings) never shows the database password

@@ -3,7 +3,8 @@
 Every command lives in its own module with a ``register(app)`` function; the root app imports them in
 :data:`COMMAND_MODULES` order. Errors from the library (:class:`maintd.errors.MaintdError`, every subclass,
 present and future) are printed as one clear line naming what is wrong, passwords redacted, with exit code
-2, and so are operating-system errors about a path (``OSError``: not a directory, no permission); other
+2 for bad input or a missing table and 1 for work that failed (README, "Exit codes"); operating-system errors
+about a path are one line and exit code 2 too (``OSError``: not a directory, no permission); other
 unexpected errors keep their traceback. Logging is configured before any command runs (WARNING, no
 variable values in tracebacks, secrets redacted; see :mod:`maintd.service.logging`); the daemon and
 ``maintd run`` then apply the ``logging`` settings.
@@ -107,8 +108,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, prog_name="maintd")
     except MaintdError as exc:  # commands map their own errors; this is the safety net for every other one
+        from maintd.cli._output import exit_code_for
+
         sys.stderr.write(f"error: {redact_secrets(str(exc))}\n")
-        raise SystemExit(2) from None
+        raise SystemExit(exit_code_for(exc)) from None
     except OSError as exc:  # a path that is wrong (not a directory, no permission...): name it
         where = f": {exc.filename}" if exc.filename else ""
         sys.stderr.write(f"error: {redact_secrets(exc.strerror or str(exc))}{where}\n")

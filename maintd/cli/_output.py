@@ -37,6 +37,34 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+BAD_INPUT = 2
+"""Exit code of a command given bad input: an argument, option, file or setting that is wrong, or a table
+that does not exist. Running it again unchanged fails again (README, "Exit codes")."""
+FAILED_WORK = 1
+"""Exit code of a command whose work failed: a table it could not maintain, reclaim or read (storage down,
+a damaged table, a task that failed). Running it again may succeed."""
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """:data:`BAD_INPUT` for an error the caller must fix (bad input, a missing table or one already there, a
+    version not retained, a table that needs a newer maintd, a bad policy or setting, a confirmation not given),
+    :data:`FAILED_WORK` for any other (storage or state store failing, a damaged table, a failed task or commit)."""
+    from maintd.errors import (
+        ConfigError,
+        ConfirmationRequiredError,
+        InvalidInputError,
+        PolicyError,
+        TableExistsError,
+        TableNotFoundError,
+        UnsupportedProtocolError,
+        VersionNotFoundError,
+    )
+
+    user = (InvalidInputError, TableNotFoundError, TableExistsError, VersionNotFoundError, PolicyError, ConfigError,
+            ConfirmationRequiredError, UnsupportedProtocolError)
+    return BAD_INPUT if isinstance(exc, user) else FAILED_WORK
+
+
 #: The width plain tables are laid out in before they are printed as wide as they need.
 _UNBOUNDED = 100_000
 
@@ -69,11 +97,12 @@ def load_cli_settings(config: Any) -> Any:
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn library errors into one clear line on stderr and exit code 2."""
+    """Turn library errors into one clear line on stderr, and exit code 2 for bad input or a missing table, 1 for
+    work that failed (:func:`exit_code_for`)."""
     try:
         yield
     except MaintdError as exc:
-        fail(str(exc))
+        fail(str(exc), code=exit_code_for(exc))
 
 
 def stdin_is_terminal() -> bool:

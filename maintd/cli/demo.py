@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
-SCHEMA = "order_id:int64,region:string,customer:string,amount:float64,qty:int32,status:string"
+SCHEMA = "order_id:int64!,region:string,customer:string,amount:float64,qty:int32,status:string"
 REGIONS = ("eu", "us", "apac")
 STATUSES = ("new", "paid", "shipped", "returned")
 MAX_ROUNDS = 3

@@ -1,7 +1,8 @@
 """``maintd plan``: print the maintenance plan of tables, and with ``--explain`` why each bucket is (not) worked on.
 
 Planning reads the table log only; nothing is written. One table's failure (missing table, bad policy
-override) is reported and the other tables are still planned; the exit code is 1 if any failed.
+override) is reported and the other tables are still planned; the exit code is 2 if a table is missing or its
+input is bad (a policy override), else 1 if any failed (README, "Exit codes").
 """
 
 from __future__ import annotations
@@ -49,11 +50,13 @@ def plan_command(
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
     now = datetime.now(UTC)
-    failed = [uri for uri in uris if not _plan_one(uri, policy_file, now, out, err, explain=explain,
-                                                   json_out=json_out, show_policy=show_policy)]
+    codes = {uri: _plan_one(uri, policy_file, now, out, err, explain=explain, json_out=json_out,
+                            show_policy=show_policy) for uri in uris}
+    failed = [uri for uri, code in codes.items() if code]
     if failed:
-        err.print(f"[red]planning failed for {len(failed)} table(s):[/red] {escape(', '.join(failed))}")
-        raise typer.Exit(1)
+        if len(uris) > 1:
+            err.print(f"[red]planning failed for {len(failed)} table(s):[/red] {escape(', '.join(failed))}")
+        raise typer.Exit(max(codes.values()))
 
 
 def plan_table(uri: str, policy_file: PolicyFile, now: datetime) -> tuple[MaintenancePlan, str]:
@@ -69,23 +72,26 @@ def plan_table(uri: str, policy_file: PolicyFile, now: datetime) -> tuple[Mainte
 
 
 def _plan_one(uri: str, policy_file: PolicyFile, now: datetime, out: Console, err: Console, *, explain: bool,
-              json_out: bool, show_policy: bool) -> bool:
+              json_out: bool, show_policy: bool) -> int:
+    """Plan and print one table; returns the exit code its outcome calls for (0: planned)."""
     from rich.markup import escape
+
+    from maintd.cli._output import exit_code_for
     try:
         p, pol_yaml = plan_table(uri, policy_file, now)
     except MaintdError as exc:
         if json_out:
             sys.stdout.write(json.dumps({"table_uri": uri, "error": str(exc)}) + "\n")
         err.print(f"[red]error:[/red] {escape(str(exc))}")
-        return False
+        return exit_code_for(exc)
     if json_out:
         sys.stdout.write(p.model_dump_json() + "\n")
-        return True
+        return 0
     print_plan(out, p, explain=explain)
     if show_policy:
         out.print(f"[bold]effective policy[/bold] ({escape(p.policy_name)}):")
         out.print(escape(pol_yaml), highlight=False)
-    return True
+    return 0
 
 
 def _where(partition: dict[str, str | None], bucket: int) -> str:
@@ -93,8 +99,13 @@ def _where(partition: dict[str, str | None], bucket: int) -> str:
     return f"{part} bucket {bucket}" if part else f"bucket {bucket}"
 
 
+EXPLAIN_WIDTH = 100
+"""Columns ``--explain`` wraps its reasons to (or the terminal's width, if narrower)."""
+
+
 def print_plan(console: Console, p: MaintenancePlan, *, explain: bool = False) -> None:
-    """Human output: a header, the task table, and with ``explain`` one line per bucket."""
+    """Human output: a header, then the task table, or with ``explain`` each bucket once: its task (if any) and
+    the rule that decided it, the reasons wrapped below it."""
     from rich.markup import escape
     from rich.table import Table as RichTable
 
@@ -102,6 +113,9 @@ def print_plan(console: Console, p: MaintenancePlan, *, explain: bool = False) -
 
     console.print(f"[bold]{escape(p.table_uri)}[/bold] version {p.read_version}, policy {escape(p.policy_name)}: "
                   f"{len(p.tasks)} task(s), {fmt_bytes(p.input_bytes)} to rewrite, {len(p.decisions)} bucket(s)")
+    if explain:
+        _print_explained(console, p)
+        return
     if p.tasks:
         t = RichTable(show_edge=False)
         for col in ("partition / bucket", "kind", "level", "files", "bytes", "output", "score", "reason"):
@@ -112,7 +126,43 @@ def print_plan(console: Console, p: MaintenancePlan, *, explain: bool = False) -
                       fmt_bytes(task.input_bytes), fmt_bytes(task.expected_output_bytes), f"{task.score:.3f}",
                       escape(task.reason))
         print_table(console, t)
-    if explain:
-        for d in p.decisions:
-            console.print(f"  {escape(_where(d.partition, d.bucket))}: [cyan]{d.action}[/cyan] "
-                          f"\\[{escape(d.rule)}] {escape(d.message)}", highlight=False)
+
+
+def _print_explained(console: Console, p: MaintenancePlan) -> None:
+    """One block per bucket: ``where: action [rule]`` (with its task's kind, files and bytes), then the
+    decision's reasons, one clause a line, wrapped to :data:`EXPLAIN_WIDTH` columns."""
+    from rich.markup import escape
+
+    from maintd.units import fmt_bytes
+
+    width = min(EXPLAIN_WIDTH, console.width) if console.is_terminal else EXPLAIN_WIDTH
+    tasks = {(tuple(sorted(t.partition.items(), key=str)), t.bucket): t for t in p.tasks}
+    for d in p.decisions:
+        task = tasks.get((tuple(sorted(d.partition.items(), key=str)), d.bucket))
+        what = ""
+        if task is not None:
+            level = "" if task.target_level is None else f" to level {task.target_level}"
+            kind = "" if task.kind == d.action else f" {task.kind}"
+            what = f"{kind}{level}, {task.input_files} file(s), {fmt_bytes(task.input_bytes)}"
+        console.print(f"  {escape(_where(d.partition, d.bucket))}: [cyan]{d.action}[/cyan]{escape(what)} "
+                      f"\\[{escape(d.rule)}]", highlight=False)
+        for clause in (c.strip() for c in d.message.split("; ") if c.strip()):
+            for line in _wrap(clause.split(", "), width):
+                console.print(line, highlight=False, markup=False)
+
+
+def _wrap(parts: list[str], width: int) -> list[str]:
+    """Comma-separated ``parts`` on lines of at most ``width`` columns (a part longer than a line gets its own),
+    indented; a part is never split, so a figure stays beside its unit."""
+    lines: list[str] = []
+    current = ""
+    for part in parts:
+        candidate = f"{current}, {part}" if current else part
+        indent = 6 if not lines else 8
+        if current and indent + len(candidate) > width:
+            lines.append(current + ",")
+            current = part
+        else:
+            current = candidate
+    lines.append(current)
+    return [("      " if i == 0 else "        ") + line for i, line in enumerate(lines)]

@@ -63,6 +63,8 @@ def gc_command(
         grace, force, settings = _grace(config, orphan_grace_hours, force_short_grace)
         check_grace(grace, force)
         targets, failed_roots = (list(uris), []) if uris else warehouse_tables(settings)
+        for uri in uris or []:  # a URI given that is no table is bad input: refused before anything is deleted
+            Table.open(uri)
     if not targets:
         fail("; ".join(r.error or r.root for r in failed_roots)
              or "no tables: give table URIs or set warehouse.roots / warehouse.tables in the config")

@@ -68,7 +68,9 @@ def run_command(
             if store is not None:
                 store.close()
     except MaintdError as exc:
-        fail(str(exc))
+        from maintd.cli._output import exit_code_for
+
+        fail(str(exc), code=exit_code_for(exc))
     if json_out:
         sys.stdout.write(json.dumps([o.to_dict() for o in outcomes], indent=2, default=str) + "\n")
     else:

@@ -36,30 +36,48 @@ def create_command(
     uri: str = typer.Argument(..., help="Where the table lives (a directory path or file:// URI)."),
     schema: str = typer.Option(..., "--schema", help="Columns as name:type[,name:type...]; a trailing ! is NOT NULL, "
                                                      "e.g. 'id:int64!,name:string,ds:string'."),
-    primary_key: list[str] = typer.Option(..., "--primary-key", help="Primary key column; repeat for a compound key."),
+    primary_key: list[str] = typer.Option(..., "--primary-key", help="Primary key column (NOT NULL); repeat for a "
+                                          "compound key. A row is identified by its partition values and its key."),
     partition_by: list[str] = typer.Option([], "--partition-by", help="Partition column; repeat for several."),
     buckets: int | None = typer.Option(None, "--buckets", help="Buckets per partition (write.bucket.num, 1..4096; "
                                                                "default 16; fixed after create)."),
     prop: list[str] = typer.Option([], "--property", help="Table property KEY=VALUE; repeat for several."),
     json_out: bool = typer.Option(False, "--json", help="Print the created table's description as JSON."),
 ) -> None:
-    """Create an empty primary-key table (version 0)."""
+    """Create an empty primary-key table (version 0).
+
+    A row is identified by its partition values and its primary key: with a key that leaves out a partition
+    column, the same key may live in two partitions (an upsert into another partition adds a row; it does not
+    move the old one), and the command warns of it. Key columns must be NOT NULL (``id:int64!``).
+    """
+    from loguru import logger
     from rich.console import Console
 
     from maintd.table import Table
+    from maintd.table.table import key_identity_warning
 
     properties = parse_kv(prop, "--property")
     with user_errors():
         keys = [k.strip() for item in primary_key for k in item.split(",") if k.strip()]
         parts = [p.strip() for item in partition_by for p in item.split(",") if p.strip()]
         check_policy_properties(uri, properties)
-        table = Table.create(uri, schema, keys, parts, buckets=buckets, properties=properties)
+        logger.disable("maintd.table.table")  # its warning of a key without the partitions is printed below
+        try:
+            table = Table.create(uri, schema, keys, parts, buckets=buckets, properties=properties)
+        finally:
+            logger.enable("maintd.table.table")
         desc = describe(table.snapshot())
+    outside = [p for p in parts if p not in keys]
+    if outside:
+        Console(stderr=True, soft_wrap=True).print(
+            f"warning: {key_identity_warning(table.uri, keys, outside)}", highlight=False, markup=False)
     if json_out:
         print_json({"uri": table.uri, **desc})
     else:
-        Console().print(f"created table {table.uri} (version 0, {desc['buckets']} buckets, "
-                        f"primary key {', '.join(desc['primary_key'])})", highlight=False)
+        identity = ", ".join(dict.fromkeys([*desc["partition_by"], *desc["primary_key"]]))
+        Console(soft_wrap=True).print(
+            f"created table {table.uri} (version 0, {desc['buckets']} buckets, primary key "
+            f"{', '.join(desc['primary_key'])}); a row is identified by ({identity})", highlight=False, markup=False)
 
 
 def check_policy_properties(uri: str, properties: dict[str, str]) -> None:

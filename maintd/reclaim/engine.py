@@ -76,7 +76,8 @@ def check_grace(grace: timedelta, force: bool) -> None:
     if grace < MIN_GRACE and not force:
         raise InvalidInputError(
             f"orphan grace {grace} is below 1 hour, which can delete files a writer is about to commit; "
-            "raise it, or force it (force_short_grace / --force) only when no writer runs"
+            "raise it, or force it only when no writer runs (--force-short-grace on the command line, "
+            "force_short_grace=True in Python, reclaim.force_short_grace in the settings)"
         )
 
 

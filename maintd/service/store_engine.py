@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from maintd.errors import StateStoreError
+from maintd.errors import ConfigError, StateStoreError
 from maintd.settings import redact_url
 
 
@@ -23,7 +23,7 @@ def make_engine(url: str, db_schema: str | None, connect_timeout: float) -> Engi
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
-        raise StateStoreError(f"invalid state store URL {redact_url(url)!r}: {exc}; see store.url") from None
+        raise ConfigError(f"invalid state store URL {redact_url(url)!r}: {exc}; see store.url") from None
     backend = parsed.get_backend_name()
     try:
         if backend == "sqlite":
@@ -37,7 +37,7 @@ def make_engine(url: str, db_schema: str | None, connect_timeout: float) -> Engi
             return engine
     except (ImportError, SQLAlchemyError) as exc:
         raise StateStoreError(f"cannot open state store {redact_url(url)}: {exc}") from None
-    raise StateStoreError(
+    raise ConfigError(  # a setting to fix, not a store that failed
         f"state store URL {redact_url(url)} uses {backend!r}; use sqlite:///path or postgresql+psycopg://..."
     )
 

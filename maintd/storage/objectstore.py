@@ -268,8 +268,8 @@ def check_credentials(uri: str, family: str, options: Mapping[str, str]) -> None
     if any(os.environ.get(v) for v in _CREDENTIAL_ENV) or not _truthy(os.environ.get("AWS_EC2_METADATA_DISABLED")):
         return
     raise StorageCredentialsError(
-        f"table {uri}: no S3 credentials: set {_WHAT_TO_SET['s3']} (the instance metadata service is disabled by "
-        "AWS_EC2_METADATA_DISABLED=true, so no instance role can be used)", uri=uri)
+        f"table {uri}: no S3 credentials were found; set {_WHAT_TO_SET['s3']} (the instance metadata service is "
+        "disabled by AWS_EC2_METADATA_DISABLED=true, so no instance role can be used)", uri=uri)
 
 
 _probed: set[tuple[object, ...]] = set()

@@ -230,6 +230,16 @@ class Table:
                 )
         if len(set(pk)) != len(pk) or len(set(parts)) != len(parts):
             raise InvalidInputError(f"table {uri}: a column is named twice in the primary key or partitioning")
+        nullable = [f.name for f in fields if f.name in pk and f.nullable]
+        if nullable:
+            shown = ", ".join(nullable)
+            raise InvalidInputError(
+                f"table {uri}: primary key column(s) {shown} are nullable, but a key value can never be null; "
+                f"declare them NOT NULL: a trailing ! in a schema string ({nullable[0]}:"
+                f"{types[nullable[0]]}!), or pa.field({nullable[0]!r}, ..., nullable=False) in an Arrow schema")
+        outside = [c for c in parts if c not in pk]
+        if outside:
+            logger.warning(key_identity_warning(uri, pk, outside))
 
     @classmethod
     def open(cls, uri: str, *, retry: RetryPolicy | None = None) -> Table:
@@ -654,6 +664,15 @@ class Table:
                 break
             out.append(_record(v, actions))
         return out
+
+
+def key_identity_warning(uri: str, pk: Sequence[str], outside: Sequence[str]) -> str:
+    """What ``Table.create`` (and ``maintd table create``) warn of when the key leaves out partition columns."""
+    return (f"table {uri}: a row is identified by its partition values and its primary key; the key "
+            f"({', '.join(pk)}) does not include partition column(s) {', '.join(outside)}, so an upsert that moves "
+            f"a key to another {outside[0]} adds a second row instead of moving it (delete it from the old "
+            f"partition in the same write). Add {', '.join(outside)} to the key if a key must be unique in the "
+            "whole table")
 
 
 def _refuse_nesting(storage: Storage) -> None:

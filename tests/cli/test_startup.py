@@ -66,7 +66,7 @@ def test_help_imports_no_heavy_module() -> None:
 def test_reading_a_table_imports_no_engine_store_or_scheduler(
     tmp_path: Path, command: list[str], never: tuple[str, ...]
 ) -> None:
-    table = Table.create(str(tmp_path / "t"), "id:int64,name:string", primary_key="id", buckets=2,
+    table = Table.create(str(tmp_path / "t"), "id:int64!,name:string", primary_key="id", buckets=2,
                          properties={"log.checkpoint.interval": 2})
     for i in range(3):
         table.upsert([{"id": i, "name": "a"}])

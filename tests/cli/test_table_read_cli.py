@@ -59,14 +59,32 @@ def test_create_writes_version_zero_with_the_given_layout(table_uri: str) -> Non
 )
 def test_create_rejects_bad_input_and_writes_nothing(tmp_path: Path, extra: list[str], message: str) -> None:
     uri = str(tmp_path / "bad")
-    code, _, err = invoke("table", "create", uri, "--schema", "id:int64", "--primary-key", "id", *extra)
+    code, _, err = invoke("table", "create", uri, "--schema", "id:int64!", "--primary-key", "id", *extra)
     assert code == 2
     assert message in err
     assert not (tmp_path / "bad" / "_log").exists() or not any((tmp_path / "bad" / "_log").iterdir())
 
 
+def test_create_says_what_identifies_a_row_and_warns_when_the_key_leaves_out_a_partition(tmp_path: Path) -> None:
+    code, out, err = invoke("table", "create", str(tmp_path / "a"), "--schema", "id:int64!,ds:string",
+                            "--primary-key", "id", "--partition-by", "ds")
+    assert code == 0 and "a row is identified by (ds, id)" in out
+    assert err.startswith("warning: ") and "does not include partition column(s) ds" in err and "second row" in err
+    code, out, err = invoke("table", "create", str(tmp_path / "b"), "--schema", "id:int64!,ds:string!",
+                            "--primary-key", "ds", "--primary-key", "id", "--partition-by", "ds")
+    assert code == 0 and "a row is identified by (ds, id)" in out and err == ""
+
+
+def test_create_refuses_a_nullable_key_column_naming_it(tmp_path: Path) -> None:
+    code, _, err = invoke("table", "create", str(tmp_path / "t"), "--schema", "id:int64!,k:string,v:string",
+                          "--primary-key", "id", "--primary-key", "k")
+    assert code == 2
+    assert err.count("\n") == 1 and "primary key column(s) k are nullable" in err and "(k:string!)" in err
+    assert not (tmp_path / "t" / "_log").exists()
+
+
 def test_create_refuses_an_existing_table(table_uri: str) -> None:
-    code, _, err = invoke("table", "create", table_uri, "--schema", "id:int64", "--primary-key", "id")
+    code, _, err = invoke("table", "create", table_uri, "--schema", "id:int64!", "--primary-key", "id")
     assert code == 2
     assert "already exists" in err
     assert Table.open(table_uri).version == 3
@@ -114,6 +132,37 @@ def test_history_lists_commits_newest_first(table_uri: str) -> None:
     assert [r["operation"] for r in rows] == ["UPSERT", "DELETE", "UPSERT", "CREATE TABLE"]
     code, out, _ = invoke("table", "history", table_uri, "--json", "--limit", "2")
     assert [r["version"] for r in json.loads(out)] == [3, 2]
+
+
+def test_read_with_a_limit_reads_only_the_buckets_it_needs_and_says_how_many_rows_there_are(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import maintd.table.scan as scan
+
+    uri = str(tmp_path / "many")
+    t = Table.create(uri, "id:int64!,v:string", primary_key="id", buckets=8)
+    t.upsert(pa.table({"id": pa.array(range(400), pa.int64()), "v": ["x"] * 400}))
+    units: list[object] = []
+    read_unit = scan.read_unit
+    monkeypatch.setattr(scan, "read_unit", lambda *a, **k: units.append(a[2]) or read_unit(*a, **k))
+    code, out, err = invoke("read", uri, "--limit", "5")
+    assert code == 0 and len(out.splitlines()) == 1 + 5
+    assert len(units) == 1  # one bucket of eight holds enough rows
+    assert "5 of 400 rows (--limit 5)" in err  # one file per bucket: the statistics count the rows exactly
+    t.upsert(pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["y", "y"]}))
+    code, out, err = invoke("read", uri, "--limit", "5")
+    assert code == 0 and "5 of at most 402 rows (--limit 5)" in err  # an update counts once per file
+    code, out, err = invoke("read", uri, "--limit", "500")
+    assert code == 0 and len(out.splitlines()) == 1 + 400 and "rows" not in err  # all shown: nothing to say
+
+
+def test_read_as_of_a_time_says_which_version_it_read(table_uri: str) -> None:
+    import datetime as dt
+
+    t = Table.open(table_uri)
+    at = next(c for c in t.history() if c.version == 2).time + dt.timedelta(milliseconds=1)
+    code, out, err = invoke("read", table_uri, "--as-of", at.isoformat(), "--json")
+    assert code == 0 and f"reading version 2, the version current at {at.isoformat()}" in err
+    assert sorted(r["id"] for r in json.loads(out)) == [1, 3]
 
 
 def test_read_latest_and_time_travel(table_uri: str) -> None:

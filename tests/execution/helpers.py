@@ -12,7 +12,7 @@ from maintd import Table
 from maintd.execution import PlanDoc, PlanTaskDoc
 from maintd.table import Snapshot
 
-SCHEMA = "id:int64,name:string,amount:float64,tier:string"
+SCHEMA = "id:int64!,name:string,amount:float64,tier:string"
 """``name`` of many values, ``tier`` of few (and nulls): files store it as a dictionary, merges read it as one."""
 
 
@@ -32,7 +32,7 @@ class Model:
 
     def table(self) -> pa.Table:
         rows = [self.rows[k] for k in sorted(self.rows)]
-        return pa.Table.from_pylist(rows, schema=pa.schema([("id", pa.int64()), ("name", pa.string()),
+        return pa.Table.from_pylist(rows, schema=pa.schema([pa.field("id", pa.int64(), False), ("name", pa.string()),
                                                            ("amount", pa.float64()), ("tier", pa.string())]))
 
 

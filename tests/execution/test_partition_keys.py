@@ -47,7 +47,9 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def written(uri: str, key: list[str], prior_rows: str = "false") -> Table:
     """The table of the report: ``k:int64, p:string, v:string``, partitioned by ``p``, a few upserts."""
-    table = Table.create(uri, pa.schema([("k", pa.int64()), ("p", pa.string()), ("v", pa.string())]),
+    schema = pa.schema([pa.field("k", pa.int64(), "k" not in key), pa.field("p", pa.string(), "p" not in key),
+                        ("v", pa.string())])
+    table = Table.create(uri, schema,
                          primary_key=key, partition_by=["p"], buckets=2, properties={"changes.prior.rows": prior_rows})
     for i in range(6):
         table.upsert(pa.table({"k": pa.array([i, i + 1, i + 2], pa.int64()), "p": ["a", "b", "a"],

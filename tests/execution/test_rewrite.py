@@ -120,7 +120,7 @@ def test_inputs_that_decode_to_far_more_than_their_footers_say_are_streamed(
     from maintd import Table
     from maintd.execution import rewrite
 
-    table = Table.create(str(tmp_path / "t"), "id:int64,note:string", primary_key="id", buckets=1)
+    table = Table.create(str(tmp_path / "t"), "id:int64!,note:string", primary_key="id", buckets=1)
     for i in range(4):
         ids = pa.array(range(i * 500, i * 500 + 1500), pa.int64())
         table.upsert(pa.table({"id": ids, "note": [("abc" * 700)[: 2000 - i] for _ in range(1500)]}))

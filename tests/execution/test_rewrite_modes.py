@@ -29,7 +29,7 @@ def _table(root: Path, seed: int, composite: bool, commits: int, rows: int, text
            ) -> tuple[Table, dict]:  # type: ignore[type-arg]
     """A one-bucket table: ``commits`` batches, compacted into small BaseFiles (several key ranges), then
     half as many batches more; returns it and the expected visible rows."""
-    schema = "a:int64,b:string,v:float64,c:string" if composite else "id:int64,v:float64,c:string"
+    schema = "a:int64!,b:string!,v:float64,c:string" if composite else "id:int64!,v:float64,c:string"
     table = Table.create(str(root / "t"), schema, primary_key=("a", "b") if composite else "id", buckets=1)
     rng = np.random.default_rng(seed)
     state: dict = {}  # type: ignore[type-arg]

@@ -89,7 +89,7 @@ def test_spark_key_range_units_below_every_base_file_store_prior_rows_too(tmp_pa
     BaseFiles (its spec carries them to the worker), so the task's files form a whole record."""
     from maintd import Table
 
-    table = Table.create(str(tmp_path / "t"), "id:int64,v:float64", primary_key="id", buckets=1,
+    table = Table.create(str(tmp_path / "t"), "id:int64!,v:float64", primary_key="id", buckets=1,
                          properties={"changes.prior.rows": "true"})
     rng = np.random.default_rng(6)
     table.upsert(pa.table({"id": pa.array(np.arange(1000, 6000), pa.int64()), "v": rng.random(5000)}))

@@ -146,10 +146,11 @@ def test_gc_dry_run_and_json_report_what_retention_frees(tmp_path: Path) -> None
     assert data_files_on_disk(root) == set(history.table.snapshot().files)
 
 
-def test_gc_reports_a_missing_table_and_still_reclaims_the_others(history: History, tmp_path: Path) -> None:
+def test_gc_refuses_a_missing_table_before_reclaiming_anything(history: History, tmp_path: Path) -> None:
+    version = history.table.version
     result = runner.invoke(app, ["gc", str(tmp_path / "nope"), history.table.uri])
-    assert result.exit_code == 1 and "no table at" in result.output
-    assert "reclamation failed for 1 table" in result.output
+    assert result.exit_code == 2 and "no table at" in result.output  # bad input, as everywhere
+    assert Table.open(history.table.uri).version == version  # nothing expired in the other table
 
 
 def test_gc_refuses_a_short_grace_unless_forced(history: History) -> None:

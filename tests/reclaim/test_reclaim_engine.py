@@ -84,7 +84,8 @@ def test_a_grace_below_one_hour_is_refused_unless_forced_and_one_hour_is_enough(
         check_grace(timedelta(minutes=59, seconds=59), force=False)
     assert str(err.value) == (
         "orphan grace 0:59:59 is below 1 hour, which can delete files a writer is about to commit; "
-        "raise it, or force it (force_short_grace / --force) only when no writer runs")
+        "raise it, or force it only when no writer runs (--force-short-grace on the command line, "
+        "force_short_grace=True in Python, reclaim.force_short_grace in the settings)")
     check_grace(timedelta(minutes=59, seconds=59), force=True)
     check_grace(timedelta(hours=1), force=False)
     check_grace(timedelta(0), force=True)

@@ -68,7 +68,7 @@ def test_a_check_of_an_unchanged_local_table_is_one_stat(tmp_path: Path) -> None
 
 def test_a_check_on_an_object_store_is_one_list_request(s3_server: Any, s3_root: str) -> None:
     uri = f"{s3_root}/wh/orders"
-    table = Table.create(uri, "id:int64,name:string,amount:float64", primary_key="id", buckets=2)
+    table = Table.create(uri, "id:int64!,name:string,amount:float64", primary_key="id", buckets=2)
     table.write_changes(batch(np.random.default_rng(1)), "op")
     watch = LogWatch()
     watch.remember(uri, table.version, None)

@@ -52,7 +52,7 @@ def s3_table(uri: str, commits: int = 3) -> Any:
 
     from maintd import Table
 
-    table = Table.create(uri, "id:int64,name:string,amount:float64", primary_key="id", buckets=2,
+    table = Table.create(uri, "id:int64!,name:string,amount:float64", primary_key="id", buckets=2,
                          name=uri.rsplit("/", 1)[-1])
     rng, model = np.random.default_rng(1), Model()
     for _ in range(commits):

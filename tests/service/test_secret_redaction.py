@@ -73,6 +73,9 @@ def test_text_redaction_covers_credential_pairs_signed_urls_pem_keys_and_registe
     assert redact_secrets("aws_access_key_id=AKIAEXAMPLE design=2") == "aws_access_key_id=AKIAEXAMPLE design=2"
     kept = "StorageCredentialsError: table s3://lake/t: no credentials; InvalidTokenError: expired"
     assert redact_secrets(kept) == kept, "error class names are not keys"
+    prose = "the store refused the credentials: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+    assert redact_secrets(prose) == prose, "an instruction after a key is not its value"
+    assert redact_secrets("password: set") == "password: ***" and redact_secrets("token: set-me") == "token: ***"
     register_secret(SECRET)
     register_secret("abc")  # too short to be replaced wherever it appears
     assert redact_secrets(f"signature mismatch for {SECRET}!") == "signature mismatch for ***!"

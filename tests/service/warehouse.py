@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from maintd import Table
 
-SCHEMA = "id:int64,name:string,amount:float64"
+SCHEMA = "id:int64!,name:string,amount:float64"
 COLUMNS = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64())])
 
 

@@ -80,7 +80,7 @@ def test_a_delay_stalls_the_operation(tmp_path: Path) -> None:
 
 
 def test_data_files_written_through_the_pyarrow_filesystem_are_covered(tmp_path: Path) -> None:
-    Table.create(str(tmp_path / "t"), "id:int64,name:string", primary_key="id", buckets=1)
+    Table.create(str(tmp_path / "t"), "id:int64!,name:string", primary_key="id", buckets=1)
     storage, plan = _storage(tmp_path, Fault("fail", op="open_output", path="bucket-*"))
     # a writer's data-file error reaches its caller as a (redacted) StorageError quoting the storage's error
     with pytest.raises(StorageError, match="injected failure of open_output bucket-00000/delta-L0-"):
@@ -113,7 +113,7 @@ def test_rules_travel_as_json_to_another_process(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("kind", "exists"), [("crash", False), ("crash_after", True)])
 def test_a_crash_rule_kills_the_process_at_the_named_step(tmp_path: Path, kind: str, exists: bool) -> None:
     """SIGKILL right before / right after the first commit file is published: nothing after it runs."""
-    Table.create(str(tmp_path / "t"), "id:int64,name:string", primary_key="id", buckets=1)
+    Table.create(str(tmp_path / "t"), "id:int64!,name:string", primary_key="id", buckets=1)
     script = textwrap.dedent(f"""
         import pyarrow as pa
         from maintd import Table

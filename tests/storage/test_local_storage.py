@@ -30,7 +30,7 @@ def synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_publishing_a_commit_syncs_the_file_then_the_log_directory(tmp_path: Path, synced: list[str]) -> None:
-    table = Table.create(str(tmp_path / "t"), "id:int64,name:string", primary_key="id", buckets=1)
+    table = Table.create(str(tmp_path / "t"), "id:int64!,name:string", primary_key="id", buckets=1)
     synced.clear()
     version = table.upsert(pa.table({"id": [1], "name": ["a"]}))
 

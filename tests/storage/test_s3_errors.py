@@ -63,6 +63,7 @@ def test_missing_credentials_say_what_to_set(s3_server: Any, no_aws_env: None) -
     with pytest.raises(StorageCredentialsError) as err:
         Table.create(f"s3://{bucket}/t", SCHEMA, primary_key="id")
     assert f"s3://{bucket}/t" in str(err.value) and "AWS_ACCESS_KEY_ID" in str(err.value)
+    assert "; set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY" in str(err.value) and "***" not in str(err.value)
 
 
 def test_a_missing_bucket_is_named(s3_server: Any, no_aws_env: None) -> None:

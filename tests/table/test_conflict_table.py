@@ -57,7 +57,7 @@ from maintd.table.snapshot import Snapshot
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "format.md"
 PART = {"ds": "p"}
-SCHEMA = pa.schema([("id", pa.int64()), ("ds", pa.string()), ("name", pa.string())])
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("ds", pa.string()), ("name", pa.string())])
 
 
 def doc_conflict_table() -> dict[str, dict[str, tuple[str, str]]]:

@@ -31,7 +31,7 @@ LOOKUP = {"changes.prior.rows": "lookup"}
 
 def _create(root: Path, *, buckets: int = 1, properties: dict[str, str] | None = None, partitioned: bool = False,
             composite: bool = False, text: bool = False) -> Table:
-    schema = "a:int64,b:string,v:float64" if composite else "id:int64,v:float64"
+    schema = "a:int64!,b:string!,v:float64" if composite else "id:int64!,v:float64"
     return Table.create(str(root), schema + (",ds:string" if partitioned else "") + (",c:string" if text else ""),
                         primary_key=("a", "b") if composite else "id", buckets=buckets,
                         partition_by="ds" if partitioned else (),

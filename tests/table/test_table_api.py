@@ -24,7 +24,7 @@ from maintd import (
 )
 from maintd.table.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
 
-SCHEMA = "id:int64,name:string,ds:string"
+SCHEMA = "id:int64!,name:string,ds:string"
 
 
 def test_every_public_name_is_importable_and_errors_share_one_root() -> None:
@@ -85,7 +85,7 @@ def test_writes_return_the_committed_version_and_read_merges_them(table: Table) 
 
 
 def test_delete_accepts_a_list_of_keys_on_a_single_column_key(tmp_path: Path) -> None:
-    table = Table.create(str(tmp_path / "t"), "id:int64,name:string", primary_key="id")
+    table = Table.create(str(tmp_path / "t"), "id:int64!,name:string", primary_key="id")
     table.upsert([{"id": 1, "name": "a"}, {"id": 2, "name": "b"}, {"id": 3, "name": "c"}])
     table.delete([1, 3, 99])
     assert table.read().to_pylist() == [{"id": 2, "name": "b"}]

@@ -30,7 +30,7 @@ from maintd.reclaim import reclaim_table
 from maintd.storage import clear_storage_options, configure_storage, storage_for_uri
 from maintd.storage.objectstore import ObjectStoreStorage
 
-SCHEMA = pa.schema([("id", pa.int64()), ("ds", pa.string()), ("name", pa.string())])
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("ds", pa.string()), ("name", pa.string())])
 HOUR = timedelta(hours=1)
 
 

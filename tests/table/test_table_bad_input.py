@@ -110,9 +110,9 @@ BAD_LAYOUTS: list[tuple[str, dict[str, Any], str]] = [
     ("a float primary key", {"primary_key": "amount"}, "amount have a type that cannot be a key"),
     ("no primary key", {"primary_key": ()}, "a primary key is required"),
     ("a partition column not in the schema", {"partition_by": "day"}, r"partition column\(s\) day"),
-    ("an unknown type", {"schema": "id:int64,name:text"}, "unknown column type 'text'"),
-    ("a reserved column name", {"schema": "id:int64,_maintd_version:int64"}, "reserved"),
-    ("a column named twice", {"schema": "id:int64,id:string"}, "duplicate column names in schema: id"),
+    ("an unknown type", {"schema": "id:int64!,name:text"}, "unknown column type 'text'"),
+    ("a reserved column name", {"schema": "id:int64!,_maintd_version:int64"}, "reserved"),
+    ("a column named twice", {"schema": "id:int64!,id:string"}, "duplicate column names in schema: id"),
     ("zero buckets", {"buckets": 0}, "write.bucket.num=0 is out of range"),
     ("buckets contradicting the property", {"buckets": 16, "properties": {"write.bucket.num": 8}},
      "buckets=16 contradicts write.bucket.num=8"),
@@ -197,3 +197,29 @@ def test_the_bucket_count_comes_from_either_argument_or_the_default(tmp_path: Pa
                                                                     properties: dict[str, Any], expected: int) -> None:
     t = Table.create(str(tmp_path / "t"), SCHEMA, primary_key="id", buckets=buckets, properties=properties)
     assert t.metadata.buckets == expected and t.metadata.properties["write.bucket.num"] == str(expected)
+
+
+def test_a_nullable_key_column_is_refused_at_create_naming_how_to_declare_it(tmp_path: Path) -> None:
+    nullable = pa.schema([("id", pa.int64()), pa.field("region", pa.string(), False), ("v", pa.float64())])
+    with pytest.raises(InvalidInputError, match=r"primary key column\(s\) id are nullable.*nullable=False"):
+        Table.create(str(tmp_path / "a"), nullable, primary_key=["region", "id"])
+    with pytest.raises(InvalidInputError, match=r"\(id:int64!\)"):
+        Table.create(str(tmp_path / "b"), "id:int64,v:double", primary_key="id")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    Table.create(str(tmp_path / "c"), "id:int64!,v:double", primary_key="id")  # a nullable value column is fine
+
+
+def test_create_warns_when_the_key_leaves_out_a_partition_column(tmp_path: Path) -> None:
+    from loguru import logger
+
+    seen: list[str] = []
+    sink = logger.add(lambda m: seen.append(m.record["message"]), level="WARNING")
+    try:
+        Table.create(str(tmp_path / "a"), "id:int64!,region:string", primary_key="id", partition_by="region")
+        assert len(seen) == 1 and "identified by its partition values and its primary key" in seen[0]
+        assert "does not include partition column(s) region" in seen[0]
+        Table.create(str(tmp_path / "b"), "id:int64!,region:string!", primary_key=["region", "id"],
+                     partition_by="region")
+        assert len(seen) == 1
+    finally:
+        logger.remove(sink)

@@ -16,7 +16,7 @@ from table_helpers import Model, groups, rewrite_bucket, sorted_rows
 
 from maintd import Table
 
-SCHEMA = pa.schema([("id", pa.int64()), ("ds", pa.string()), ("name", pa.string()), ("amount", pa.float64())])
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("ds", pa.string()), ("name", pa.string()), ("amount", pa.float64())])
 PARTITIONS = ("d1", "d2")
 KEYS = ("ds", "id")
 
@@ -121,7 +121,7 @@ def test_rows_of_keys_across_many_row_groups_equal_a_filter(tmp_path: Any) -> No
 
     from maintd.table.files import read_rows_of_keys
 
-    table = Table.create(str(tmp_path / "t"), "id:int64,name:string", primary_key="id", buckets=1)
+    table = Table.create(str(tmp_path / "t"), "id:int64!,name:string", primary_key="id", buckets=1)
     table.upsert(pa.table({"id": list(range(1000)), "name": [str(i) for i in range(1000)]}))
     snap = table.snapshot()
     f = next(iter(snap.files.values()))

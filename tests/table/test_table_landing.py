@@ -23,7 +23,7 @@ QUICK = RetryPolicy(max_attempts=4, base_delay=0.001, max_delay=0.005, total_tim
 
 
 def _create(root: Path) -> Table:
-    table = Table.create(str(root), "id:int64,name:string", primary_key="id", buckets=2)
+    table = Table.create(str(root), "id:int64!,name:string", primary_key="id", buckets=2)
     table.upsert(pa.table({"id": [1], "name": ["a"]}))
     return table
 
@@ -93,7 +93,7 @@ def test_creating_a_table_whose_publish_raised_after_it_applied_succeeds(tmp_pat
     plan = FaultPlan([Fault("fail_after", op="put_if_absent", path="_log/*.json", times=1)])
     plan.install()
     try:
-        table = Table.create(str(tmp_path / "t"), "id:int64,name:string", primary_key="id")
+        table = Table.create(str(tmp_path / "t"), "id:int64!,name:string", primary_key="id")
     finally:
         plan.uninstall()
     assert plan.fired and table.version == 0

@@ -49,7 +49,7 @@ def test_names_that_are_not_log_files_are_ignored(name: str) -> None:
 
 
 def _table_with_versions(root: Path, versions: int, interval: int = 10) -> Table:
-    table = Table.create(str(root), "id:int64,name:string", primary_key="id", buckets=2,
+    table = Table.create(str(root), "id:int64!,name:string", primary_key="id", buckets=2,
                          properties={"log.checkpoint.interval": interval})
     table.upsert(pa.table({"id": [1, 2], "name": ["a", "b"]}))
     while table.version < versions - 1:
@@ -100,7 +100,7 @@ def test_an_empty_location_has_no_latest_version(tmp_path: Path) -> None:
 
 def _busy_table(root: Path, interval: int) -> Table:
     """A table whose history has every kind of action: adds, removes (tombstones), metadata, app txns."""
-    table = Table.create(str(root), "id:int64,ds:string,name:string", primary_key="id", partition_by="ds",
+    table = Table.create(str(root), "id:int64!,ds:string,name:string", primary_key="id", partition_by="ds",
                          buckets=2, properties={"log.checkpoint.interval": interval})
     for i in range(4):
         rows = [{"id": k, "ds": "ab"[k % 2], "name": f"r{i}-{k}"} for k in range(i, i + 6)]

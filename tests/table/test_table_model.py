@@ -37,10 +37,10 @@ class Layout:
 
 LAYOUTS = [
     Layout("composite key, unpartitioned",
-           pa.schema([("id", pa.int64()), ("tag", pa.string()), ("name", pa.string()), ("amount", pa.float64())]),
+           pa.schema([pa.field("id", pa.int64(), False), pa.field("tag", pa.string(), False), ("name", pa.string()), ("amount", pa.float64())]),
            ("id", "tag"), (), 3),
     Layout("partitioned by ds",
-           pa.schema([("id", pa.int64()), ("ds", pa.string()), ("name", pa.string()), ("amount", pa.float64())]),
+           pa.schema([pa.field("id", pa.int64(), False), ("ds", pa.string()), ("name", pa.string()), ("amount", pa.float64())]),
            ("id",), ("ds",), 2),
 ]
 PARTITIONS = ("2024-01-01", "2024-01-02")
@@ -133,14 +133,14 @@ def test_reads_and_changes_match_the_model_at_every_version(layout: Layout) -> N
 
 
 def test_repeated_keys_in_one_batch_settle_to_the_last_occurrence(tmp_path: Any) -> None:
-    table = Table.create(str(tmp_path / "t"), "id:int64,name:string", primary_key="id", buckets=2)
+    table = Table.create(str(tmp_path / "t"), "id:int64!,name:string", primary_key="id", buckets=2)
     v = table.upsert(pd.DataFrame({"id": [1, 2, 1, 1], "name": ["a", "b", "c", "d"]}))
     assert sorted_rows(table.read(), ["id"]) == [{"id": 1, "name": "d"}, {"id": 2, "name": "b"}]
     assert sum(f.rows for f in table.snapshot(v).files.values()) == 2  # one row per key in a commit
 
 
 def test_a_bucket_holding_only_a_clustered_file_reads_one_row_per_key(tmp_path: Any) -> None:
-    table = Table.create(str(tmp_path / "t"), "id:int64,name:string", primary_key="id", buckets=1)
+    table = Table.create(str(tmp_path / "t"), "id:int64!,name:string", primary_key="id", buckets=1)
     table.upsert(pa.table({"id": [1, 2], "name": ["a", "b"]}))
     table.upsert(pa.table({"id": [1], "name": ["c"]}))
     snap = table.snapshot()

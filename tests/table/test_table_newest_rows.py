@@ -69,7 +69,7 @@ def test_a_bucket_of_many_level0_files_reads_as_the_writes_made_it(tmp_path: Pat
     run hides a row of an older run, a row rewritten in a newer run wins, and the runs' boundaries fall
     between versions of one key."""
     monkeypatch.setattr(reader, "_THREADS", threads)
-    table = Table.create(str(tmp_path / "t"), "id:int64,name:string,n:int32", primary_key="id", buckets=1)
+    table = Table.create(str(tmp_path / "t"), "id:int64!,name:string,n:int32", primary_key="id", buckets=1)
     rng = np.random.default_rng(11)
     live: dict[int, tuple[str, int, int]] = {}
     for i in range(19):  # more than _PARALLEL_FILES, so the reader goes to threads

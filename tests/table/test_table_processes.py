@@ -27,7 +27,7 @@ from table_helpers import CONFLICTS, LEVELS, Model, data_files_on_disk, log_vers
 from maintd import Table
 
 WORKER = Path(__file__).with_name("table_worker.py")
-SCHEMA = pa.schema([("id", pa.int64()), ("ds", pa.string()), ("name", pa.string())])
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("ds", pa.string()), ("name", pa.string())])
 KIND = {"UPSERT": "append", "SET PROPERTIES": "metadata change", "OPTIMIZE": "compaction"}
 ROLE_KIND = {"append": "append", "properties": "metadata change", "rewrite": "compaction"}
 

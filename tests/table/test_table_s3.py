@@ -21,7 +21,7 @@ from maintd.storage.objectstore import ObjectStoreStorage
 from maintd.table import table as table_module
 from maintd.table.log import commit_path
 
-SCHEMA = pa.schema([("id", pa.int64()), ("ds", pa.string()), ("name", pa.string())])
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("ds", pa.string()), ("name", pa.string())])
 
 
 def test_table_api_on_s3(s3_root: str) -> None:

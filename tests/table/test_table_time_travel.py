@@ -23,7 +23,7 @@ def _names(table: Table, **kwargs: object) -> dict[int, str]:
 def _hourly_table(root: Path, retain_hours: int = 24) -> Table:
     """Versions 1..4 upsert key 1 with name v1..v4, one hour apart starting at T0 + 1h."""
     with freeze_time(T0) as clock:
-        table = Table.create(str(root), "id:int64,name:string", primary_key="id", buckets=2,
+        table = Table.create(str(root), "id:int64!,name:string", primary_key="id", buckets=2,
                              properties={"acid.data.retain.hours": retain_hours})
         for v in range(1, 5):
             clock.tick(timedelta(hours=1))
@@ -122,7 +122,7 @@ def test_zero_retention_keeps_only_the_current_version(tmp_path: Path) -> None:
 
 
 def test_a_version_whose_log_was_reclaimed_names_the_oldest_retained(tmp_path: Path) -> None:
-    table = Table.create(str(tmp_path / "t"), "id:int64,name:string", primary_key="id",
+    table = Table.create(str(tmp_path / "t"), "id:int64!,name:string", primary_key="id",
                          properties={"log.checkpoint.interval": 3})
     for v in range(1, 8):
         table.upsert(pa.table({"id": [v], "name": [f"v{v}"]}))

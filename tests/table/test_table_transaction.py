@@ -24,7 +24,7 @@ from maintd import CommitRetriesExhaustedError, RetryPolicy, Table
 
 
 def _create(root: Path) -> Table:
-    table = Table.create(str(root), "id:int64,name:string", primary_key="id", buckets=2)
+    table = Table.create(str(root), "id:int64!,name:string", primary_key="id", buckets=2)
     table.upsert(pa.table({"id": [1], "name": ["a"]}))
     return table
 
