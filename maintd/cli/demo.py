@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
-SCHEMA = "order_id:int64!,region:string,customer:string,amount:float64,qty:int32,status:string"
+SCHEMA = "order_id:int64!,region:string!,customer:string,amount:float64,qty:int32,status:string"
 REGIONS = ("eu", "us", "apac")
 STATUSES = ("new", "paid", "shipped", "returned")
 MAX_ROUNDS = 3
@@ -79,7 +79,8 @@ def run_demo(console: Console, warehouse: str | Path | None, *, batches: int = 3
     console.rule("[bold]maintd demo")
     console.print(f"warehouse: {root}\n")
     try:
-        table = Table.create(uri, SCHEMA, primary_key="order_id", partition_by="region", buckets=4, name="orders")
+        table = Table.create(uri, SCHEMA, primary_key=["region", "order_id"], partition_by="region", buckets=4,
+                             name="orders")
     except TableExistsError:
         console.print(f"[red]{uri} already holds a table;[/red] give another --warehouse directory or URI")
         return False

@@ -11,6 +11,7 @@ simulation came to what really happened.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -94,10 +95,14 @@ def simulate_command(
             resolved = pf.resolve(name=md.name or "", uri=table.uri, properties=md.properties)
             candidates.append(CandidatePolicy(name, resolved.name, resolved.policy))
         if backtest_past:
+            err = Console(stderr=True, soft_wrap=True, highlight=False)
             learned = learn(table, hours=learn_hours, from_window_start=True)
-            reports = [backtest(table, c, schedule, learned=learned) for c in candidates]
+            reports = []
+            for i, c in enumerate(candidates, 1):
+                err.print(f"backtesting policy {c.name} ({i} of {len(candidates)})", markup=False)
+                reports.append(backtest(table, c, schedule, learned=learned))
         else:
-            with _progress(len(candidates)) as step:
+            with _progress(len(candidates), days) as step:
                 report = simulate_table(table, candidates, days=days, schedule=schedule, now=datetime.now(UTC),
                                         hours=learn_hours, progress=step)
             if plot is not None:
@@ -118,14 +123,29 @@ def simulate_command(
         Console(stderr=True).print(f"plot written to {escape(str(plot))}", highlight=False)
 
 
+PLAIN_STEP = 0.1
+"""Share of a policy's simulated time between two progress lines when stderr is not a terminal."""
+
+
 @contextmanager
-def _progress(policies: int) -> Iterator[Callable[[str, float], None] | None]:
-    """A progress bar on stderr while policies are simulated (only on a terminal)."""
+def _progress(policies: int, days: int) -> Iterator[Callable[[str, float], None]]:
+    """Progress on stderr while policies are simulated: a bar on a terminal, else a line per policy at every
+    tenth of its simulated days (a log or a CI job shows the command is alive, and how far it got)."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True, highlight=False)
     if not err.is_terminal:
-        yield None
+        started = time.monotonic()
+        shown: dict[str, int] = {}
+
+        def line(name: str, share: float) -> None:
+            tenth = min(int(share / PLAIN_STEP + 1e-9), int(1 / PLAIN_STEP))
+            if shown.get(name, -1) < tenth:
+                shown[name] = tenth
+                err.print(f"simulating policy {name}: {tenth * PLAIN_STEP:.0%} of {days} day(s) "
+                          f"({time.monotonic() - started:.0f} s)", markup=False)
+
+        yield line
         return
     with Progress(TextColumn("simulating {task.description}"), BarColumn(), TimeElapsedColumn(), console=err,
                   transient=True) as bar:

@@ -93,6 +93,19 @@ class WorkView:
     """Runs that failed here and wait out their backoff: kind, table URI, seconds left."""
 
 
+def nothing_to_maintain(settings: Settings, registered: int) -> str | None:
+    """What to say when the daemon has no table to maintain and no way to find one (the packaged config's
+    ``roots: []`` and ``tables: []``, and an empty store): it would run and do nothing, silently. None when
+    it has tables, or roots to search."""
+    wh = settings.warehouse
+    if registered or wh.tables or (wh.roots and wh.discovery):
+        return None
+    why = "warehouse.discovery is false" if wh.roots else "warehouse.roots and warehouse.tables are empty"
+    return (f"the daemon maintains nothing: {why} and the state store registers no table; set warehouse.roots "
+            "to the directories or buckets holding tables (MAINTD_WAREHOUSE__ROOTS='[\"s3://bucket/warehouse\"]') "
+            "or warehouse.tables to table URIs (MAINTD_WAREHOUSE__TABLES), in the config file or the environment")
+
+
 class Daemon:
     """Maintains the tables of a warehouse until stopped.
 
@@ -181,6 +194,9 @@ class Daemon:
         )
         self._scheduler.start()
         logger.info("daemon {} started: at most {} table(s) at once", self.holder, s.max_concurrent_tables)
+        idle = nothing_to_maintain(self.settings, len(self.store.list_tables(enabled_only=True)))
+        if idle:
+            logger.warning(idle)
 
     def stop(self, grace_seconds: float | None = None) -> None:
         """Take no new work; wait up to the grace period for in-flight runs; abandon the rest; release leases."""

@@ -50,8 +50,10 @@ TEXT_FORMAT = (
     "<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> | <level>{level: <8}</level> | "
     "<cyan>{name}</cyan>:<cyan>{line}</cyan> - <level>{message}</level>{exception}"
 )
-#: Loggers of libraries that are chatty at INFO.
-_QUIET = {"py4j": logging.WARNING, "apscheduler.executors": logging.WARNING, "sqlalchemy": logging.WARNING}
+_QUIET = {"py4j": logging.WARNING, "apscheduler.executors": logging.WARNING, "sqlalchemy": logging.WARNING,
+          "alembic": logging.WARNING}
+"""Loggers of libraries that are chatty at INFO, lines that say nothing to an operator (Alembic's "Context impl
+SQLiteImpl." and its plugins on every command that opens a store): maintd logs what they did in its own words."""
 
 
 def redact_record(record: Record) -> None:

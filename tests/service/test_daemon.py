@@ -326,3 +326,28 @@ def test_the_work_view_shows_runs_in_flight_and_the_queue_without_changing_them(
     finally:
         release.set()
         daemon.stop()
+
+
+def test_a_daemon_with_nothing_to_maintain_says_what_to_set(tmp_path: Path, store: StateStore) -> None:
+    """The packaged config (roots: [], tables: []) and an empty store: the daemon warns at start, naming the
+    settings; with a root to search, or a table registered, it does not."""
+    from loguru import logger
+
+    from maintd.service.daemon import nothing_to_maintain
+
+    idle = make_settings(tmp_path).model_copy(update={"warehouse": Settings().warehouse})
+    seen: list[str] = []
+    sink = logger.add(lambda m: seen.append(m.record["message"]), level="WARNING")
+    daemon = Daemon(idle, store, Recorder(), Recorder(), holder="d1")
+    try:
+        daemon.start()
+    finally:
+        daemon.stop()
+        logger.remove(sink)
+    said = [m for m in seen if "maintains nothing" in m]
+    assert len(said) == 1 and "warehouse.roots and warehouse.tables are empty" in said[0]
+    assert "MAINTD_WAREHOUSE__ROOTS" in said[0] and "MAINTD_WAREHOUSE__TABLES" in said[0]
+    assert nothing_to_maintain(idle, registered=1) is None
+    rooted = idle.model_copy(update={"warehouse": idle.warehouse.model_copy(update={"roots": [str(tmp_path)]})})
+    assert nothing_to_maintain(rooted, registered=0) is None
+    assert nothing_to_maintain(make_settings(tmp_path), registered=0) is None

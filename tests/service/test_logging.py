@@ -76,6 +76,17 @@ def test_standard_library_records_go_through_loguru_and_are_redacted() -> None:
     assert "job store at postgresql+psycopg://maintd:***@db" in out.getvalue()
 
 
+def test_opening_a_new_store_logs_no_alembic_lines_only_maintds_own(tmp_path: Path) -> None:
+    from maintd.service.store import StateStore
+
+    out = io.StringIO()
+    configure_logging(LoggingSettings(level="INFO"), stream=out)
+    StateStore(f"sqlite:///{tmp_path / 'maintd.db'}").close()  # creates the schema through Alembic
+    text = out.getvalue()
+    assert "alembic" not in text.lower() and "Context impl" not in text, text
+    assert "schema created at revision" in text
+
+
 def test_text_on_a_non_terminal_has_no_colour_codes() -> None:
     out = io.StringIO()
     configure_logging(LoggingSettings(), stream=out)

@@ -65,6 +65,15 @@ def test_without_a_policy_the_packaged_default_is_simulated(table_uri: str) -> N
     assert report.pattern.delete_share > 0 and report.pattern.sources["key_overlap"] == "sample"
 
 
+def test_progress_goes_to_stderr_line_by_line_off_a_terminal(table_uri: str, policies: tuple[Path, Path]) -> None:
+    code, out, err = _quick(table_uri, "--days", "2", "--policy", str(policies[0]), "--json")
+    assert code == 0 and SimulationReport.model_validate_json(out)  # stdout stays the report alone
+    lines = err.splitlines()
+    steps = [line for line in lines if line.startswith(f"simulating policy {policies[0].stem}: ")]
+    assert [s.split(": ")[1].split(" of")[0] for s in steps] == [f"{p}%" for p in range(0, 101, 10)]
+    assert all("of 2 day(s)" in s for s in steps)
+
+
 def test_policies_are_predicted_side_by_side_per_day(table_uri: str, policies: tuple[Path, Path]) -> None:
     fast, lazy = policies
     code, out, _ = _quick(table_uri, "--policy", str(fast), "--policy", str(lazy), "--days", "2", "--json")

@@ -16,7 +16,8 @@ from table_helpers import Model, groups, rewrite_bucket, sorted_rows
 
 from maintd import Table
 
-SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("ds", pa.string()), ("name", pa.string()), ("amount", pa.float64())])
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("ds", pa.string()), ("name", pa.string()),
+                    ("amount", pa.float64())])
 PARTITIONS = ("d1", "d2")
 KEYS = ("ds", "id")
 

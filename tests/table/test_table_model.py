@@ -37,10 +37,12 @@ class Layout:
 
 LAYOUTS = [
     Layout("composite key, unpartitioned",
-           pa.schema([pa.field("id", pa.int64(), False), pa.field("tag", pa.string(), False), ("name", pa.string()), ("amount", pa.float64())]),
+           pa.schema([pa.field("id", pa.int64(), False), pa.field("tag", pa.string(), False), ("name", pa.string()),
+                      ("amount", pa.float64())]),
            ("id", "tag"), (), 3),
     Layout("partitioned by ds",
-           pa.schema([pa.field("id", pa.int64(), False), ("ds", pa.string()), ("name", pa.string()), ("amount", pa.float64())]),
+           pa.schema([pa.field("id", pa.int64(), False), ("ds", pa.string()), ("name", pa.string()),
+                      ("amount", pa.float64())]),
            ("id",), ("ds",), 2),
 ]
 PARTITIONS = ("2024-01-01", "2024-01-02")
