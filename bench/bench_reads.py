@@ -38,7 +38,8 @@ import numpy as np
 import pyarrow as pa
 
 SCHEMA = pa.schema([pa.field("pk", pa.int64(), nullable=False), ("name", pa.string()), ("amount", pa.float64()),
-                    ("qty", pa.int32()), ("note", pa.string()), ("score", pa.float64()), ("flag", pa.bool_()), ("ts", pa.int64())])
+                    ("qty", pa.int32()), ("note", pa.string()), ("score", pa.float64()), ("flag", pa.bool_()),
+                    ("ts", pa.int64())])
 
 
 def rows(rng: np.random.Generator, keys: np.ndarray) -> pa.Table:
