@@ -155,3 +155,54 @@ def test_an_aborted_write_deletes_what_its_finished_tasks_wrote(tmp_path: Path) 
     assert isinstance(done, FilesWritten) and done.adds and _data_files(table) > files
     job.abort([done, None])
     assert _data_files(table) == files
+
+
+def test_a_first_write_given_a_key_creates_the_table_and_save_modes_behave_as_spark_documents(
+        spark: Any, tmp_path: Path) -> None:
+    import maintd.spark
+    from maintd import TableExistsError, TableNotFoundError
+
+    uri = str(tmp_path / "orders")
+    df = spark.createDataFrame([(1, "eu", "a", 1.5, None, 0), (2, "us", "b", 2.5, None, 0)], f"{ROWS}, op byte")
+    with pytest.raises(Exception, match="primaryKey"):  # no table, no key: nothing to create it from
+        df.write.format("maintd").mode("append").save(uri)
+    assert not (tmp_path / "orders").exists()
+    with pytest.raises(TableNotFoundError, match="no primary_key"):
+        maintd.spark.save(df, uri)
+    assert maintd.spark.save(df, uri, primary_key=["region", "id"], partition_by="region", buckets=2,
+                             options={"opColumn": "op", "property.acid.data.retain.hours": "48"})
+    table = Table.open(uri)
+    md = table.metadata
+    assert (md.primary_key, md.partition_by, md.buckets) == (("region", "id"), ("region",), 2)
+    assert md.properties["acid.data.retain.hours"] == "48" and "op" not in md.column_names
+    assert [(f.name, f.nullable) for f in md.fields][:2] == [("id", False), ("region", False)]
+    assert sorted(table.read()["id"].to_pylist()) == [1, 2] and table.version == 1
+    with pytest.raises(TableExistsError, match="mode 'append'"):
+        maintd.spark.save(df, uri, primary_key="id")  # ErrorIfExists, Spark's default: refused, nothing written
+    assert not maintd.spark.save(df, uri, "ignore", primary_key="id") and table.version == 1
+    more = spark.createDataFrame([(3, "eu", "c", 3.5, None, 0)], f"{ROWS}, op byte")
+    assert maintd.spark.save(more, uri, "append", options={"opColumn": "op"}) and table.version == 2
+    fresh = str(tmp_path / "fresh")
+    assert maintd.spark.save(df.drop("op"), fresh, "ignore", primary_key="id")  # ignore creates when absent
+    assert Table.open(fresh).read().num_rows == 2
+    df.drop("op").write.format("maintd").mode("append").option("primaryKey", "id").save(str(tmp_path / "plain"))
+    assert Table.open(str(tmp_path / "plain")).read().num_rows == 2  # the DataFrameWriter creates it too
+
+
+def test_a_table_path_is_named_in_spark_sql_by_a_temp_view(spark: Any, tmp_path: Path) -> None:
+    import maintd.spark
+
+    table, model = _table(tmp_path)
+    first = table.version
+    table.upsert(pa.table({"id": pa.array([100_000], pa.int64()), "region": ["eu"], "name": ["new"],
+                           "amount": [1.0], "day": pa.array([None], pa.date32())}))
+    maintd.spark.create_temp_view(spark, "orders_now", table.uri)
+    maintd.spark.create_temp_view(spark, "orders_then", table.uri, versionAsOf=first)
+    now = spark.sql("SELECT count(*) AS n FROM orders_now").collect()[0]["n"]
+    then = spark.sql("SELECT count(*) AS n FROM orders_then").collect()[0]["n"]
+    assert (now, then) == (len(model.rows) + 1, len(model.rows))
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW orders_sql USING maintd OPTIONS (path '{table.uri}')")
+    assert spark.sql("SELECT count(*) AS n FROM orders_sql WHERE id = 100000").collect()[0]["n"] == 1
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW orders_sql_then USING maintd OPTIONS (path '{table.uri}', "
+              f"versionAsOf '{first}')")
+    assert spark.sql("SELECT count(*) AS n FROM orders_sql_then WHERE id = 100000").collect()[0]["n"] == 0

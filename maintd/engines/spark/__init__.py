@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from maintd.engines.spark.dataframes import create_temp_view, save
 from maintd.engines.spark.source import SOURCE_NAME, MaintdDataSource
 
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
@@ -27,4 +28,4 @@ def register(spark: Any) -> None:
         spark.conf.set(FILTER_PUSHDOWN_CONF, "true")
 
 
-__all__ = ["SOURCE_NAME", "MaintdDataSource", "register"]
+__all__ = ["SOURCE_NAME", "MaintdDataSource", "create_temp_view", "register", "save"]

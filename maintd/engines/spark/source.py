@@ -13,6 +13,11 @@ Read options (as Delta users know them)::
 Write options::
 
     opColumn=op                             0 = upsert, 1 = delete; the column is not stored
+    primaryKey="region,id"                  create the table on this write when there is none (as Delta
+    partitionBy="region", buckets=16          does), from the DataFrame's schema; property.<key>=value
+                                              sets a table property. Spark's own save modes ErrorIfExists
+                                              and Ignore are refused by Spark for every Python data
+                                              source: maintd.spark.save(df, uri, mode=...) gives them
     replaceWhere="region = 'eu'"            with mode("overwrite"): replace only these partitions
     appId=...                               streaming: the exactly-once id (default: the query id
                                             from the checkpoint)
@@ -26,9 +31,21 @@ from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamWriter, DataSourceWriter
 
 from maintd.engines.spark.read import ChangeFeedReader, SnapshotReader
-from maintd.engines.spark.types import check_read_schema, check_write_schema, parse_int_option, table_schema
+from maintd.engines.spark.types import (
+    check_read_schema,
+    check_write_schema,
+    fields_from_spark,
+    parse_int_option,
+    table_schema,
+)
 from maintd.engines.spark.write import BatchWriter, StreamWriter, WriteJob
-from maintd.errors import InvalidInputError, SchemaMismatchError, VersionNotFoundError
+from maintd.errors import (
+    InvalidInputError,
+    SchemaMismatchError,
+    TableExistsError,
+    TableNotFoundError,
+    VersionNotFoundError,
+)
 from maintd.table import Metadata, Table, timeline
 from maintd.table.filters import parse_filter
 from maintd.table.reader import CHANGE_COLUMN, CHANGE_VERSION_COLUMN
@@ -142,8 +159,32 @@ class MaintdDataSource(DataSource):
                               [f.nullable for f in schema.fields])
 
     # -- writes ---------------------------------------------------------------------------------
+    def _list(self, key: str) -> tuple[str, ...]:
+        raw = str(self.options.get(key) or "")
+        return tuple(c.strip() for c in raw.split(",") if c.strip())
+
+    def _open_or_create(self, schema: T.StructType) -> Table:
+        """The table at the URI; created from the DataFrame's schema when absent and ``primaryKey`` is given
+        (with ``partitionBy``, ``buckets`` and ``property.<key>`` options), as Delta creates on a first write."""
+        try:
+            return Table.open(self.uri)
+        except TableNotFoundError:
+            key = self._list("primaryKey")
+            if not key:
+                raise TableNotFoundError(
+                    f"no table at {self.uri}; create it first (maintd table create, Table.create), or let this "
+                    "write create it: .option('primaryKey', 'id') (and 'partitionBy', 'buckets')") from None
+        op_column = self.options.get("opColumn") or None
+        fields = fields_from_spark(schema, primary_key=key, uri=self.uri, leave_out=[op_column] if op_column else [])
+        properties = {k.removeprefix("property."): v for k, v in self.options.items() if k.startswith("property.")}
+        try:
+            return Table.create(self.uri, fields, key, self._list("partitionBy"), buckets=self._int("buckets"),
+                                properties=properties)
+        except TableExistsError:  # a concurrent first write created it: write into it (its layout is checked)
+            return Table.open(self.uri)
+
     def _job(self, schema: T.StructType, overwrite: bool, *, operation: str) -> WriteJob:
-        table = Table.open(self.uri)
+        table = self._open_or_create(schema)
         snap = table.snapshot()
         md = snap.metadata
         op_column = self.options.get("opColumn") or None

@@ -47,6 +47,32 @@ def spark_type_name(t: T.DataType) -> str | None:
     return None
 
 
+def fields_from_spark(schema: T.StructType, *, primary_key: Iterable[str], uri: str,
+                      leave_out: Iterable[str] = ()) -> tuple[Field_, ...]:
+    """The columns of a table created from a DataFrame's schema (``leave_out``: the operation column). Key
+    columns are NOT NULL whatever Spark says of them (Spark's columns are nullable unless proven otherwise; a
+    null key is refused row by row by the write).
+
+    Raises:
+        SchemaMismatchError: a column of a type maintd has no counterpart for, naming it and the types there are.
+    """
+    keys, skip = set(primary_key), set(leave_out)
+    fields, bad = [], []
+    for f in schema.fields:
+        if f.name in skip:
+            continue
+        name = spark_type_name(f.dataType)
+        if name is None:
+            bad.append(f"{f.name} ({f.dataType.simpleString()})")
+            continue
+        fields.append(Field_(name=f.name, type=name, nullable=f.nullable and f.name not in keys))
+    if bad:
+        raise SchemaMismatchError(f"table {uri}: cannot create the table from this DataFrame: column(s) "
+                                  f"{', '.join(bad)} have no maintd type; the types are "
+                                  f"{', '.join(t.simpleString() for t in SPARK_TYPES.values())}")
+    return tuple(fields)
+
+
 def spark_schema(fields: Iterable[Field_]) -> T.StructType:
     return T.StructType([T.StructField(f.name, SPARK_TYPES[f.type], f.nullable) for f in fields])
 
