@@ -10,6 +10,12 @@ Read options (as Delta users know them)::
     filter="region = 'eu' and id > 10"      pruned and filtered at the source (any Spark version)
     splitBytes=268435456                    buckets larger than this are read in key ranges
 
+Stream options (``spark.readStream``, the change feed: maintd.engines.spark.stream)::
+
+    readChangeFeed=true                     required: the stream serves the change feed
+    startingVersion, startingTimestamp      where it starts (inclusive); default: after the latest version
+    maxFilesPerTrigger, maxBytesPerTrigger  bound a micro-batch by the files (bytes) writers added
+
 Write options::
 
     opColumn=op                             0 = upsert, 1 = delete; the column is not stored
@@ -28,9 +34,16 @@ from __future__ import annotations
 from datetime import datetime
 
 from pyspark.sql import types as T
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamWriter, DataSourceWriter
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 
 from maintd.engines.spark.read import ChangeFeedReader, SnapshotReader
+from maintd.engines.spark.stream import Bounds, ChangeFeedStreamReader
 from maintd.engines.spark.types import (
     check_read_schema,
     check_write_schema,
@@ -54,8 +67,8 @@ SOURCE_NAME = "maintd"
 
 
 class MaintdDataSource(DataSource):
-    """``spark.read.format("maintd").load(uri)``, ``df.write.format("maintd").save(uri)`` and
-    ``df.writeStream.format("maintd").start(uri)``."""
+    """``spark.read.format("maintd").load(uri)``, ``spark.readStream.format("maintd").load(uri)``,
+    ``df.write.format("maintd").save(uri)`` and ``df.writeStream.format("maintd").start(uri)``."""
 
     @classmethod
     def name(cls) -> str:
@@ -132,7 +145,7 @@ class MaintdDataSource(DataSource):
     def schema(self) -> T.StructType:
         table = Table.open(self.uri)
         if self.change_feed:
-            md = table.snapshot(self._change_range(table)[1]).metadata
+            md = table.snapshot().metadata  # the schema is fixed at create: the latest metadata has it
             base = table_schema(md)
             nullable = T.StructType([T.StructField(f.name, f.dataType, True) for f in base.fields])
             return nullable.add(CHANGE_COLUMN, T.StringType()).add(CHANGE_VERSION_COLUMN, T.LongType())
@@ -157,6 +170,42 @@ class MaintdDataSource(DataSource):
         row_filter = parse_filter(self.options.get("filter"), md, where=f"table {self.uri}")
         return SnapshotReader(self.uri, snap.version, md, columns, row_filter, self._int("splitBytes"),
                               [f.nullable for f in schema.fields])
+
+    def streamReader(self, schema: T.StructType) -> DataSourceStreamReader:
+        table = Table.open(self.uri)
+        if not self.change_feed:
+            raise InvalidInputError(f"table {self.uri}: a stream of a maintd table serves its change feed: add "
+                                    ".option('readChangeFeed', 'true') (with startingVersion or startingTimestamp "
+                                    "to start before the query does)")
+        if self.options.get("endingVersion") or self.options.get("endingTimestamp"):
+            raise InvalidInputError(f"table {self.uri}: a stream has no end; endingVersion and endingTimestamp "
+                                    "apply to batch reads (spark.read)")
+        snap = table.snapshot()
+        first = self._int("startingVersion")
+        start_ts = _time(self.options.get("startingTimestamp"))
+        if first is None and start_ts is not None:
+            first = self._first_version_from(table, start_ts)
+        if first is None:
+            first = snap.version + 1  # the versions committed after the query starts
+        elif first <= snap.version:
+            table.resolve_version(max(first - 1, 0))  # the feed from `first` compares with `first - 1`: retained?
+        else:
+            raise InvalidInputError(f"table {self.uri}: startingVersion {first} is after the latest version "
+                                    f"{snap.version}")
+        known = [*snap.metadata.column_names, CHANGE_COLUMN, CHANGE_VERSION_COLUMN]
+        unknown = [c for c in schema.fieldNames() if c not in known]
+        if unknown:
+            raise SchemaMismatchError(f"table {self.uri}: the change feed has no column(s) {', '.join(unknown)}; "
+                                      f"its columns are {', '.join(known)}")
+        bounds = Bounds(self._positive("maxFilesPerTrigger"), self._positive("maxBytesPerTrigger"))
+        return ChangeFeedStreamReader(self.uri, first, snap.protocol, snap.metadata, schema.fieldNames(),
+                                      [f.nullable for f in schema.fields], bounds)
+
+    def _positive(self, key: str) -> int | None:
+        value = self._int(key)
+        if value is not None and value < 1:
+            raise InvalidInputError(f"table {self.uri}: option {key}={value} must be at least 1")
+        return value
 
     # -- writes ---------------------------------------------------------------------------------
     def _list(self, key: str) -> tuple[str, ...]:
