@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from maintd import Table
 
 SCHEMA = "id:int64!,name:string,amount:float64"
-COLUMNS = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64())])
+COLUMNS = pa.schema([pa.field("id", pa.int64(), False), ("name", pa.string()), ("amount", pa.float64())])
 
 
 class Model:
