@@ -662,6 +662,8 @@ def _describe(exc: ValidationError, source: Path | None) -> str:
         else:
             hint = f"fix it in {where}{env} (see docs/configuration.md)"
         lines.append(f"  {key} = {value}: {redact_secrets(error['msg'])}; {hint}")
+    if len(lines) == 2:  # one error: one line, as every other error of a command
+        return f"invalid settings: {lines[1].strip()}"
     return "\n".join(lines)
 
 

@@ -126,6 +126,13 @@ def test_bad_input_gets_one_error_line_and_no_traceback(
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert errors, f"no 'error:' line on stderr: {err!r}"
     assert len(errors[0]) > len("error: ") + 10, "the line says what is wrong"
+    if case in ONE_LINE:
+        assert err.strip().splitlines() == errors[:1], err
+
+
+ONE_LINE = {"status with a malformed store URL", "run with an invalid setting", "plan of a missing path",
+            "gc of a missing path beside a table"}
+"""Cases whose whole stderr is the one error line."""
 
 
 def test_the_maintd_script_prints_one_line_for_a_directory_that_is_not_a_table(tmp_path: Path) -> None:
