@@ -60,7 +60,7 @@ def arrow_type_name(t: pa.DataType) -> str:
 
 
 def parse_schema_spec(spec: str) -> tuple[Field_, ...]:
-    """Parse ``'id:int64,name:string,ds:string'`` (a trailing ``!`` marks NOT NULL)."""
+    """Parse ``'id:int64!,name:string,ds:string'`` (a trailing ``!`` marks NOT NULL)."""
     fields = []
     for part in spec.split(","):
         if not part.strip():

@@ -83,7 +83,7 @@ def make_fleet(tmp_path: Path, store: StateStore, settings: Settings) -> Fleet:
 
 
 def _table(uri: Path, *, seed: int, name: str | None = None, properties: dict[str, str] | None = None) -> Table:
-    table = Table.create(str(uri), "id:int64,name:string,amount:float64", primary_key="id", buckets=2,
+    table = Table.create(str(uri), "id:int64!,name:string,amount:float64", primary_key="id", buckets=2,
                          name=name or uri.name, properties=properties or {})
     write(table, Model(), commits=8, seed=seed)
     return table
