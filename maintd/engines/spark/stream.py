@@ -28,8 +28,9 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from maintd.engines.spark.carry import carried_storage
 from maintd.engines.spark.read import BATCH_ROWS, change_schema
-from maintd.storage import carry_storage, executor_storage
+from maintd.storage import executor_storage
 from maintd.table import AddFile, Snapshot, Table
 from maintd.table.actions import Metadata, Protocol
 from maintd.table.scan import ChangeUnit, plan_changes, read_change_unit
@@ -58,7 +59,7 @@ class ChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def __init__(self, uri: str, first: int, protocol: Protocol, metadata: Metadata, columns: Sequence[str],
                  nullable: Sequence[bool] | None, bounds: Bounds) -> None:
         self.uri, self.first, self.protocol, self.metadata = uri, first, protocol, metadata
-        self.carried = carry_storage(uri)
+        self.carried = carried_storage(uri)  # as the batch readers: credentials only as the session says
         self.columns = tuple(columns)
         schema = change_schema(metadata, self.columns)
         self.arrow_schema = schema if nullable is None else pa.schema(
