@@ -15,12 +15,14 @@ command on them (discovery, the default policy, jitter and lease settings; the s
 SQLite file, or a fresh schema of ``$MAINTD_TEST_POSTGRES_URL``), waits until its first maintenance and
 reclamation passes are over (every table's row says it was maintained and reclaimed), then takes SAMPLES
 consecutive windows of WINDOW seconds. For each window it reads, from ``/proc``, the CPU time (user +
-system) of the daemon and of every process below it (the Spark driver's JVM, local worker processes;
-children that exited are counted through the daemon's ``cutime``), and prints the share of one core,
-with the daemon's own Python process apart. Also printed: peak RSS of the daemon process and of the whole
-tree, the longest time any table went without a check (from the ``checked_at`` the daemon writes on each
-table's row, sampled every 15 s), the rows of each store table before and after, the size and server time
-of ``/metrics``, and the load average before and after. Figures go to docs/benchmarks.md.
+system) of the daemon and of every process below it (the fork server of plans run in process and its
+children, a Spark driver's JVM if a plan needed one; children that exited are counted through the daemon's
+``cutime``), and prints the share of one core, with the daemon's own Python process apart. Also printed:
+peak RSS and PSS of the daemon process and of the whole tree (PSS counts a page shared by N processes 1/N in
+each, so the tree's sum is what it holds), each process's memory at the end, the longest time any table went
+without a check (from the ``checked_at`` the daemon writes on each table's row, sampled every 15 s), the rows
+of each store table before and after, the size and server time of ``/metrics``, and the load average before
+and after. Figures go to docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -109,6 +111,30 @@ def cpu(root: int) -> tuple[float, float, int, int]:
     total = sum(own + reaped for _, own, reaped, _ in procs.values())
     mine = procs[root][1] if root in procs else 0.0
     return total, mine, procs.get(root, (0, 0, 0, 0))[3], sum(p[3] for p in procs.values())
+
+
+def pss(pid: int) -> int:
+    """Proportional set size of ``pid`` in bytes (pages shared with N processes count 1/N each), 0 if it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def memory(root: int) -> dict[str, object]:
+    """Memory of the tree below ``root``: summed PSS and RSS, and each process's (pid, name, PSS, RSS)."""
+    procs = tree(root)
+    rows = []
+    for pid, (_, _, _, rss) in procs.items():
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        rows.append((pid, name, pss(pid), rss))
+    return {"pss": sum(r[2] for r in rows), "rss": sum(r[3] for r in rows), "processes": rows}
 
 
 def free_port() -> int:
@@ -229,6 +255,7 @@ def main() -> None:
         size, seconds, counters = scrape(port)
         print(f"/metrics: {size} bytes, {seconds * 1000:.1f} ms (first scrape)", flush=True)
         shares, own_shares, gaps, rss_own, rss_tree, scrapes = [], [], [], 0, 0, []
+        pss_tree, pss_own = 0, 0
         per_check, look = [], []
         seen = {u: c for u, (c, _, _) in last.items()}
         for sample in range(args.samples):
@@ -237,6 +264,7 @@ def main() -> None:
                 time.sleep(15)
                 _, _, r_own, r_tree = cpu(daemon.pid)
                 rss_own, rss_tree = max(rss_own, r_own), max(rss_tree, r_tree)
+                pss_tree, pss_own = max(pss_tree, int(memory(daemon.pid)["pss"])), max(pss_own, pss(daemon.pid))
                 try:
                     now = checked(engine, schema)
                 except sa.exc.SQLAlchemyError:
@@ -277,7 +305,11 @@ def main() -> None:
         print(f"daemon process CPU per check (all its work over the window / checks): median "
               f"{1000 * statistics.median(per_check):.3f} ms (min {1000 * min(per_check):.3f}, max "
               f"{1000 * max(per_check):.3f}); the look at the log alone: median {1e6 * statistics.median(look):.0f} us")
-        print(f"peak RSS: daemon process {rss_own / 2**20:.0f} MiB, whole tree {rss_tree / 2**20:.0f} MiB")
+        print(f"peak RSS: daemon process {rss_own / 2**20:.0f} MiB, whole tree {rss_tree / 2**20:.0f} MiB; peak PSS: "
+              f"daemon process {pss_own / 2**20:.0f} MiB, whole tree {pss_tree / 2**20:.0f} MiB")
+        at_end = memory(daemon.pid)
+        print("processes at the end (pid, name, PSS MiB, RSS MiB): " + ", ".join(
+            f"{pid} {name} {p / 2**20:.0f} {r / 2**20:.0f}" for pid, name, p, r in at_end["processes"]))
         print(f"longest gap between two checks of a table: {max(gaps) if gaps else float('nan'):.1f} s over "
               f"{len(gaps)} gaps (interval {args.interval:.0f} s); oldest check at the end: {stale:.0f} s ago")
         print(f"store rows before the windows: {rows_before}; after: {rows_after}")

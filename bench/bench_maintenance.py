@@ -22,7 +22,7 @@
    exported files; maintd's clustering of every level-0 file and full compaction of the level-0 files,
    each on a fresh copy of the ingested table (plan + execute + commit, where the daemon would run it: in
    process when the plan's input is within ``spark.maintd.inProcess.maxInputBytes``, default 64 MiB (in the
-   daemon's local worker processes, started before the samples as the daemon starts them at its own start;
+   daemon's child processes of the fork server, started before the samples as the daemon starts it;
    ``--in-process-workers threads``: in threads of this process), else on a warm local SparkSession as in
    the daemon's long-lived session: workers started by ``warm_up``, then one untimed clustering of a copy:
    the JVM compiles the task path's hot methods then;
@@ -300,7 +300,7 @@ def main() -> None:
                     help="plans up to this input run in this process, as in the daemon (default: the daemon's, "
                          "64m); 0 runs every step on Spark")
     ap.add_argument("--in-process-workers", choices=["processes", "threads"], default="processes",
-                    help="what runs the units of a plan in process (default: the daemon's, local worker processes)")
+                    help="what runs the units of a plan in process (default: the daemon's, child processes)")
     args = ap.parse_args()
     work = Path(args.dir or tempfile.mkdtemp(prefix="maintd-bench-"))
     wl = work / "wl"
@@ -355,12 +355,13 @@ def main() -> None:
     # the full plan reads every file: if it runs in process, so does every step, and no session is started
     on_spark = not runs_in_process(full_plan(base, "cluster"), base.snapshot(), options)
     with PeakRss() as rss:
-        from maintd.execution.driver import warm_local_workers
+        if not on_spark and options.in_process_workers == "processes":
+            from maintd.execution.local import start_fork_server
 
-        t0 = time.monotonic()  # the daemon starts them once, at its own start (untimed here too)
-        if workers := warm_local_workers(options):
-            print(f"  {workers} local worker processes for plans run in process, started in "
-                  f"{time.monotonic() - t0:.2f} s (untimed: the daemon starts them once)", flush=True)
+            t0 = time.monotonic()  # the daemon starts it once, at its own start (untimed here too)
+            start_fork_server()
+            print(f"  fork server for plans run in process started in {time.monotonic() - t0:.2f} s (untimed: "
+                  "the daemon starts it once)", flush=True)
         spark = None
         first_s, floor = 0.0, []
         if on_spark:
@@ -374,7 +375,7 @@ def main() -> None:
             first_s, _ = timed_maintenance(fresh("warmup"), "cluster", spark, options)
             floor = spark_floor(spark, options, cores=spark.sparkContext.defaultParallelism)
         else:
-            where = "local worker processes" if options.in_process_workers == "processes" else "threads of this process"
+            where = "child processes" if options.in_process_workers == "processes" else "threads of this process"
             print(f"  every step runs in process, in {where} (the plans are within the in-process limit): no Spark "
                   "session", flush=True)
         cstats = kstats = rstats = {}

@@ -32,11 +32,12 @@ workers then holding what a unit imports: the fixed cost of the Spark tasks of a
   maintd, pyarrow and pandas imported, and without jemalloc's background thread (:mod:`maintd.pyspark_daemon`);
 * ``no-bg-thread``: ``JE_ARROW_MALLOC_CONF=background_thread:false`` in the workers (jemalloc purges as it
   allocates, as in a preloaded worker, but the worker imports for itself);
-* ``keep-warm``: maintd's session with the daemon's keeper of a local session's workers running
-  (:mod:`maintd.service.warm_workers`: an empty job every 45 s), which matters with ``--idle 75``;
-* ``in-process``: the plan in process (``spark.maintd.inProcess.maxInputBytes`` above it), in the local worker
-  processes (the untimed first execution starts them, as the daemon does at its start);
+* ``in-process``: the plan in process (``spark.maintd.inProcess.maxInputBytes`` above it), in child processes of
+  the fork server (:mod:`maintd.execution.local`; the untimed first execution starts the server, as the daemon
+  does at its start);
 * ``in-process-threads``: the same in threads of this process (``spark.maintd.inProcess.workers=threads``);
+* ``in-process-spawn``: the same in child processes of the ``spawn`` context instead of the fork server (each
+  pack's process starts a new interpreter, which imports maintd, pyarrow and pandas);
 * ``uds``: ``spark.python.unix.domain.socket.enabled=true`` (the JVM talks to its Python workers over Unix
   sockets, not loopback TCP);
 * ``thp``: ``JE_ARROW_MALLOC_CONF=thp:always`` in the workers (Arrow's jemalloc maps transparent huge pages);
@@ -70,10 +71,10 @@ VARIANTS: dict[str, dict[str, str]] = {
     "default": {},
     "in-process": {},
     "in-process-threads": {},
+    "in-process-spawn": {},
     "stock-daemon": {"spark.python.daemon.module": "pyspark.daemon"},
     "preload": {"spark.executorEnv.MAINTD_WORKER_PRELOAD": "1"},
     "no-bg-thread": {"spark.executorEnv.JE_ARROW_MALLOC_CONF": "background_thread:false"},
-    "keep-warm": {},
     "uds": {"spark.python.unix.domain.socket.enabled": "true"},
     "thp": {"spark.executorEnv.JE_ARROW_MALLOC_CONF": "thp:always"},
     "keep": {"spark.executorEnv.JE_ARROW_MALLOC_CONF": "oversize_threshold:0,dirty_decay_ms:-1,muzzy_decay_ms:-1"},
@@ -119,6 +120,10 @@ def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int, input_
 
     with copied_table(table_uri) as table:
         plan = full_plan(table, kind)
+        if variant == "in-process-spawn":
+            from maintd.execution import local
+
+            local.CONTEXT = "spawn"
         if variant.startswith("in-process"):
             spark, options = None, ExecutionOptions(in_process_max_bytes=1 << 50, in_process_workers=(
                 "threads" if variant == "in-process-threads" else "processes"))
@@ -128,11 +133,6 @@ def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int, input_
                                   conf={"spark.master": "local[*]", "spark.driver.memory": "1g", **VARIANTS[variant]})
             options = ExecutionOptions(in_process_max_bytes=0, task_input_bytes=parse_size(input_bytes))
             warm_up(spark, options)
-        keeper = None
-        if variant == "keep-warm":
-            from maintd.service.warm_workers import DEFAULT_LOCAL_INTERVAL, keep_session_warm
-
-            keeper = keep_session_warm(spark, DEFAULT_LOCAL_INTERVAL, options)
         walls: list[float] = []
         units: list[float] = []
         merges: list[float] = []
@@ -154,8 +154,6 @@ def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int, input_
                 units.append(sum(r.seconds for r in results))
                 merges.append(sum(r.phases.get("merge", 0.0) for r in results))
                 jvm.append(cpu)
-        if keeper is not None:
-            keeper.stop()
         empty: list[float] = []
         if spark is not None and not idle:
             empty = empty_jobs(spark, options, tasks)

@@ -4,7 +4,7 @@ Every error maintd raises (:class:`~maintd.errors.MaintdError` redacts its own m
 loguru patcher and sink, the driver JVM's output forwarded through them), ``repr`` of settings and storage
 options, the command line's output (errors, ``--json``), ``/readyz`` and the errors stored in the state store
 go through :func:`redact_secrets`; the environment of every child process maintd starts (the driver JVM and its
-Python workers, local worker processes) goes through :func:`child_environment`.
+Python workers, the fork server of plans run in process and its children) goes through :func:`child_environment`.
 
 Three kinds of secret are removed from any text:
 
@@ -112,7 +112,8 @@ DATABASE_ENVIRONMENT = ("PGPASSWORD", "PGPASSFILE", "MAINTD_STORE__URL", "MAINTD
 
 
 def child_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a process maintd starts (the driver JVM and its workers, local worker processes):
+    """The environment of a process maintd starts (the driver JVM and its workers, the fork server of
+    plans run in process and its children):
     ``environ`` (default: this process's) without the state store's credentials, nor any other ``MAINTD_*``
     variable that holds a registered secret. Children read tables, never the state store; the object-store
     credential variables they may read tables with (``AWS_SECRET_ACCESS_KEY``...) are kept."""

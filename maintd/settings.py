@@ -195,14 +195,13 @@ class SparkSettings(_Group):
         "against the running pyspark at start; when that differs, PySpark's own daemon runs and a warning says "
         "why. Executors need maintd installed. Boolean.",
     )
-    keep_workers_warm_seconds: float | None = Field(
-        default=None,
+    idle_stop_seconds: float = Field(
+        default=600.0,
         ge=0,
-        lt=60,
-        description="Time between two empty Spark jobs that keep the Python workers of a local master alive "
-        "between runs: Spark closes a worker idle for a minute, and a run on new workers pays their start "
-        "(1.6 s against 0.7 s for the benchmark's clustering plan). Null: 45 with a local master, off otherwise "
-        "(the jobs would keep a cluster's executors from being released); 0: off. Seconds or null.",
+        description="The daemon starts its SparkSession when a plan first needs Spark (plans of at most "
+        "`spark.maintd.inProcess.maxInputBytes` run without it) and stops it once no run has used it for this long: "
+        "its JVM and Python workers exit and their memory is returned; the next plan that needs Spark starts a new "
+        "one. Applies to sessions whose driver JVM the daemon launched (not Spark Connect). 0: never. Seconds.",
     )
 
 

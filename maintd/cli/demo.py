@@ -2,7 +2,7 @@
 
 It creates a partitioned primary-key table in a local warehouse directory, streams a few hundred
 micro-batches of upserts and deletes into it (each one a commit, so small files pile up in every
-bucket), prints the table's health, runs maintenance with the packaged policy (in maintd's local worker processes:
+bucket), prints the table's health, runs maintenance with the packaged policy (in child processes of this machine:
 the demo table is below ``spark.maintd.inProcess.maxInputBytes``; a larger one would run on local Spark),
 prints the health again with the read speedup, and checks that the rows read before and after are identical.
 """
@@ -94,8 +94,8 @@ def run_demo(console: Console, warehouse: str | Path | None, *, batches: int = 3
     before = _health(table)
     _print_health(console, "2. Health after streaming: small files pile up in every bucket", before, before_read)
 
-    console.print("3. maintd run: plan with the packaged policy, rewrite buckets (a plan this small in local "
-                  "worker processes, a larger one on local Spark), commit")
+    console.print("3. maintd run: plan with the packaged policy, rewrite buckets (a plan this small in child "
+                  "processes of this machine, a larger one on local Spark), commit")
     runner = Runner(None, spark=spark)
     summaries = []
     for _ in range(MAX_ROUNDS):  # clustering, then compaction, as the policy decides

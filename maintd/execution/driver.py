@@ -1,4 +1,4 @@
-"""Executing a plan: units on Spark (or local workers), results combined per plan task, committed in groups.
+"""Executing a plan: units on Spark (or local processes), results combined per plan task, committed in groups.
 
 :func:`run_plan` is the whole of execution for one plan: it resolves the plan's inputs at the read
 version, splits large compactions into key ranges (:mod:`maintd.execution.units`), runs the units as
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from maintd.execution.commit import CommitOutcome, IncrementalCommitter
 from maintd.execution.cpus import usable_cpus
-from maintd.execution.processes import ProcessBackend, warm_workers, workers_can_open
+from maintd.execution.local import ProcessBackend, processes_can_open
 from maintd.execution.scheduler import Backend, LocalBackend, SparkBackend, run_units
 from maintd.execution.specs import ExecutionOptions, PlanDoc, TaskResult
 from maintd.execution.units import combine, task_specs
@@ -42,8 +42,8 @@ class ExecutionReport:
     master: str | None = None
     app_id: str | None = None
     engine: str | None = None
-    """Where the units ran: ``spark``, or ``in-process`` (local worker processes or threads of this process);
-    None when nothing ran."""
+    """Where the units ran: ``spark``, or ``in-process`` (child processes of the fork server, or threads of this
+    process); None when nothing ran."""
 
 
 def runs_in_process(plan: Any, snapshot: Snapshot, options: ExecutionOptions) -> bool:
@@ -67,38 +67,19 @@ _WORKER_FAULTS = frozenset({"kill_once", "hold_once"})
 
 
 def local_backend(table_uri: str, options: ExecutionOptions) -> Backend:
-    """Where a run in process executes its units: the local worker pool (``options.in_process_workers``,
-    :mod:`maintd.execution.processes`), or threads of this process when asked, or when the table's storage
-    is registered in this process only (a worker would not find it)."""
-    if options.in_process_workers == "processes" and workers_can_open(table_uri):
-        return ProcessBackend(in_process_threads(options), table_uri, pack_threads=options.pack_threads)
-    return LocalBackend(in_process_threads(options), pack_threads=options.pack_threads)
-
-
-DEFAULT_MAX_WORKERS = 4
-"""Local worker processes by default at most (``spark.maintd.inProcess.threads`` sets any number): each holds
-about 125 MiB even when idle, and a plan run in process reads at most ``in_process_max_bytes`` (64 MiB), which
-two workers rewrite in about half a second; a pod without a CPU limit on a 64-core node would otherwise keep
-64 of them, 8 GiB, and start them all with the daemon."""
-
-
-def warm_local_workers(options: ExecutionOptions) -> int:
-    """Start the local worker processes that runs in process will use, if they will use any (workers
-    ``processes``, ``in_process_max_bytes`` above 0); returns how many there are (0: none)."""
-    if options.in_process_workers != "processes" or options.in_process_max_bytes <= 0:
-        return 0
-    workers = in_process_threads(options)
-    warm_workers(workers)
-    return workers
+    """Where a run in process executes its units: child processes of the standard library's fork server
+    (``options.in_process_workers``, :mod:`maintd.execution.local`), or threads of this process when asked, or
+    when the table's storage is registered in this process only (a child would not find it)."""
+    if options.in_process_workers == "processes" and processes_can_open(table_uri):
+        return ProcessBackend(in_process_threads(options), table_uri, options)
+    return LocalBackend(in_process_threads(options), pack_threads=options.pack_threads,
+                        timeout=options.unit_timeout_seconds or None)
 
 
 def in_process_threads(options: ExecutionOptions) -> int:
     """Units at once in process: ``options.in_process_threads``, or one per CPU this process may use
-    (:func:`usable_cpus`), at most :data:`DEFAULT_MAX_WORKERS` when they are local worker processes."""
-    if options.in_process_threads:
-        return options.in_process_threads
-    cpus = usable_cpus()
-    return min(cpus, DEFAULT_MAX_WORKERS) if options.in_process_workers == "processes" else cpus
+    (:func:`usable_cpus`)."""
+    return options.in_process_threads or usable_cpus()
 
 
 def execute(plan: Any, table: Table, spark: Any = None, options: ExecutionOptions | None = None) -> list[TaskResult]:

@@ -474,6 +474,15 @@ def _fault(spec: TaskSpec, out: Outputs) -> None:
     name, _, arg = (spec.fault or "").partition(":")
     if name == "after_first_chunk":
         raise InjectedFaultError(f"task {spec.task_id}: injected fault after writing output")
+    if name == "kill":
+        out.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    if name == "stop" or (name == "stop_once" and _claim(Path(arg) / "stopped")):
+        if name == "stop":
+            _claim(Path(arg) / f"stopped-{os.getpid()}")
+        out.flush()  # the attempt leaves a file behind when it is killed
+        os.kill(os.getpid(), signal.SIGSTOP)  # hangs for good: only a SIGKILL from outside ends it
+        return
     if name in ("kill_once", "hold_once") and _claim(Path(arg) / ("killed" if name == "kill_once" else "held")):
         out.flush()  # the attempt leaves a file behind when it dies
         if name == "kill_once":

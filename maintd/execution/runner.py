@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,6 +29,9 @@ from maintd.execution.spark import options_from_settings, runs_small_plans_in_pr
 from maintd.execution.specs import ExecutionOptions
 from maintd.table import RetryPolicy, Snapshot, Table
 
+SessionForRun = Callable[[], AbstractContextManager[Any]]
+"""Gives the SparkSession a run that needs Spark uses, held until the run ends (the daemon starts it on demand and
+stops it when idle)."""
 Progress = Callable[[str, str], None]
 """Called with (table URI, stage) as a run moves on: planning, executing, committing, done, failed."""
 
@@ -163,7 +167,8 @@ class Runner:
 
     def __init__(self, settings: Any = None, *, policy_path: str | Path | None = None, spark: Any = None,
                  options: ExecutionOptions | None = None, use_spark: bool = True,
-                 progress: Progress | None = None, reclaim: bool = False) -> None:
+                 progress: Progress | None = None, reclaim: bool = False,
+                 session: SessionForRun | None = None) -> None:
         from maintd.planner.policy_files import load_policy_file
 
         self.settings = settings
@@ -176,6 +181,7 @@ class Runner:
         self.retry = retry_policy(settings)
         self._progress = progress or (lambda uri, stage: None)
         self._reclaim = reclaim
+        self._session = session
 
     @property
     def spark(self) -> Any:
@@ -190,6 +196,13 @@ class Runner:
         if not runs_in_process(plan, snap, self.options):
             return False
         return runs_small_plans_in_process(self._spark, getattr(self.settings, "spark", None))
+
+    def _spark_for_run(self) -> AbstractContextManager[Any]:
+        """The session for one run that needs Spark: the given one, or the one ``session`` gives (held for the
+        run), or one created now."""
+        if self._spark is None and self._session is not None:
+            return self._session()
+        return nullcontext(self.spark)
 
     def run(self, uris: Sequence[str], *, dry_run: bool = False, now: datetime | None = None
             ) -> list[TableRunSummary]:
@@ -250,8 +263,9 @@ class Runner:
             return
         self._progress(uri, "executing")
         local = not self._use_spark or self._runs_in_process(plan, snap)
-        report = run_plan(plan, table, None if local else self.spark, self.options, commit=True,
-                          before_commit=lambda: self._progress(uri, "committing"))
+        with nullcontext(None) if local else self._spark_for_run() as spark:
+            report = run_plan(plan, table, spark, self.options, commit=True,
+                              before_commit=lambda: self._progress(uri, "committing"))
         results, outcome = report.results, report.outcome
         assert outcome is not None
         summary.spark_master, summary.spark_app_id = report.master, report.app_id

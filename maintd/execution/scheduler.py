@@ -11,7 +11,10 @@ two Spark tasks in flight per core the cluster has *now*: the limit is read agai
 ends, so executors that join (dynamic allocation, a node added) get work and executors that leave
 do not hold any back. A job's results reach the driver when its task ends, so the commit step can
 land finished buckets while the run goes on, and a job that fails (a task out of retries) loses only
-its own pack. All jobs of a run share a job group, so an abandoned run cancels what is still running.
+its own pack. Each job has a job group of its own, so an abandoned run cancels what is still running and a
+job still running after its timeout (:func:`~maintd.execution.local.pack_timeout`: ``spark.maintd.task.timeout``,
+else derived from its input) is cancelled alone: Spark kills its tasks and their Python workers (a worker stopped
+with SIGSTOP too), the job runs once more, and a second timeout fails its units.
 
 **Attempts.** Spark retries a failed task (a killed Python worker, a lost executor) in a new attempt,
 which writes under its own file names (:mod:`maintd.execution.output`). When a pack's job ends, the
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -68,13 +72,17 @@ class Backend(Protocol):
 
 
 class LocalBackend:
-    """Packs run in threads of this process (plans too small to be worth a Spark job, tests)."""
+    """Packs run in threads of this process (tables whose storage a child process would not find, tests, or
+    ``spark.maintd.inProcess.workers=threads``), each with the timeout of :func:`~maintd.execution.local.pack_timeout`
+    (``timeout`` overrides it): a thread cannot be killed, so a pack still running then is reported failed and its
+    thread left to end on its own (whatever it writes afterwards is never committed; orphan cleanup takes it)."""
 
     engine = "in-process"
 
-    def __init__(self, threads: int = 2, pack_threads: int = 1) -> None:
+    def __init__(self, threads: int = 2, pack_threads: int = 1, timeout: float | None = None) -> None:
         self.threads = threads
         self.pack_threads = pack_threads
+        self.timeout = timeout
 
     def cores(self) -> int:
         return self.threads
@@ -83,7 +91,23 @@ class LocalBackend:
         return self.threads  # nothing queues behind a thread: more in flight would only share the cores
 
     def run(self, packs: Sequence[Sequence[TaskSpec]]) -> list[TaskResult]:
-        return [r for p in packs for r in run_pack(list(p), self.pack_threads)]
+        return [r for p in packs for r in self._run_pack(list(p))]
+
+    def _run_pack(self, pack: list[TaskSpec]) -> list[TaskResult]:
+        from maintd.execution.local import UnitLostError, pack_timeout
+
+        timeout = self.timeout or pack_timeout(pack, ExecutionOptions())
+        out: list[list[TaskResult]] = []
+        worker = threading.Thread(target=lambda: out.append(run_pack(pack, self.pack_threads)), daemon=True,
+                                  name="maintd-pack")
+        worker.start()
+        worker.join(timeout)
+        if not out:
+            units = ", ".join(f"{s.task_id}#{s.unit}" for s in pack)
+            logger.error("a pack ({}) did not finish within {:g} s in a thread of this process, which cannot be "
+                         "killed; its units fail and the thread is left to end on its own", units, timeout)
+            raise UnitLostError(f"not finished within {timeout:g} s (spark.maintd.task.timeout)")
+        return out[0]
 
     def cancel(self) -> None:
         return None
@@ -101,6 +125,10 @@ class SparkBackend:
         self.spark = spark
         self.connect = is_connect(spark)
         self.group = f"maintd-{uuid.uuid4().hex[:12]}"
+        """Each job of the run has a group of its own below this one (``<group>-<n>``), cancelled at its timeout."""
+        self._groups: list[str] = []
+        self._lock = threading.Lock()
+        self.options = options
         self.description = description
         # Executors on other machines see neither this process's storage options nor its environment: the
         # task function carries the table's resolved options (their repr hides secrets), its credentials only
@@ -121,15 +149,57 @@ class SparkBackend:
         wire = [[s.model_dump_json() for s in p] for p in packs]
         if self.connect:
             out = _run_connect(self.spark, wire, self.fn)
-        else:
-            sc = self.spark.sparkContext
-            sc.setJobGroup(self.group, self.description, interruptOnCancel=True)
-            out = sc.parallelize(wire, numSlices=len(wire)).flatMap(self.fn).collect()
-        return [TaskResult.model_validate_json(x) for x in out]
+            return [TaskResult.model_validate_json(x) for x in out]
+        from maintd.execution.local import ATTEMPTS, UnitLostError, pack_timeout
+
+        timeout = sum(pack_timeout(p, self.options) for p in packs)
+        for attempt in range(ATTEMPTS):
+            out, timed_out = self._job(wire, timeout)
+            if not timed_out:
+                # a job run again after a timeout: its results say so, so the timed-out job's files are deleted
+                return [r if not attempt else r.model_copy(update={"attempt": max(r.attempt, 1)})
+                        for r in map(TaskResult.model_validate_json, out)]
+            units = ", ".join(f"{s.task_id}#{s.unit}" for p in packs for s in p)
+            if attempt + 1 < ATTEMPTS:
+                logger.warning("a Spark job ({}) did not finish within {:g} s (spark.maintd.task.timeout) and was "
+                               "cancelled, its Python workers killed; it runs again", units, timeout)
+            else:
+                logger.error("a Spark job ({}) did not finish within {:g} s again and was cancelled; its units fail",
+                             units, timeout)
+        raise UnitLostError(f"did not finish within {timeout:g} s on Spark (spark.maintd.task.timeout), twice")
+
+    def _job(self, wire: list[list[str]], timeout: float) -> tuple[list[str], bool]:
+        """One Spark job of the packs in a job group of its own, cancelled (its tasks killed) after ``timeout``;
+        returns its results and whether it timed out (then none)."""
+        sc = self.spark.sparkContext
+        with self._lock:
+            group = f"{self.group}-{len(self._groups)}"
+            self._groups.append(group)
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            sc.cancelJobGroup(group)
+
+        timer = threading.Timer(timeout, expire)
+        timer.daemon = True
+        sc.setJobGroup(group, self.description, interruptOnCancel=True)
+        timer.start()
+        try:
+            return sc.parallelize(wire, numSlices=len(wire)).flatMap(self.fn).collect(), False
+        except Exception:
+            if expired.is_set():
+                return [], True
+            raise
+        finally:
+            timer.cancel()
 
     def cancel(self) -> None:
         if not self.connect:
-            self.spark.sparkContext.cancelJobGroup(self.group)
+            with self._lock:
+                groups = list(self._groups)
+            for group in groups:
+                self.spark.sparkContext.cancelJobGroup(group)
 
     def describe(self) -> tuple[str | None, str | None]:
         from maintd.execution.spark import spark_info
@@ -217,7 +287,7 @@ def run_units(specs: Sequence[TaskSpec], backend: Backend, options: ExecutionOpt
             done, _ = wait(running, timeout=TICK_SECONDS if wait_s is None else max(0.0, min(TICK_SECONDS, wait_s)),
                            return_when=FIRST_COMPLETED)
             for fut in done:
-                _finish(running.pop(fut), fut, on_result, storage)
+                _finish(running.pop(fut), fut, on_result, storage, backend)
     return len(packs)
 
 
@@ -230,14 +300,15 @@ def _per_job(slots: int) -> int:
 
 
 def _finish(batch: list[list[TaskSpec]], fut: Future[list[TaskResult]], on_result: Callable[[TaskResult], None],
-            storage: Storage | None) -> None:
+            storage: Storage | None, backend: Backend | None = None) -> None:
     specs = [s for p in batch for s in p]
     try:
         results = fut.result()
     except Exception as exc:  # the job failed: a task out of retries, or cancelled
-        logger.warning("a Spark job of {} unit(s) failed: {}", len(specs), _first_line(exc))
+        where = "Spark job" if getattr(backend, "engine", None) == "spark" else "pack run in process"
+        logger.warning("a {} of {} unit(s) failed: {}", where, len(specs), _first_line(exc))
         for p in batch:
-            _report_failed(p, f"Spark task failed: {type(exc).__name__}: {_first_line(exc)}", on_result, storage)
+            _report_failed(p, f"{where} failed: {type(exc).__name__}: {_first_line(exc)}", on_result, storage)
         return
     by_key = {(r.task_id, r.unit): r for r in results}
     for s in specs:

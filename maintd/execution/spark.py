@@ -72,7 +72,10 @@ always Spark)."""
 IN_PROCESS_THREADS_CONF = "spark.maintd.inProcess.threads"
 """Units at once when a run executes in process (default 0: one per CPU the daemon may run on)."""
 IN_PROCESS_WORKERS_CONF = "spark.maintd.inProcess.workers"
-"""What runs them: ``processes`` (default, a pool of local worker processes) or ``threads`` of the daemon."""
+"""What runs them: ``processes`` (default, a child process per pack from the fork server) or ``threads``."""
+TASK_TIMEOUT_CONF = "spark.maintd.task.timeout"
+"""Seconds a pack (in process) or a Spark job of packs may take before it is killed and run again, e.g. ``600s``,
+``10m`` (default: 300 s plus 1 s per MiB of its input)."""
 FAULTS_CONF = "spark.maintd.faults"
 """Fault injection for tests: JSON object of plan task id (or ``*``) to fault (:class:`ExecutionOptions`)."""
 SHIP_STORAGE_CONF = SHIP_CONF
@@ -291,7 +294,7 @@ def spark_info(spark: Any) -> tuple[str | None, str | None]:
 def options_from_settings(spark_settings: Any = None, **overrides: Any) -> ExecutionOptions:
     """Execution options from ``spark.conf`` (``spark.maintd.task.memory``, ``...readThreads``,
     ``...decodeThreads``, ``...inputBytes``, ``...packThreads``, ``spark.maintd.inProcess.maxInputBytes``,
-    ``...threads``, ``...workers``, ``spark.maintd.faults``)."""
+    ``...threads``, ``...workers``, ``spark.maintd.task.timeout``, ``spark.maintd.faults``)."""
     conf = dict(getattr(spark_settings, "conf", {}) or {})
     values: dict[str, Any] = {}
     if TASK_MEMORY_CONF in conf:
@@ -311,14 +314,30 @@ def options_from_settings(spark_settings: Any = None, **overrides: Any) -> Execu
     if IN_PROCESS_WORKERS_CONF in conf:
         workers = str(conf[IN_PROCESS_WORKERS_CONF]).strip().lower()
         if workers not in ("processes", "threads"):
-            raise ConfigError(f"spark.conf {IN_PROCESS_WORKERS_CONF} is {conf[IN_PROCESS_WORKERS_CONF]!r}; use "
-                              "'processes' (local worker processes, the default) or 'threads' (threads of the daemon)")
+            raise ConfigError(f"spark.conf {IN_PROCESS_WORKERS_CONF} is {conf[IN_PROCESS_WORKERS_CONF]!r}; "
+                              "use 'processes' (a child process per pack, the default) or 'threads' (threads of "
+                              "this process)")
         values["in_process_workers"] = workers
+    if TASK_TIMEOUT_CONF in conf:
+        values["unit_timeout_seconds"] = parse_duration(TASK_TIMEOUT_CONF, conf[TASK_TIMEOUT_CONF])
     if FAULTS_CONF in conf:
         values["faults"] = json.loads(conf[FAULTS_CONF])
     if getattr(spark_settings, "ship_storage_options", False) or str(conf.get(SHIP_STORAGE_CONF, "")).lower() == "true":
         values["ship_storage_options"] = True
     return ExecutionOptions(**(values | overrides))
+
+
+def parse_duration(key: str, text: str) -> float:
+    """``90``, ``90s``, ``10m``, ``1h`` -> seconds (above 0)."""
+    t = str(text).strip().lower()
+    mult = {"s": 1, "m": 60, "h": 3600}.get(t[-1:], 1)
+    try:
+        seconds = float(t[:-1] if t[-1:] in "smh" else t) * mult
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise ConfigError(f"spark.conf {key} is {text!r}; give a duration above 0 such as 600, 600s, 10m or 1h")
+    return seconds
 
 
 def parse_size(text: str) -> int:
@@ -333,7 +352,7 @@ def run_pack_in_worker(pack: Sequence[str], threads: int = 1, freeze: bool = Tru
     """What one Spark task runs: a pack of task specs (JSON) in, one result JSON per task out.
 
     ``storage``: the table's storage options, carried from the driver, registered here before any spec runs.
-    ``attempt``: the attempt at the pack (None: the Spark task's; a local worker is given it).
+    ``attempt``: the attempt at the pack (None: the Spark task's; a pack run in process is given it).
     What Arrow freed goes back to the system at the end (:func:`~maintd.execution.rewrite.release_memory`):
     a worker forked after :func:`preload_worker` has no allocator thread to do it while it idles.
     """

@@ -96,7 +96,7 @@ class ExecutionOptions(_Model):
     pack_threads: int = Field(default=1, ge=1)
     """Plan tasks of one pack run at once (each holds up to ``task_memory_bytes``)."""
     in_process_max_bytes: int = Field(default=DEFAULT_IN_PROCESS_BYTES, ge=0)
-    """A run whose plan reads at most this many bytes executes in process: in local worker processes (or
+    """A run whose plan reads at most this many bytes executes in process: in child processes (or
     threads, ``in_process_workers``) of the process that planned it (the daemon, ``maintd run``), not as Spark
     jobs, and starts no Spark session for it; 0: every run on Spark.
 
@@ -105,16 +105,18 @@ class ExecutionOptions(_Model):
     rewrite. 64 MiB of small files take about half a second on two cores in process (docs/benchmarks.md).
     Units run in process with the same memory budget per unit as on Spark, ``in_process_threads`` at once."""
     in_process_threads: int = Field(default=0, ge=0)
-    """Units at once when a run executes in process (worker processes or threads, ``in_process_workers``); 0:
-    one per CPU this process may run on, within its container's CPU quota
-    (:func:`maintd.execution.cpus.usable_cpus`), and at most 4 worker processes
-    (:data:`maintd.execution.driver.DEFAULT_MAX_WORKERS`)."""
+    """Units at once when a run executes in process (child processes or threads, ``in_process_workers``); 0: one
+    per CPU this process may run on, within its container's CPU quota (:func:`maintd.execution.cpus.usable_cpus`)."""
     in_process_workers: Literal["processes", "threads"] = "processes"
-    """What runs the units of a run in process: ``processes``, a pool of local worker processes kept for the
-    life of this process (:mod:`maintd.execution.processes`: no GIL shared between units, and a worker killed
-    for memory fails its pack, not this process), or ``threads`` of this process (no workers to start or keep,
-    each about 125 MiB resident when idle; slower on many small files). A table whose storage is registered in
+    """What runs the units of a run in process: ``processes``, one child process per pack forked by the standard
+    library's fork server (:mod:`maintd.execution.local`: no GIL shared between units; a child that dies or hangs
+    is killed and its pack run once more, not this process), or ``threads`` of this process (no process to start;
+    slower on many small files, and a hung unit's thread cannot be killed). A table whose storage is registered in
     this process only runs in threads either way."""
+    unit_timeout_seconds: float = Field(default=0.0, ge=0)
+    """Seconds a pack of units may take (in process: in its child process; on Spark: its job, from submission)
+    before it is killed and run once more (a second timeout fails its units); 0: 300 s plus 1 s per MiB of the
+    pack's input (:func:`maintd.execution.local.pack_timeout`)."""
     commit_max_tasks: int = Field(default=64, ge=1)
     """A group of finished plan tasks is committed once it holds this many..."""
     commit_interval_seconds: float = Field(default=30.0, ge=0)
@@ -131,7 +133,10 @@ class ExecutionOptions(_Model):
     failure handling: ``after_first_chunk``
     (raise after output was written), ``kill_once:<dir>`` (the first attempt to claim ``<dir>`` kills its
     own Python worker after writing output), ``hold_once:<dir>`` (the first attempt to claim ``<dir>``
-    writes output, records its pid in ``<dir>/held`` and waits until ``<dir>/release`` exists)."""
+    writes output, records its pid in ``<dir>/held`` and waits until ``<dir>/release`` exists), ``stop_once:<dir>``
+    (the first attempt to claim ``<dir>`` writes output, records its pid in ``<dir>/stopped`` and stops its own
+    process with SIGSTOP), ``stop:<dir>`` (every attempt does so, recording its pid in ``<dir>/stopped-<pid>``),
+    ``kill`` (every attempt kills its own process after writing output)."""
 
     def fault_of(self, task_id: str, unit: int = 0) -> str | None:
         return self.faults.get(f"{task_id}#{unit}") or self.faults.get(task_id) or self.faults.get("*")

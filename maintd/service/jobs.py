@@ -33,7 +33,7 @@ from loguru import logger
 
 from maintd.errors import LeaseLostError, MaintdError
 from maintd.execution.commit import OPERATION as MAINTENANCE_OPERATION
-from maintd.execution.runner import Progress, Runner, TableHealth, TableRunSummary
+from maintd.execution.runner import Progress, Runner, SessionForRun, TableHealth, TableRunSummary
 from maintd.service.checks import LogWatch
 from maintd.service.discovery import RootScan, discover, tables_of
 from maintd.service.metrics import Metrics
@@ -72,10 +72,13 @@ class TableJobs:
         store: the state store, for the lease check before a commit (None: no check).
         metrics: where the outcome of every run is published.
         holder: the lease holder id; None skips the lease check.
-        spark: the long-lived SparkSession; None rewrites in local threads (small tables, tests), or in a
-            session created when first needed if ``use_spark``.
+        spark: a SparkSession to run on; None rewrites in process (small tables, tests), or in a session
+            created when first needed if ``use_spark`` or ``session``.
         clock: the wall clock, as an aware UTC datetime (planning ages and reclamation retention use it).
-        use_spark: create a session when a table has work and ``spark`` is None (default: only with ``spark``).
+        use_spark: create a session when a table has work and ``spark`` is None (default: only with ``spark`` or
+            ``session``).
+        session: where a run that needs Spark gets its session, held for the run (the daemon's
+            :meth:`~maintd.service.spark_driver.SparkDriver.session_for_run`: started on demand, stopped when idle).
         policy_path: the policy file, instead of ``settings.policy.path``.
         progress: also called with (table, stage) as a run moves on.
     """
@@ -92,6 +95,7 @@ class TableJobs:
         use_spark: bool | None = None,
         policy_path: str | None = None,
         progress: Progress | None = None,
+        session: SessionForRun | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -104,8 +108,9 @@ class TableJobs:
             settings,
             policy_path=policy_path,
             spark=spark,
-            use_spark=spark is not None if use_spark is None else use_spark,
+            use_spark=(spark is not None or session is not None) if use_spark is None else use_spark,
             progress=self._on_stage,
+            session=session,
         )
         self._commit_started: dict[str, float] = {}
         self._lock = threading.Lock()

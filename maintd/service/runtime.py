@@ -1,12 +1,13 @@
 """``maintd daemon`` put together: store, HTTP endpoint, SparkSession, daemon loop, signals, shutdown.
 
 Start order is chosen for Kubernetes probes: signal handlers first (a SIGTERM during start-up still
-ends in a clean exit 0), then the state store (its schema upgraded), then the HTTP endpoint (``/healthz``
-answers while the JVM starts, ``/readyz`` says 503 until the state store and Spark both answer), then
-the one long-lived SparkSession (in the background, so a SIGTERM meanwhile stops at once), then the
-scheduler. Shutdown runs in reverse, every step even if one before it failed: the daemon drains (see
-:meth:`Daemon.stop`), then Spark stops (not when its driver is gone already), which also cancels the
-jobs of runs abandoned after the grace period, then the endpoint closes, then the store.
+ends in a clean exit 0), then the fork server that runs small plans in child processes (before any thread
+reads the environment, see :mod:`maintd.execution.local`), then the state store (its schema upgraded), then
+the HTTP endpoint (``/readyz`` says 503 until the state store answers), then the scheduler. No JVM starts
+with the daemon: the SparkSession is started by the first plan that needs Spark and stopped when idle
+(:mod:`maintd.service.spark_driver`). Shutdown runs in reverse, every step even if one before it failed: the
+daemon drains (see :meth:`Daemon.stop`), then Spark stops if it runs (not when its driver is gone already),
+which also cancels the jobs of runs abandoned after the grace period, then the endpoint closes, then the store.
 
 When the Spark driver's JVM dies, ``/healthz`` fails so that Kubernetes restarts the container (see
 :mod:`maintd.service.spark_driver`).
@@ -51,9 +52,10 @@ def serve(settings: Settings, *, stop: threading.Event | None = None, holder: st
     with _signals_set(stop):
         load_policy_file(settings.policy.path)  # a broken policy file fails the start, not every run
         apply_storage_settings(settings)  # object-store options of the warehouse, their secrets redacted
+        _start_fork_server(settings)
         store = open_store(settings, upgrade=settings.store.migrate_on_start)
         logger.info("state store {} ({})", redact_url(settings.store.url), store.dialect)
-        driver = SparkDriver()
+        driver = SparkDriver(settings, stop)
         metrics = Metrics()
         server: HealthServer | None = None
         daemon: Daemon | None = None
@@ -67,11 +69,11 @@ def serve(settings: Settings, *, stop: threading.Event | None = None, holder: st
                 settings, metrics, {"state_store": store.ping, "spark": driver.ready, "warehouse": warehouse},
                 {"spark_driver": driver.alive},
             )
-            if server is not None:  # the fleet is readable while Spark starts
+            if server is not None:  # the fleet is readable from the start
                 _attach_console(server, settings, store, holder)
-            if not stop.is_set() and driver.start(settings, stop):
-                _warm_local_workers(settings)
-                jobs = TableJobs(settings, store, metrics, holder=holder, spark=driver.session)
+            if not stop.is_set():
+                driver.watch_idleness()
+                jobs = TableJobs(settings, store, metrics, holder=holder, session=driver.session_for_run)
                 daemon = Daemon(
                     settings, store, jobs.maintain, jobs.reclaim, discover=jobs.discover, metrics=metrics,
                     holder=holder, blocked=driver.lost, check=jobs.check,
@@ -92,7 +94,6 @@ def _shut_down(daemon: Daemon | None, driver: SparkDriver, server: HealthServer 
     if daemon is not None:
         steps.append(("stop the daemon loop", daemon.stop))
     steps.append(("stop Spark", driver.stop))
-    steps.append(("stop the local worker processes", _stop_local_workers))
     if server is not None:
         steps.append(("close the HTTP endpoint", server.stop))
     steps.append(("close the state store", store.close))
@@ -108,23 +109,20 @@ def _shut_down(daemon: Daemon | None, driver: SparkDriver, server: HealthServer 
     return clean
 
 
-def _warm_local_workers(settings: Settings) -> None:
-    """Start the local worker processes that run small plans (:mod:`maintd.execution.processes`) now, so the
-    first such run does not pay for their start; a failure only costs that run the start."""
-    from maintd.execution.driver import warm_local_workers
+def _start_fork_server(settings: Settings) -> None:
+    """Start the fork server of the child processes that run small plans (:mod:`maintd.execution.local`) when
+    plans may run in process in them; a failure only leaves it to the first such run."""
     from maintd.execution.spark import options_from_settings
 
     options = options_from_settings(settings.spark)  # a bad setting fails the start, outside the try
+    if options.in_process_max_bytes <= 0 or options.in_process_workers != "processes":
+        return
+    from maintd.execution.local import start_fork_server
+
     try:
-        warm_local_workers(options)
+        start_fork_server()
     except Exception as exc:
-        logger.warning("the local worker processes could not be started ahead of the first run: {}", exc)
-
-
-def _stop_local_workers() -> None:
-    from maintd.execution.processes import stop_workers
-
-    stop_workers()
+        logger.warning("the fork server for plans run in process could not be started: {}", exc)
 
 
 def _http_server(

@@ -1,88 +1,165 @@
-"""The daemon's one SparkSession: started in the background, watched, and stopped safely.
+"""The daemon's SparkSession: started when a plan first needs it, watched, stopped when idle, and stopped safely.
 
-When the driver's JVM dies (OOM-killed, crashed) a PySpark session cannot be repaired in place: every
-call fails with ``ConnectionRefusedError`` and PySpark keeps the dead gateway in class attributes. The
-daemon therefore does not try to rebuild it. It *fails liveness*: :meth:`SparkDriver.lost` names the
-cause, ``/healthz`` answers 503 with it (so Kubernetes restarts the container, with its own back-off
-when it keeps happening), the daemon starts no new run (a run would only fail and put its table into
-backoff), and runs that were in flight are recorded abandoned, not failed. A SIGTERM in that state
-still shuts down cleanly: a dead driver is not stopped again.
+**Started on demand.** A daemon whose plans all run in process (:func:`maintd.execution.driver.runs_in_process`)
+never starts a JVM: the session is built by the first run that needs Spark (:meth:`SparkDriver.session_for_run`),
+and ``/readyz`` does not wait for one. A run that needs it while it starts waits; a start that fails (no Java,
+an unreachable cluster manager) fails that run with :class:`~maintd.errors.ConfigError` naming the setting to
+check, makes ``/readyz`` answer 503 with the reason, and the next run that needs Spark tries again.
 
-The session is started in a thread of its own so that a SIGTERM while the JVM starts (which can take
-long, or hang on an unreachable cluster manager) stops the daemon at once; a JVM launched meanwhile
-exits by itself with the process (PySpark's gateway ends when its parent's pipe closes).
+**Stopped when idle.** A session maintd built, whose driver JVM this process launched, is stopped once no run has
+used it for ``spark.idle_stop_seconds`` (default 10 minutes): the JVM and its Python workers exit, and their memory
+(about 470 MiB with ``local[2]``, docs/benchmarks.md) goes back to the machine; the next run that needs Spark
+starts a new one. PySpark keeps the launched JVM's gateway in class attributes of ``SparkContext`` and stops only
+the context, so :func:`stop_jvm` closes the gateway and its process itself and forgets them, as PySpark's launch
+expects of a process without a JVM.
+
+**Lost.** When the driver's JVM dies (OOM-killed, crashed) a PySpark session cannot be repaired in place: every
+call fails with ``ConnectionRefusedError`` and PySpark keeps the dead gateway in class attributes. The daemon
+therefore does not try to rebuild it. It *fails liveness*: :meth:`SparkDriver.lost` names the cause, ``/healthz``
+answers 503 with it (so Kubernetes restarts the container, with its own back-off when it keeps happening), the
+daemon starts no new run (a run would only fail and put its table into backoff), and runs that were in flight
+are recorded abandoned, not failed. A SIGTERM in that state still shuts down cleanly: a dead driver is not
+stopped again.
+
+The session is started in a thread of its own so that a SIGTERM while the JVM starts (which can take long, or
+hang on an unreachable cluster manager) stops the daemon at once; a JVM launched meanwhile exits by itself with
+the process (PySpark's gateway ends when its parent's pipe closes).
 
 Spark Connect (``spark.remote``) has no local driver JVM: a server outage makes ``/readyz`` fail, never
-``/healthz``, since restarting maintd would not bring the server back.
+``/healthz``, since restarting maintd would not bring the server back; it is never stopped for idleness.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from loguru import logger
 
 from maintd.errors import ConfigError, SparkDriverLostError
-from maintd.service.warm_workers import WarmWorkers, keep_session_warm, keep_warm_interval
 from maintd.settings import Settings
 
 
 class SparkDriver:
-    """Holds the daemon's SparkSession (None until started) and knows whether its driver is alive."""
+    """Holds the daemon's SparkSession (None until a run needs it, and again once stopped for idleness) and knows
+    whether its driver is alive."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: Settings, stop: threading.Event | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
         self.session: Any = None
-        self.warm: WarmWorkers | None = None
-        """Keeps a local session's Python workers alive between runs (:mod:`maintd.service.warm_workers`)."""
+        self.starts = 0
+        """Sessions started so far (a session stopped for idleness and started again counts twice)."""
+        self._stop = stop or threading.Event()
+        self._clock = clock
         self._lost: str | None = None
+        self._start_error: str | None = None
         self._lock = threading.Lock()
+        self._use = threading.Condition()
+        self._users = 0
+        self._idle_since = clock()
+        self._watcher: threading.Thread | None = None
 
-    # -- start ------------------------------------------------------------------------------------------
+    # -- use --------------------------------------------------------------------------------------------
 
-    def start(self, settings: Settings, stop: threading.Event) -> bool:
-        """Start the session in a background thread; returns False if ``stop`` was set first.
+    @contextmanager
+    def session_for_run(self) -> Iterator[Any]:
+        """The session for one run that needs Spark, started first if none runs; never stopped for idleness
+        while a run holds it.
 
         Raises:
             ConfigError: Spark cannot start (the message names the setting to check).
+            SparkDriverLostError: the driver is gone, or the daemon stopped while the session started.
         """
+        with self._use:
+            self.alive()
+            if self.session is None:
+                self._start()
+            self._users += 1
+            session = self.session
+        try:
+            yield session
+        finally:
+            with self._use:
+                self._users -= 1
+                self._idle_since = self._clock()
+
+    def _start(self) -> None:
+        """Start the session in a background thread and wait for it (the caller holds ``_use``)."""
         outcome: dict[str, Any] = {}
         done, abandoned = threading.Event(), threading.Event()
 
-        def _start() -> None:
+        def _run() -> None:
             try:
-                outcome["session"] = start_session(settings)
+                outcome["session"] = start_session(self.settings)
                 if abandoned.is_set():  # the daemon stopped meanwhile (it only matters in a longer-lived process)
-                    outcome["session"].stop()
+                    stop_jvm(outcome["session"])
             except BaseException as exc:  # handed to the waiting thread
                 outcome["error"] = exc
             finally:
                 done.set()
 
-        threading.Thread(target=_start, name="maintd-spark-start", daemon=True).start()
+        threading.Thread(target=_run, name="maintd-spark-start", daemon=True).start()
         while not done.wait(0.1):
-            if stop.is_set():
+            if self._stop.is_set():
                 abandoned.set()
                 logger.info("stopping while the SparkSession starts; its JVM ends with this process")
-                return False
+                raise SparkDriverLostError("the daemon stopped while the SparkSession started")
         if "error" in outcome:
+            self._start_error = str(outcome["error"])
             raise outcome["error"]
+        self._start_error = None
         self.session = outcome["session"]
+        self.starts += 1
+        self._lost = None
         _quiet_accumulator_server(self.session)
-        try:
-            self.warm = _warm_workers(self.session, settings, self.lost)
-        except Exception as exc:  # the session works; only runs after a minute idle start new workers
-            logger.warning("cannot keep the Spark workers warm between runs: {}: {}", type(exc).__name__, exc)
-        return not stop.is_set()
+
+    # -- idleness ---------------------------------------------------------------------------------------
+
+    def idle_seconds(self) -> float:
+        """``spark.idle_stop_seconds``: 0 never stops the session for idleness."""
+        return float(self.settings.spark.idle_stop_seconds)
+
+    def watch_idleness(self) -> None:
+        """Start the thread that stops the session once it has been idle for :meth:`idle_seconds`."""
+        if self.idle_seconds() <= 0 or self._watcher is not None:
+            return
+        self._watcher = threading.Thread(target=self._watch, name="maintd-spark-idle", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        period = max(0.2, min(10.0, self.idle_seconds() / 10))
+        while not self._stop.wait(period):
+            try:
+                self.stop_if_idle()
+            except Exception as exc:  # the next look tries again; the session is left as it is
+                logger.warning("stopping the idle SparkSession failed: {}: {}", type(exc).__name__, exc)
+
+    def stop_if_idle(self) -> bool:
+        """Stop the session if no run has used it for :meth:`idle_seconds` and its JVM is this process's own;
+        returns whether it was stopped."""
+        with self._use:
+            idle = self._clock() - self._idle_since
+            if (self.session is None or self._users or idle < self.idle_seconds() or self.lost() is not None
+                    or not launched_here(self.session)):
+                return False
+            logger.info("stopping the SparkSession: no run has needed it for {:.0f} s (spark.idle_stop_seconds); "
+                        "the next run that needs Spark starts a new one", idle)
+            session, self.session = self.session, None
+            stop_jvm(session)
+            return True
 
     # -- health -----------------------------------------------------------------------------------------
 
     def lost(self) -> str | None:
-        """Why the driver is gone, or None while it is alive (or not started yet, or remote)."""
-        if self._lost is not None or self.session is None or _is_connect(self.session):
+        """Why the driver is gone, or None while it is alive (or not started, or remote)."""
+        session = self.session
+        if self._lost is not None or session is None or _is_connect(session):
             return self._lost
-        reason = _driver_gone(self.session)
+        reason = _driver_gone(session)
         if reason is not None:
             with self._lock:
                 if self._lost is None:
@@ -100,72 +177,99 @@ class SparkDriver:
         return True
 
     def ready(self) -> bool:
-        """The readiness check: the session exists and answers."""
-        if self.session is None:
-            return False
+        """The readiness check: no session is needed yet, or the session answers; fails while the last start
+        failed (the next run that needs Spark tries again)."""
+        if self._start_error is not None:
+            raise ConfigError(self._start_error)
+        session = self.session
+        if session is None:
+            return True
         self.alive()
         from maintd.service.jobs import spark_ready
 
-        return spark_ready(self.session)
+        return spark_ready(session)
 
     # -- stop -------------------------------------------------------------------------------------------
 
     def stop(self) -> bool:
         """Stop the session unless its driver is gone already; returns False if stopping failed."""
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.join(10)
         if self.session is None:
             return True
-        if self.warm is not None:
-            self.warm.stop()
         if self.lost() is not None:
             logger.info("not stopping the SparkSession: its driver is gone already")
             return True
         try:
-            self.session.stop()
+            stop_jvm(self.session)
         except Exception as exc:  # a driver dying during shutdown must not skip the rest of it
             logger.warning("stopping the SparkSession failed: {}: {}", type(exc).__name__, exc)
             return False
+        self.session = None
         logger.info("SparkSession stopped")
         return True
 
 
 def start_session(settings: Settings) -> Any:
-    """Create the session from ``settings.spark`` (driver logs as configured) and warm its workers up.
+    """Create the session from ``settings.spark`` (driver logs as configured).
 
     Raises:
         ConfigError: Spark cannot start.
     """
-    from maintd.execution.spark import options_from_settings, spark_session
+    from maintd.execution.spark import spark_session
     from maintd.service.jvm_logging import with_jvm_logging
 
     where = settings.spark.remote or settings.spark.master
     logger.info("starting the SparkSession ({})", where)
     try:
-        spark = spark_session(with_jvm_logging(settings).spark)
+        return spark_session(with_jvm_logging(settings).spark)
     except Exception as exc:  # Py4J and PySpark raise their own types; name the setting to check
         raise ConfigError(
             f"cannot start Spark at {where}: {type(exc).__name__}: {exc}; check spark.master/spark.remote and "
             "that a Java runtime is installed (JAVA_HOME)"
         ) from exc
-    try:  # start and prepare the Python workers now, so the first maintenance run does not pay for it
-        from maintd.execution.spark import warm_up
-
-        warm_up(spark, options_from_settings(settings.spark))
-    except Exception as exc:  # the session works; a failed warm-up only costs the first run its start-up
-        logger.warning("Spark workers could not be warmed up: {}", exc)
-    return spark
 
 
-def _warm_workers(spark: Any, settings: Settings, lost: Callable[[], str | None]) -> WarmWorkers | None:
-    """Start keeping the session's Python workers warm, if ``spark.keep_workers_warm_seconds`` (or, unset, a
-    local master) asks for it; None otherwise."""
+def launched_here(spark: Any) -> bool:
+    """Whether ``spark`` is a classic session whose driver JVM this process launched (not Spark Connect, not
+    ``spark-submit``'s JVM, which launched this process)."""
     if _is_connect(spark):
-        return None
-    interval = keep_warm_interval(settings.spark.keep_workers_warm_seconds, spark.sparkContext.master)
-    if interval <= 0:
-        return None
-    from maintd.execution.spark import options_from_settings
+        return False
+    return getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None) is not None
 
-    return keep_session_warm(spark, interval, options_from_settings(settings.spark), lost)
+
+def stop_jvm(spark: Any, timeout: float = 30.0) -> None:
+    """Stop ``spark`` and, when this process launched its JVM, that JVM too, so that its memory is returned and a
+    later session starts a new one.
+
+    ``SparkSession.stop`` stops the context but leaves the JVM running, with its gateway kept in
+    ``SparkContext._gateway`` for the next context. The JVM exits when its stdin closes (PySpark's gateway server
+    waits on it); PySpark launches a new one when ``_gateway`` is None.
+    """
+    if _is_connect(spark) or not launched_here(spark):
+        spark.stop()
+        return
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    spark.stop()
+    if gateway is None:
+        return
+    process = gateway.proc
+    try:
+        gateway.shutdown()
+    finally:
+        if process.stdin is not None:
+            process.stdin.close()
+        try:
+            process.wait(timeout)
+        except Exception:  # it did not exit in time: it holds nothing this process needs any more
+            process.kill()
+            process.wait()
+        with SparkContext._lock:
+            SparkContext._gateway = None
+            SparkContext._jvm = None
 
 
 def _driver_gone(spark: Any) -> str | None:

@@ -189,7 +189,7 @@ def test_a_plan_above_the_in_process_limit_asks_for_spark(tmp_path: Path, monkey
 
 
 def test_runs_in_process_counts_the_plans_input_files(tmp_path: Path) -> None:
-    from maintd.execution.driver import DEFAULT_MAX_WORKERS, in_process_threads, runs_in_process, usable_cpus
+    from maintd.execution.driver import in_process_threads, runs_in_process, usable_cpus
     from maintd.execution.specs import ExecutionOptions, PlanDoc, PlanTaskDoc
 
     table, _ = make_table(tmp_path, commits=6)
@@ -211,4 +211,4 @@ def test_runs_in_process_counts_the_plans_input_files(tmp_path: Path) -> None:
     assert not runs_in_process(empty, snap, ExecutionOptions()), "nothing to run: nowhere to run it"
     assert in_process_threads(ExecutionOptions(in_process_threads=3)) == 3
     assert in_process_threads(ExecutionOptions(in_process_workers="threads")) == usable_cpus()
-    assert in_process_threads(ExecutionOptions()) == min(usable_cpus(), DEFAULT_MAX_WORKERS)
+    assert in_process_threads(ExecutionOptions()) == usable_cpus()

@@ -345,3 +345,34 @@ def test_a_session_starts_without_a_pandas_warning() -> None:
     caught = json.loads(out.stdout.strip().splitlines()[-1])
     assert not [w for w in caught if "pandas" in w.lower()], caught
     assert "pandas" not in out.stderr.lower(), out.stderr[-2000:]
+
+
+def test_a_python_worker_stopped_with_sigstop_is_killed_at_the_timeout_and_its_job_runs_again(
+        tmp_path: Path, spark: Any) -> None:
+    table, model = make_table(tmp_path, commits=8, buckets=2)
+    markers = tmp_path / "markers"
+    options = ExecutionOptions(unit_timeout_seconds=8, faults={"*": f"stop_once:{markers}"})
+    report = run_plan(plan_all(table, "compact"), table, spark, options, commit=True)
+    pid = int((markers / "stopped").read_text())
+    assert report.engine == "spark" and [r.ok for r in report.results] == [True] * 2 and report.retried >= 1
+    deadline = time.monotonic() + 30  # Spark kills the cancelled task's worker (spark.python.task.killTimeout)
+    while Path(f"/proc/{pid}").exists() and (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                                             != "Z") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
+    snap = table.snapshot()
+    on_disk = {f.path for f in table.storage.walk() if f.path.startswith("bucket-")}
+    assert on_disk == set(snap.files) | set(snap.tombstones), "the stopped attempt's output was left behind"
+    assert sorted_read(table).equals(model.table())
+
+
+def test_a_spark_job_that_hangs_twice_fails_its_units_and_commits_nothing(tmp_path: Path, spark: Any) -> None:
+    table, _ = make_table(tmp_path, commits=6, buckets=1)
+    before = table.snapshot()
+    options = ExecutionOptions(unit_timeout_seconds=6, faults={"*": f"stop:{tmp_path / 'markers'}"})
+    report = run_plan(plan_all(table, "compact"), table, spark, options, commit=True)
+    assert [r.ok for r in report.results] == [False]
+    assert "did not finish within 6 s on Spark" in (report.results[0].error or "")
+    assert len(list((tmp_path / "markers").glob("stopped-*"))) == 2, "one try and one retry"
+    assert table.snapshot().version == before.version
+    assert {f.path for f in table.storage.walk() if f.path.startswith("bucket-")} == set(before.files)

@@ -1,8 +1,9 @@
-"""A live ``maintd daemon`` process: its Spark driver JVM killed, and SIGTERM from every state.
+"""A live ``maintd daemon`` process: no JVM for small tables, Spark started on demand and stopped when idle, its
+driver JVM killed, and SIGTERM from every state.
 
-The daemon runs in a subprocess with local[1] Spark against a small warehouse; the test kills the JVM of
-its session (the daemon's child process) and sends real signals, and watches only what an operator sees:
-the probes, the state store, the exit code and the log.
+The daemon runs in a subprocess with local[1] Spark against a small warehouse; the tests look for the JVM among
+its child processes, kill it, and send real signals, and watch only what an operator sees: the probes, the state
+store, the process table, the exit code and the log.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from maintd.service.store import StateStore
+from maintd.table import Table
 
 from .test_daemon_e2e import Daemon, wait_for
 from .warehouse import Model, create, write
@@ -34,8 +36,10 @@ spark:
   master: "local[1]"
   app_name: "{app}"
   driver_memory: 512m
+  idle_stop_seconds: {idle}
   conf:
     spark.default.parallelism: "1"
+    spark.maintd.inProcess.maxInputBytes: "{in_process}"
 scheduler:
   maintenance_interval_seconds: 1
   reclamation_interval_seconds: 3600
@@ -50,12 +54,26 @@ http:
 """
 
 
+POLICY = """
+default:
+  clustering:
+    level1:
+      min_files: 4
+"""
+
+
 @pytest.fixture
-def setup(tmp_path: Path) -> Any:
+def setup(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
+    """A warehouse with one table that needs clustering; ``spark`` (indirect parameter) makes its plan need
+    Spark (``maxInputBytes`` 0) and sets ``spark.idle_stop_seconds``, else it runs in process."""
+    spark, idle = getattr(request, "param", (True, 600))
     app = f"maintd-test-{uuid.uuid4().hex[:10]}"
     config = tmp_path / "maintd.yaml"
-    config.write_text(CONFIG.format(state=tmp_path / "state", warehouse=tmp_path / "wh", app=app))
-    write(create(tmp_path / "wh" / "orders"), Model(), commits=2, seed=1)
+    (tmp_path / "policy.yaml").write_text(POLICY)
+    config.write_text(CONFIG.format(state=tmp_path / "state", warehouse=tmp_path / "wh", app=app, idle=idle,
+                                    in_process="0" if spark else "64m")
+                      + f"policy:\n  path: {tmp_path / 'policy.yaml'}\n")
+    write(create(tmp_path / "wh" / "orders"), Model(), commits=6, seed=1)
     daemons: list[Daemon] = []
     yield {"config": config, "app": app, "tmp": tmp_path, "daemons": daemons}
     for daemon in daemons:
@@ -90,14 +108,92 @@ def clean_exit(daemon: Daemon) -> str:
     return log
 
 
+def descendants(pid: int) -> list[tuple[int, str]]:
+    """(pid, command name) of every live descendant of ``pid``."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        state, ppid = stat[stat.rindex(")") + 2:].split()[:2]
+        if state != "Z":
+            children.setdefault(int(ppid), []).append((int(entry.name), name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child[0])
+    return found
+
+
+def succeeded(store: StateStore) -> list[Any]:
+    """The succeeded maintenance runs, oldest first."""
+    return sorted((r for r in store.history(limit=1000) if r.status == "succeeded" and r.kind == "maintenance"),
+                  key=lambda r: r.id)
+
+
+@pytest.mark.parametrize("setup", [(False, 600)], indirect=True, ids=["small"])
+def test_a_daemon_over_small_tables_is_ready_and_maintains_them_without_ever_starting_a_jvm(
+        setup: dict[str, Any]) -> None:
+    daemon = Daemon(setup["config"], setup["tmp"] / "daemon.log")
+    setup["daemons"].append(daemon)
+    store = StateStore(f"sqlite:///{setup['tmp'] / 'state' / 'maintd.db'}", create=False)
+    try:
+        wait_for(lambda: daemon.get("/readyz")[0] == 200, "the daemon to be ready", timeout=60)
+        [run] = wait_for(lambda: succeeded(store), "the table's maintenance", timeout=120)
+        assert run.metrics["engine"] == "in-process" and run.metrics["spark_master"] is None
+        wait_for(lambda: sum(t.checks for t in store.list_tables()) >= 3, "checks after the run", timeout=60)
+        names = [name for _, name in descendants(daemon.proc.pid)]
+        assert "java" not in names and not jvms_of(setup["app"]), names
+        assert daemon.get("/readyz")[0] == 200
+    finally:
+        store.close()
+    log = clean_exit(daemon)
+    assert "starting the SparkSession" not in log
+
+
+@pytest.mark.parametrize("setup", [(True, 4)], indirect=True, ids=["spark-idle-4s"])
+def test_spark_starts_when_a_plan_needs_it_and_its_jvm_stops_once_idle_and_starts_again(
+        setup: dict[str, Any]) -> None:
+    daemon = Daemon(setup["config"], setup["tmp"] / "daemon.log")
+    setup["daemons"].append(daemon)
+    store = StateStore(f"sqlite:///{setup['tmp'] / 'state' / 'maintd.db'}", create=False)
+    try:
+        first = wait_for(lambda: succeeded(store), "the table's maintenance on Spark", timeout=240)[0]
+        assert first.metrics["engine"] == "spark" and first.metrics["spark_master"].startswith("local[1")
+
+        def settled() -> bool:  # every session started was stopped for idleness, and no JVM is left
+            log = daemon.log.read_text()
+            return (log.count("starting the SparkSession") == log.count("stopping the SparkSession: no run")
+                    and not jvms_of(setup["app"]))
+
+        wait_for(settled, "the idle session to stop and its JVM to exit", timeout=300)
+        assert "java" not in [name for _, name in descendants(daemon.proc.pid)]
+        assert daemon.get("/readyz")[0] == 200 and daemon.get("/healthz") == (200, "ok\n")
+        done, starts = len(succeeded(store)), daemon.log.read_text().count("starting the SparkSession")
+        write(Table.open(str(setup["tmp"] / "wh" / "orders")), Model(), commits=6, seed=2)
+        again = wait_for(lambda: succeeded(store)[done:], "maintenance on a new session", timeout=240)[0]
+        assert again.metrics["engine"] == "spark" and again.metrics["spark_app_id"] != first.metrics["spark_app_id"]
+        assert daemon.log.read_text().count("starting the SparkSession") == starts + 1
+    finally:
+        store.close()
+    clean_exit(daemon)
+
+
 def test_a_killed_spark_driver_fails_liveness_stops_new_runs_and_sigterm_still_exits_0(setup: dict[str, Any]) -> None:
     daemon = Daemon(setup["config"], setup["tmp"] / "daemon.log")
     setup["daemons"].append(daemon)
     store = StateStore(f"sqlite:///{setup['tmp'] / 'state' / 'maintd.db'}", create=False)
     try:
+        wait_for(lambda: succeeded(store), "the table's maintenance on Spark", timeout=240)
         wait_for(lambda: daemon.get("/readyz")[0] == 200, "the daemon to be ready", timeout=120)
-        # the table has nothing to do: its checks are counted on its row, no run is recorded
-        wait_for(lambda: sum(t.checks for t in store.list_tables()) >= 2, "checks of the table", timeout=60)
+        # the table has nothing more to do: its checks are counted on its row, no run is recorded
+        checked = sum(t.checks for t in store.list_tables())
+        wait_for(lambda: sum(t.checks for t in store.list_tables()) >= checked + 2, "checks of the table", timeout=60)
         assert daemon.get("/healthz") == (200, "ok\n")
         [jvm] = jvms_of(setup["app"])
 

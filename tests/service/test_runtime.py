@@ -1,4 +1,5 @@
-"""Start-up failures of ``maintd daemon`` name what is wrong before any Spark starts; SIGTERM at start exits 0."""
+"""Start-up failures of ``maintd daemon`` name what is wrong before any Spark starts; SIGTERM at start, or while
+the first plan that needs Spark starts it, exits 0."""
 
 from __future__ import annotations
 
@@ -73,8 +74,14 @@ def test_a_real_sigterm_while_spark_starts_exits_0_at_once_and_leaves_no_launche
                       'while [ -e /proc/$PPID ] && [ "$(cut -d" " -f3 /proc/$PPID/stat)" != Z ]; do sleep 0.1; done\n')
     submit.chmod(0o755)
     config = tmp_path / "maintd.yaml"
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("default:\n  clustering:\n    level1:\n      min_files: 4\n")
+    from .warehouse import Model, create, write
+
+    write(create(tmp_path / "wh" / "orders"), Model(), commits=6, seed=1)  # its plan needs Spark: Spark starts
     config.write_text(f"state_dir: {tmp_path / 'state'}\nhttp:\n  host: 127.0.0.1\n  port: 0\n"
-                      "spark:\n  master: local[1]\n")
+                      f"warehouse:\n  roots: [{str(tmp_path / 'wh')!r}]\npolicy:\n  path: {policy}\n"
+                      "spark:\n  master: local[1]\n  conf:\n    spark.maintd.inProcess.maxInputBytes: '0'\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAINTD_")} | {"SPARK_HOME": str(spark_home)}
     proc = subprocess.Popen([sys.executable, "-m", "maintd", "daemon", "--config", str(config)],
                             stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)

@@ -176,18 +176,42 @@ def test_children_get_no_state_store_credentials(tmp_path: Path) -> None:
     assert os.environ["MAINTD_STORE__URL"] == PG_URL
 
 
-def test_a_local_worker_process_has_no_state_store_credentials(tmp_path: Path) -> None:
-    from maintd.execution.processes import _Worker
+LOCAL_CHILD = textwrap.dedent("""
+    import os, sys, threading, time
+    from pathlib import Path
+    sys.path.insert(0, {tests!r})
+    from maintd.settings import Settings
+    Settings.model_validate({{"store": {{"url": os.environ["MAINTD_STORE__URL"]}}}})
+    from execution.helpers import make_table, plan_all
+    from maintd.execution import ExecutionOptions, run_plan
+    table, _ = make_table(Path({tmp!r}) / "t", commits=4, buckets=1)
+    markers = Path({tmp!r}) / "markers"
+    options = ExecutionOptions(in_process_threads=1, faults={{"*": f"hold_once:{{markers}}"}})
+    run = threading.Thread(target=run_plan, args=(plan_all(table, "compact"), table, None, options))
+    run.start()
+    while not (markers / "held").exists():
+        time.sleep(0.05)
+    time.sleep(0.2)
+    child = (markers / "held").read_text()
+    server = open(f"/proc/{{child}}/stat").read().rsplit(")", 1)[1].split()[1]
+    found = [open(f"/proc/{{pid}}/environ", "rb").read().decode(errors="replace") for pid in (child, server)]
+    print("forked", server != str(os.getpid()))
+    print("LEAK" if any("MAINTD_STORE__URL" in e or "PGPASSWORD" in e or {password!r} in e for e in found)
+          else "CLEAN")
+    print("STILL" if os.environ.get("MAINTD_STORE__URL") and os.environ.get("PGPASSWORD") else "GONE")
+    (markers / "release").touch()
+    run.join()
+""")
 
-    settings(tmp_path)
-    worker = _Worker()
-    try:
-        worker.wait_ready()
-        environ = Path(f"/proc/{worker.proc.pid}/environ").read_bytes().decode(errors="replace")
-    finally:
-        worker.proc.kill()
-        worker.proc.wait()
-    assert "MAINTD_STORE__URL" not in environ and not leaked(environ.replace(AWS_SECRET, ""))
+
+def test_a_local_child_process_and_its_fork_server_have_no_state_store_credentials(tmp_path: Path) -> None:
+    env = {**os.environ, "MAINTD_STORE__URL": PG_URL, "PGPASSWORD": PG_PASSWORD}
+    script = LOCAL_CHILD.format(tests=str(Path(__file__).parents[1]), tmp=str(tmp_path),
+                                password=quote(PG_PASSWORD, safe=""))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "forked True" in done.stdout and "CLEAN" in done.stdout and "STILL" in done.stdout, done.stdout
 
 
 SPARK_CHILD = textwrap.dedent("""

@@ -1,0 +1,280 @@
+"""Plans run in process in child processes of the fork server (maintd.execution.local): real processes, real
+tables, real signals (SIGKILL, SIGSTOP)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from loguru import logger
+
+from maintd.errors import ConfigError
+from maintd.execution import ExecutionOptions, execute, run_plan
+from maintd.execution.driver import local_backend
+from maintd.execution.local import (
+    TIMEOUT_BASE_SECONDS,
+    ProcessBackend,
+    UnitLostError,
+    pack_timeout,
+    start_fork_server,
+)
+from maintd.execution.scheduler import LocalBackend
+from maintd.execution.spark import options_from_settings
+from maintd.execution.units import task_specs
+from maintd.storage.faulty import FaultPlan
+
+from .helpers import make_table, plan_all, sorted_read
+
+
+def _files_on_disk(table) -> set[str]:  # type: ignore[no-untyped-def]
+    return {f.path for f in table.storage.walk() if f.path.startswith("bucket-")}
+
+
+def _children() -> set[int]:
+    """Pids of this process's live children (the fork server among them)."""
+    me = str(os.getpid())
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[1] == me and fields[0] != "Z":
+                found.add(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def log_lines() -> list[str]:
+    lines: list[str] = []
+    handler = logger.add(lambda m: lines.append(str(m)), level="WARNING", format="{level} {message}")
+    yield lines
+    logger.remove(handler)
+
+
+def test_units_run_in_child_processes_and_write_what_threads_write(tmp_path: Path) -> None:
+    a, model = make_table(tmp_path / "a", commits=16, buckets=4, seed=3)
+    b, _ = make_table(tmp_path / "b", commits=16, buckets=4, seed=3)
+    procs = ExecutionOptions(in_process_threads=2)
+    threads = procs.model_copy(update={"in_process_workers": "threads"})
+    assert isinstance(local_backend(a.uri, procs), ProcessBackend)
+    assert isinstance(local_backend(b.uri, threads), LocalBackend)
+    for kind in ("cluster", "compact"):
+        ra = run_plan(plan_all(a, kind), a, None, procs, commit=True)
+        rb = run_plan(plan_all(b, kind), b, None, threads, commit=True)
+        assert ra.engine == rb.engine == "in-process"
+        assert all(r.ok for r in ra.results) and ra.outcome is not None and len(ra.outcome.committed) == 4
+        assert [sorted(x.rows for x in r.adds) for r in ra.results] == [sorted(x.rows for x in r.adds)
+                                                                        for r in rb.results]
+        assert sorted_read(a).equals(sorted_read(b))
+    assert sorted_read(a).equals(model.table())
+
+
+def test_no_process_of_a_run_outlives_it_but_the_fork_server(tmp_path: Path) -> None:
+    table, _ = make_table(tmp_path, commits=8, buckets=4)
+    start_fork_server()
+    before = _children()
+    report = run_plan(plan_all(table, "compact"), table, None, ExecutionOptions(in_process_threads=2), commit=True)
+    assert all(r.ok for r in report.results)
+    assert _children() == before, "a pack's process is still alive after the run"
+
+
+def test_a_process_killed_mid_pack_is_replaced_and_its_pack_runs_again(tmp_path: Path, log_lines: list[str]) -> None:
+    table, model = make_table(tmp_path, commits=12, buckets=4)
+    markers = tmp_path / "markers"
+    backend = ProcessBackend(2, table.uri)
+    report = run_plan(plan_all(table, "compact"), table, None,
+                      ExecutionOptions(in_process_threads=2, faults={"*": f"kill_once:{markers}"}), commit=True,
+                      backend=backend)
+    assert (markers / "killed").exists(), "no process was killed"
+    assert [r.ok for r in report.results] == [True] * 4 and report.retried >= 1
+    assert report.outcome is not None and len(report.outcome.committed) == 4
+    snap = table.snapshot()
+    assert _files_on_disk(table) == set(snap.files) | set(snap.tombstones), "the killed attempt's output was left"
+    assert sorted_read(table).equals(model.table())
+    assert any("killed by signal 9" in line and "runs again in a new process" in line for line in log_lines)
+
+
+def test_a_process_stopped_with_sigstop_is_killed_at_its_timeout_and_its_pack_runs_again(
+        tmp_path: Path, log_lines: list[str]) -> None:
+    table, model = make_table(tmp_path, commits=12, buckets=2)
+    markers = tmp_path / "markers"
+    options = ExecutionOptions(in_process_threads=2, unit_timeout_seconds=3, faults={"*": f"stop_once:{markers}"})
+    started = time.monotonic()
+    report = run_plan(plan_all(table, "compact"), table, None, options, commit=True)
+    pid = int((markers / "stopped").read_text())
+    assert not Path(f"/proc/{pid}").exists(), "the stopped process was not killed"
+    assert [r.ok for r in report.results] == [True] * 2 and report.retried == 1
+    assert 3 <= time.monotonic() - started < 60
+    snap = table.snapshot()
+    assert _files_on_disk(table) == set(snap.files) | set(snap.tombstones), "the stopped attempt's output was left"
+    assert sorted_read(table).equals(model.table())
+    assert any(f"local process {pid} did not finish its pack within 3 s" in line and "killed" in line
+               and "runs again" in line for line in log_lines), log_lines
+
+
+def test_a_pack_stopped_in_both_attempts_fails_its_units_and_leaves_no_files(
+        tmp_path: Path, log_lines: list[str]) -> None:
+    table, _ = make_table(tmp_path, commits=6, buckets=2)
+    snap = table.snapshot()
+    markers = tmp_path / "markers"
+    options = ExecutionOptions(in_process_threads=2, unit_timeout_seconds=2, faults={"*": f"stop:{markers}"})
+    report = run_plan(plan_all(table, "compact"), table, None, options, commit=True)
+    assert [r.ok for r in report.results] == [False, False]
+    assert all("did not finish its pack within 2 s" in (r.error or "") for r in report.results)
+    pids = [int(p.name.split("-")[1]) for p in markers.glob("stopped-*")]
+    assert len(pids) == 4, "each pack: one try and one retry, each in a new process"
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
+    assert table.snapshot().version == snap.version
+    assert _files_on_disk(table) == set(snap.files)
+    assert sum("fails" in line and line.startswith("ERROR") for line in log_lines) == 2
+
+
+def test_a_table_run_whose_unit_hangs_twice_ends_failed(tmp_path: Path) -> None:
+    from maintd.execution.runner import Runner
+
+    table, _ = make_table(tmp_path, commits=12, buckets=1)
+    options = ExecutionOptions(in_process_threads=1, unit_timeout_seconds=2,
+                               faults={"*": f"stop:{tmp_path / 'markers'}"})
+    summary = Runner(options=options, use_spark=False).run_table(table.uri)
+    assert summary.engine == "in-process" and summary.tasks_planned >= 1
+    assert summary.status == "failed" and summary.tasks_failed == summary.tasks_planned
+    assert "did not finish its pack within 2 s" in (summary.error or "")
+
+
+def test_a_process_that_dies_twice_fails_its_units_and_leaves_no_files(tmp_path: Path) -> None:
+    table, _ = make_table(tmp_path, commits=6, buckets=2)
+    snap = table.snapshot()
+    results = execute(plan_all(table, "compact"), table, None,
+                      ExecutionOptions(in_process_threads=2, faults={"*": "kill"}))
+    assert [r.ok for r in results] == [False, False]
+    assert all("ended while it ran its pack (killed by signal 9)" in (r.error or "") for r in results)
+    assert table.snapshot().version == snap.version
+    assert _files_on_disk(table) == set(snap.files)
+
+
+def test_a_hung_pack_in_a_thread_is_reported_failed_at_its_timeout(tmp_path: Path) -> None:
+    table, _ = make_table(tmp_path, commits=4, buckets=1)
+    markers = tmp_path / "markers"
+    options = ExecutionOptions(faults={"*": f"hold_once:{markers}"})
+    specs = task_specs(plan_all(table, "compact"), table.snapshot(), options, storage=table.storage)
+    with pytest.raises(UnitLostError, match="not finished within 1 s"):
+        LocalBackend(1, timeout=1).run([specs])
+    (markers / "release").touch()
+
+
+def test_the_default_timeout_grows_with_the_input_and_the_setting_fixes_it(tmp_path: Path) -> None:
+    table, _ = make_table(tmp_path, commits=4, buckets=1)
+    specs = task_specs(plan_all(table, "compact"), table.snapshot(), ExecutionOptions(), storage=table.storage)
+    size = sum(f.bytes for s in specs for f in s.inputs)
+    assert pack_timeout(specs, ExecutionOptions()) == pytest.approx(TIMEOUT_BASE_SECONDS + size / (1 << 20))
+    assert pack_timeout(specs, ExecutionOptions(unit_timeout_seconds=7)) == 7
+    for text, seconds in (("90", 90), ("90s", 90), ("10m", 600), ("1h", 3600)):
+        conf = type("S", (), {"conf": {"spark.maintd.task.timeout": text}})()
+        assert options_from_settings(conf).unit_timeout_seconds == seconds
+    for bad in ("0", "-5s", "soon"):
+        conf = type("S", (), {"conf": {"spark.maintd.task.timeout": bad}})()
+        with pytest.raises(ConfigError, match=r"spark\.maintd\.task\.timeout.*duration above 0"):
+            options_from_settings(conf)
+
+
+def test_a_storage_registered_in_this_process_only_runs_in_threads(tmp_path: Path) -> None:
+    table, model = make_table(tmp_path, commits=8, buckets=2)
+    faults = FaultPlan()
+    faults.install("file")
+    try:
+        assert isinstance(local_backend(table.uri, ExecutionOptions()), LocalBackend)
+        report = run_plan(plan_all(table, "compact"), table, None, ExecutionOptions(), commit=True)
+    finally:
+        faults.uninstall()
+    assert all(r.ok for r in report.results) and sorted_read(table).equals(model.table())
+    assert isinstance(local_backend(table.uri, ExecutionOptions()), ProcessBackend)
+
+
+def test_an_interpreter_that_does_not_know_its_executable_runs_units_in_threads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table, _ = make_table(tmp_path, commits=2, buckets=1)
+    monkeypatch.setattr(sys, "executable", "")
+    assert isinstance(local_backend(table.uri, ExecutionOptions()), LocalBackend)
+
+
+def test_a_cancelled_run_starts_no_further_pack_and_kills_a_running_one(tmp_path: Path) -> None:
+    table, _ = make_table(tmp_path, commits=4, buckets=2)
+    specs = task_specs(plan_all(table, "compact"), table.snapshot(), ExecutionOptions(), storage=table.storage)
+    backend = ProcessBackend(1, table.uri)
+    backend.cancel()
+    with pytest.raises(RuntimeError, match="abandoned"):
+        backend.run([specs[:1]])
+    markers = tmp_path / "markers"
+    held = ExecutionOptions(faults={"*": f"stop_once:{markers}"})
+    specs = task_specs(plan_all(table, "compact"), table.snapshot(), held, storage=table.storage)
+    backend = ProcessBackend(1, table.uri, held)
+    errors: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _catch(errors, backend.run, [specs[:1]]))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not (markers / "stopped").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int((markers / "stopped").read_text())
+    backend.cancel()
+    thread.join(30)
+    assert not thread.is_alive() and errors and "abandoned" in str(errors[0])
+    assert not Path(f"/proc/{pid}").exists()
+
+
+def _catch(errors: list[BaseException], fn, *args) -> None:  # type: ignore[no-untyped-def]
+    try:
+        fn(*args)
+    except BaseException as exc:
+        errors.append(exc)
+
+
+def test_a_script_with_a_main_guard_runs_plans_in_processes(tmp_path: Path) -> None:
+    """As in every ``multiprocessing`` program, a child may run the main script's body (not its guarded part)."""
+    table, model = make_table(tmp_path, commits=6, buckets=2)
+    expected = model.table().num_rows
+    script = tmp_path / "maintain.py"
+    script.write_text(textwrap.dedent(f"""
+        import os
+        from maintd import Table
+        from maintd.execution import ExecutionOptions, PlanDoc, run_plan
+        print("script body ran in", os.getpid(), flush=True)
+        if __name__ == "__main__":
+            t = Table.open({table.uri!r})
+            plan = PlanDoc.model_validate_json({plan_all(table, "compact").model_dump_json()!r})
+            report = run_plan(plan, t, None, ExecutionOptions(in_process_threads=2), commit=True)
+            assert report.engine == "in-process" and all(r.ok for r in report.results), report.results
+            print("rows", t.read().num_rows, flush=True)
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert f"rows {expected}" in out.stdout
+    bodies = {line.rsplit(" ", 1)[1] for line in out.stdout.splitlines() if line.startswith("script body ran")}
+    assert out.stdout.count("rows") == 1 and 1 <= len(bodies) <= 4, out.stdout  # this process + 2 packs + server
+
+
+def test_the_workers_setting() -> None:
+    conf = type("S", (), {"conf": {"spark.maintd.inProcess.workers": "Threads"}})()
+    assert options_from_settings(conf).in_process_workers == "threads"
+    assert ExecutionOptions().in_process_workers == "processes"
+    bad = type("S", (), {"conf": {"spark.maintd.inProcess.workers": "forks"}})()
+    with pytest.raises(ConfigError, match=r"spark\.maintd\.inProcess\.workers.*'forks'.*processes.*threads"):
+        options_from_settings(bad)
+
+
+def test_units_at_once_follow_the_cpus_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    from maintd.execution import driver
+
+    monkeypatch.setattr(driver, "usable_cpus", lambda: 64)
+    assert driver.in_process_threads(ExecutionOptions()) == 64
+    assert driver.in_process_threads(ExecutionOptions(in_process_threads=16)) == 16
+    monkeypatch.setattr(driver, "usable_cpus", lambda: 2)
+    assert driver.in_process_threads(ExecutionOptions()) == 2
