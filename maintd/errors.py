@@ -45,7 +45,8 @@ without parsing messages::
     ├── TaskExecutionError             a maintenance task failed while rewriting files
     ├── SparkDriverLostError           the Spark driver's JVM is gone (the daemon fails its liveness)
     ├── StateStoreError                the daemon's state store failed
-    │   └── LeaseLostError             the daemon no longer holds a table's lease (another may take it)
+    │   ├── LeaseLostError             the daemon no longer holds a table's lease (another may take it)
+    │   └── StateStoreSchemaError      the store's schema is not this maintd's (upgrade it, or run the newer one)
     └── ConfirmationRequiredError      a destructive command ran without confirmation
 """
 
@@ -344,6 +345,13 @@ class LeaseLostError(StateStoreError):
     retryable = True
 
 
+class StateStoreSchemaError(StateStoreError):
+    """The state store answers, but its schema is not this maintd's: empty, older (``maintd store upgrade``) or
+    migrated by a newer maintd. The operator must act; retrying changes nothing."""
+
+    retryable = False
+
+
 class ConfirmationRequiredError(MaintdError):
     """A destructive operation was asked for without confirmation (``--yes``)."""
 
@@ -379,6 +387,7 @@ __all__ = [
     "SchemaMismatchError",
     "SparkDriverLostError",
     "StateStoreError",
+    "StateStoreSchemaError",
     "StorageConfigError",
     "StorageCredentialsError",
     "StorageError",

@@ -54,6 +54,7 @@ def exit_code_for(exc: BaseException) -> int:
         ConfirmationRequiredError,
         InvalidInputError,
         PolicyError,
+        StateStoreSchemaError,
         TableExistsError,
         TableNotFoundError,
         UnsupportedProtocolError,
@@ -61,7 +62,7 @@ def exit_code_for(exc: BaseException) -> int:
     )
 
     user = (InvalidInputError, TableNotFoundError, TableExistsError, VersionNotFoundError, PolicyError, ConfigError,
-            ConfirmationRequiredError, UnsupportedProtocolError)
+            ConfirmationRequiredError, UnsupportedProtocolError, StateStoreSchemaError)
     return BAD_INPUT if isinstance(exc, user) else FAILED_WORK
 
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from maintd.errors import StateStoreError
+from maintd.errors import StateStoreSchemaError
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -95,7 +95,7 @@ def upgrade(conn: Connection, metadata: sa.MetaData, where: str) -> tuple[str | 
         The revision found (None for an empty store or maintd 0.1.0's) and the revision now recorded.
 
     Raises:
-        StateStoreError: a newer maintd migrated the store.
+        StateStoreSchemaError: a newer maintd migrated the store.
     """
     from alembic import command
     from alembic.runtime.migration import MigrationContext
@@ -123,7 +123,7 @@ def check(conn: Connection, where: str) -> None:
     """Raise unless the store's schema is at the newest revision (for commands that do not migrate).
 
     Raises:
-        StateStoreError: naming the revisions and what to do.
+        StateStoreSchemaError: naming the revisions and what to do.
     """
     if _recorded(conn) == HEAD_REVISION:
         return
@@ -133,10 +133,10 @@ def check(conn: Connection, where: str) -> None:
     if found == "ahead":
         raise _ahead(current(conn), where)
     if found == "empty":
-        raise StateStoreError(f"state store {where} holds no maintd tables; start `maintd daemon` or run "
+        raise StateStoreSchemaError(f"state store {where} holds no maintd tables; start `maintd daemon` or run "
                               "`maintd store upgrade` to create them")
     revision = current(conn) or f"{LEGACY_REVISION} (maintd 0.1.0)"
-    raise StateStoreError(
+    raise StateStoreSchemaError(
         f"state store {where} has schema revision {revision}, older than this maintd's {head()}; run "
         "`maintd store upgrade` (or start the daemon, which upgrades it unless store.migrate_on_start is false)"
     )
@@ -152,8 +152,8 @@ def _recorded(conn: Connection) -> str | None:
     return rows[0] if len(rows) == 1 else None
 
 
-def _ahead(revision: str | None, where: str) -> StateStoreError:
-    return StateStoreError(
+def _ahead(revision: str | None, where: str) -> StateStoreSchemaError:
+    return StateStoreSchemaError(
         f"state store {where} has schema revision {revision}, which this maintd does not know (its newest is "
         f"{head()}): a newer maintd migrated it; run that version, or restore the store from before the upgrade"
     )
