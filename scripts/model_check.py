@@ -17,9 +17,9 @@ from pathlib import Path
 
 from loguru import logger
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "model"))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent / "tests" / d) for d in ("model", "")]
 
-from model_harness import Result, run
+from model_harness import Result, run  # noqa: E402 - found through the path above
 
 
 def main() -> int:
@@ -27,6 +27,8 @@ def main() -> int:
     parser.add_argument("--scenarios", type=int, default=100, help="how many scenarios (default 100)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the first scenario (default 1)")
     parser.add_argument("--dir", type=Path, default=None, help="where the tables go (default: a temporary dir)")
+    parser.add_argument("--spark-share", type=float, default=None,
+                        help="share of scenarios whose maintenance is forced onto Spark (default: the harness's)")
     parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     args = parser.parse_args()
     logger.remove()  # the reclamation log of every scenario's final check would drown the progress lines
@@ -42,8 +44,10 @@ def main() -> int:
             print(f"  {r.line()} ({time.monotonic() - started:.0f} s) {r.stats}", file=sys.stderr, flush=True)
 
     with tempfile.TemporaryDirectory(dir=args.dir) as base:
-        result = run(args.scenarios, args.seed, Path(base), progress=progress)
-    print(f"outcomes: {result.stats}", file=sys.stderr)
+        extra = {} if args.spark_share is None else {"spark_share": args.spark_share}
+        result = run(args.scenarios, args.seed, Path(base), progress=progress, **extra)
+    print(f"outcomes and draws: {dict(sorted(result.stats.items()))}", file=sys.stderr)
+    print(f"wall time: {time.monotonic() - started:.0f} s", file=sys.stderr)
     print(result.line())
     return 1 if result.mismatches else 0
 

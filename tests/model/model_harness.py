@@ -3,13 +3,18 @@ every retained version checked against a model of the rows, and the two promises
 
 One scenario (seeded):
 
-1. a table (partitioned, 2 buckets, retention 0 or 1 hour, a checkpoint every 2 to 5 versions; in every other
-   scenario with ``changes.prior.rows``, so compactions store prior rows, and in half of those set to
-   ``lookup``, so clusterings look them up too);
-2. at once, in separate processes (:mod:`model_worker`): writers doing upserts, deletes, mixed
-   changes and overwrites; a maintainer clustering or compacting buckets (the local executor, then
-   ``commit_rewrites``; compactions as one unit, in key ranges, or in key ranges that spill, into one or
-   several BaseFiles per bucket); a reclaimer running reclamation (its expire commit, then the deletions) with its
+1. the table's shape drawn (:func:`shapes.random_shape`: a primary key of 1 to 3 columns of any key type,
+   including partition columns or not, in any order; 0 to 2 partition columns of string, integer or date type;
+   narrow or wide schemas with nullable value columns holding nulls and text columns of few values; 1 to 16
+   buckets; ``changes.prior.rows`` false, true or lookup), then its retention (0 or 1 hour) and a checkpoint
+   every 2 to 5 versions; the maintenance engine drawn (in process, or forced onto Spark in a share of
+   ``SPARK_SHARE``) and the process model of the writers and the reclaimer (``spawn``: processes of their own;
+   ``thread``: threads of one process; ``fork``: children forked from a process that used the table's storage);
+2. at once (:mod:`model_worker`): writers doing upserts, deletes, mixed changes and overwrites of rows of
+   the shape (:mod:`model_ops`); a maintainer running maintd's own maintenance (the planner with a policy
+   that clusters or compacts, then execution and the commit as ``maintd run`` does them: in worker processes
+   or threads, whole units, in key ranges, or in key ranges that spill, into one or several BaseFiles per
+   bucket, or as Spark jobs); a reclaimer running reclamation (its expire commit, then the deletions) with its
    clock up to 90 minutes ahead (so that versions expire), pinning recent versions, and PURGE; every
    process on a storage that fails (before or after applying), stalls and loses answers at random, with
    its own seed;
@@ -18,13 +23,15 @@ One scenario (seeded):
 4. checked: every acknowledged commit is the one at its version; no commit reported as not landed (a
    ``CommitError`` other than ``CommitStateUnknownError``, or any error of a writer) is anywhere in the
    history; every commit in the history is one
-   some process made; every version that must be retained reads exactly as the model of the rows says
-   (replaying the data operations of the history in version order), acknowledged pins' versions too; the
-   change feed between random retained versions equals the model's difference of their rows; then, with
+   some process made; every version that must be retained reads exactly as the oracle of the shape says
+   (:class:`shapes.Oracle`, replaying the data operations of the history in version order), acknowledged
+   pins' versions too; the change feed between random retained versions equals the oracle's net change
+   (whole rows); then, with
    the writers gone, a reclamation with no grace leaves exactly the data files the retained
    versions read, and the pinned versions still read.
 
-``run(n, seed)`` returns the counts that ``scripts/model_check.py`` prints.
+``run(n, seed)`` returns the counts that ``scripts/model_check.py`` prints, the shapes, engines and process
+models drawn among them (how many scenarios had partition columns in the key, each key type, ...).
 """
 
 from __future__ import annotations
@@ -37,13 +44,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from unittest.mock import patch
 
 import numpy as np
+from model_ops import PROCESS_MODELS, Draw, apply, draw, shape_stats
+from shapes import Oracle
 
 from maintd import Table, VersionNotFoundError
 from maintd.reclaim import reclaim_table
@@ -59,7 +68,6 @@ WRITES = ("upsert", "delete", "changes", "overwrite")
 SCENARIO_TIMEOUT = 300.0
 FEEDS = 8
 """Change feeds checked per scenario, between random retained versions."""
-Key = tuple[str, int]
 
 
 @dataclass
@@ -76,32 +84,43 @@ class Result:
 
 
 class Workers:
-    """Long-lived worker processes, one per role, answering one command per line."""
+    """Long-lived worker processes answering one command per line: one per role (the maintainer always; the
+    writers and the reclaimer in the ``spawn`` process model), and a host whose threads or forked children run
+    the writers and the reclaimer in the ``thread`` and ``fork`` process models."""
 
     def __init__(self, writers: int = WRITERS, env: dict[str, str] | None = None) -> None:
         self.extra_env = dict(env or {})
         self.names = [f"writer-{i}" for i in range(writers)] + ["maintainer", "reclaimer"]
         self.procs: dict[str, subprocess.Popen[str]] = {}
-        for name in self.names:
+        for name in [*self.names, "host"]:
             self._spawn(name)
 
     def _spawn(self, name: str) -> None:
-        env = dict(os.environ, **self.extra_env, PYTHONPATH=os.pathsep.join(filter(None, [str(WORKER.parent),
-                                                                        os.environ.get("PYTHONPATH")])))
+        path = [str(WORKER.parent), str(WORKER.parent.parent), os.environ.get("PYTHONPATH")]
+        env = dict(os.environ, **self.extra_env, PYTHONPATH=os.pathsep.join(filter(None, path)))
         self.procs[name] = subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE,
                                             stdout=subprocess.PIPE, text=True, env=env, bufsize=1)
 
-    def run(self, commands: dict[str, dict[str, Any]], timeout: float) -> dict[str, dict[str, Any]]:
+    def run(self, commands: dict[str, dict[str, Any]], timeout: float, model: str = "spawn"
+            ) -> dict[str, dict[str, Any]]:
         """Send every command at once and wait for every answer (a dead or stuck worker is replaced)."""
-        for name, cmd in commands.items():
+        hosted = {n: c for n, c in commands.items() if n != "maintainer"} if model != "spawn" else {}
+        sent = {n: c for n, c in commands.items() if n not in hosted}
+        if hosted:
+            sent["host"] = {"cmd": "threads" if model == "thread" else "fork", "roles": hosted, "timeout": timeout}
+        for name, cmd in sent.items():
             proc = self.procs[name]
             assert proc.stdin is not None
             proc.stdin.write(json.dumps(cmd) + "\n")
             proc.stdin.flush()
         answers: dict[str, dict[str, Any]] = {}
         deadline = time.monotonic() + timeout
-        for name in commands:
-            answers[name] = self._answer(name, deadline)
+        for name in sent:
+            got = self._answer(name, deadline + (10 if name == "host" else 0))
+            if name != "host":
+                answers[name] = got
+            else:
+                answers |= got.get("roles") or {n: got for n in hosted}
         return answers
 
     def _answer(self, name: str, deadline: float) -> dict[str, Any]:
@@ -147,50 +166,58 @@ def faults(rng: np.random.Generator) -> str:
     return FaultPlan(rules, seed=int(rng.integers(2**31))).to_json()
 
 
-PRIOR_ROWS = ("false", "true", "false", "lookup")
-"""``changes.prior.rows`` by seed: half the scenarios store prior rows, half of those look them up when
-clustering too."""
+SPARK_SHARE = 0.06
+"""The share of scenarios whose maintenance is forced onto Spark (a local session in the maintainer process):
+a Spark job costs a second or more where the same work in process costs milliseconds."""
 
 
-def scenario(workers: Workers, root: Path, seed: int, uri: str | None = None) -> tuple[int, list[str], dict[str, int]]:
+def scenario(workers: Workers, root: Path, seed: int, uri: str | None = None, spark_share: float = SPARK_SHARE,
+             process_model: str | None = None) -> tuple[int, list[str], dict[str, int]]:
     """Run and check one scenario (the table at ``uri``, by default below ``root``; journals in ``root``);
-    returns (versions checked, mismatches, statistics)."""
+    returns (versions checked, mismatches, statistics). The shape, the engine and the process model are drawn
+    from ``seed`` (the process model is ``process_model`` when given)."""
     rng = np.random.default_rng(seed)
+    drawn = draw(rng, spark_share)
+    if process_model is not None:
+        drawn = replace(drawn, process_model=process_model)
+    shape = drawn.shape
     uri = uri or str(root / "t")
     retain = int(rng.choice([0, 0, 1]))
-    table = Table.create(uri, "id:int64!,name:string,ds:string", primary_key="id", partition_by="ds", buckets=2,
-                         properties={"acid.data.retain.hours": retain,
-                                     "log.checkpoint.interval": int(rng.choice([2, 3, 5])),
-                                     "changes.prior.rows": PRIOR_ROWS[seed % 4]})
-    created0 = table.log.read_commit_txn(0)
+    shape.create(uri, **{"acid.data.retain.hours": retain, "log.checkpoint.interval": int(rng.choice([2, 3, 5]))})
+    created0 = Table.open(uri).log.read_commit_txn(0)
     commands: dict[str, dict[str, Any]] = {}
     for i, name in enumerate(workers.names):
         cmd: dict[str, Any] = {"uri": uri, "journal": str(root / f"{name}.jsonl"), "seed": int(rng.integers(2**31)),
-                               "faults": faults(rng), "blackout": float(rng.choice([0.0, 0.0, 0.1]))}
+                               "faults": faults(rng), "blackout": float(rng.choice([0.0, 0.0, 0.1])),
+                               "shape": drawn.shape_seed}
         if name.startswith("writer"):
             cmd |= {"role": "writer", "ops": int(rng.integers(4, 11)), "offset": i}
         elif name == "maintainer":
             # in tables with prior rows, more rounds: a compaction after a compaction stores them
-            cmd |= {"role": "maintainer", "rounds": int(rng.integers(3, 7) if seed % 2 else rng.integers(1, 4))}
-            if PRIOR_ROWS[seed % 4] == "lookup":  # clusterings look up: more of them, between fewer compactions
+            cmd |= {"role": "maintainer", "engine": drawn.engine,
+                    "rounds": int(rng.integers(3, 7) if shape.prior_rows != "false" else rng.integers(1, 4))}
+            if shape.prior_rows == "lookup":  # clusterings look up: more of them, between fewer compactions
                 cmd |= {"rounds": int(rng.integers(5, 9)), "cluster_share": 0.75}
         else:
             cmd |= {"role": "reclaimer", "rounds": int(rng.integers(2, 7))}
         commands[name] = cmd
-    answers = workers.run(commands, SCENARIO_TIMEOUT)
-    mismatches = [f"seed {seed}: {name} failed: {a.get('error')}" for name, a in answers.items() if not a.get("ok")]
+    answers = workers.run(commands, SCENARIO_TIMEOUT, drawn.process_model)
+    mismatches = [f"seed {seed} ({shape.describe()}, {drawn.engine}, {drawn.process_model}): {name} failed: "
+                  f"{a.get('error')}" for name, a in answers.items() if not a.get("ok")]
     journal = [json.loads(line) for name in workers.names if (root / f"{name}.jsonl").exists()
                for line in (root / f"{name}.jsonl").read_text().splitlines()]
-    checker = Checker(uri, seed, journal, created0)
+    checker = Checker(uri, seed, journal, created0, drawn)
     checker.check()
-    return checker.versions, mismatches + checker.mismatches, checker.stats()
+    return checker.versions, mismatches + checker.mismatches, checker.stats() | shape_stats(drawn)
 
 
 class Checker:
     """Rebuilds the history from the journals and checks the table against it."""
 
-    def __init__(self, uri: str, seed: int, journal: list[dict[str, Any]], created0: str | None) -> None:
+    def __init__(self, uri: str, seed: int, journal: list[dict[str, Any]], created0: str | None, drawn: Draw
+                 ) -> None:
         self.uri, self.seed = uri, seed
+        self.drawn, self.shape = drawn, drawn.shape
         self.journal = journal
         self.mismatches: list[str] = []
         self.versions = 0
@@ -212,7 +239,8 @@ class Checker:
                 self.history[v] = standing[0][1]
 
     def fail(self, what: str) -> None:
-        self.mismatches.append(f"seed {self.seed}: {what}")
+        self.mismatches.append(f"seed {self.seed} ({self.shape.describe()}, maintenance {self.drawn.engine}, "
+                               f"{self.drawn.process_model}): {what}")
 
     def stats(self) -> dict[str, int]:
         outcomes = [r["outcome"] for r in self.ops]
@@ -224,19 +252,27 @@ class Checker:
                 "expires": sum(1 for r in self.ops if r["kind"] == "expire" and r.get("version") is not None),
                 "feeds": self.feeds, "feeds_from_prior_rows": self.feeds_from_prior_rows,
                 "feeds_with_changed_rows_from_prior_rows": self.feeds_with_changed_rows_from_prior_rows,
-                "prior_files": self.prior_files, "looked_up_files": self.looked_up_files}
+                "prior_files": self.prior_files, "looked_up_files": self.looked_up_files,
+                "maintenance planned": sum(1 for r in self.journal if r["type"] == "planned" and r["tasks"]),
+                "maintenance planned nothing": sum(1 for r in self.journal if r["type"] == "planned"
+                                                   and not r["tasks"]),
+                "maintenance": sum(1 for r in self.ops if r["kind"] == "maintenance" and r["outcome"] == "acked"),
+                f"maintenance on {self.drawn.engine}": sum(1 for r in self.ops if r["kind"] == "maintenance"
+                                                           and r["outcome"] == "acked"),
+                "maintenance tasks": sum(r.get("tasks", 0) for r in self.ops
+                                         if r["kind"] == "maintenance" and r["outcome"] == "acked")}
 
     def check(self) -> None:
         table = Table.open(self.uri)
         latest = table.version
         self._check_promises(latest)
-        states = self._model(latest)
-        oldest = self._check_reads(table, latest, states, count=True)
-        self._check_feeds(table, oldest, latest, states)
+        oracle = self._model(latest)
+        oldest = self._check_reads(table, latest, oracle, count=True)
+        self._check_feeds(table, oldest, latest, oracle)
         required = self._required_oldest()
         if oldest > required:
             self.fail(f"versions {required}..{oldest - 1} must be retained but cannot be read")
-        self._check_final_reclamation(states)
+        self._check_final_reclamation(oracle)
 
     def _check_promises(self, latest: int) -> None:
         missing = [v for v in range(latest + 1) if v not in self.history]
@@ -264,20 +300,16 @@ class Checker:
             if txn not in known:
                 self.fail(f"version {v} holds transaction {txn}, which no process made")
 
-    def _model(self, latest: int) -> dict[int, dict[Key, dict[str, Any]]]:
+    def _model(self, latest: int) -> Oracle:
         """The rows of every version: the data operations of the history applied in version order."""
         by_txn = {op["txns"][-1]: op for op in self.ops if op["txns"]}
-        rows: dict[Key, dict[str, Any]] = {}
-        states: dict[int, dict[Key, dict[str, Any]]] = {}
+        oracle = Oracle(self.shape)
         for v in range(latest + 1):
             op = by_txn.get(self.history.get(v, ""))
-            if op is not None:
-                apply(rows, op)
-            states[v] = dict(rows)
-        return states
+            apply(self.shape, oracle, v, op.get("rec") if op is not None else None)
+        return oracle
 
-    def _check_reads(self, table: Table, latest: int, states: dict[int, dict[Key, dict[str, Any]]], *,
-                     count: bool) -> int:
+    def _check_reads(self, table: Table, latest: int, oracle: Oracle, *, count: bool) -> int:
         """Compare every version that can be read with the model; returns the oldest that can."""
         v = latest
         while v >= 0:
@@ -288,17 +320,15 @@ class Checker:
             except Exception as exc:
                 self.fail(f"version {v} cannot be read: {type(exc).__name__}: {exc}")
                 break
-            found = {(r["ds"], r["id"]): r for r in got}
-            if len(found) != len(got) or found != states[v]:
-                self.fail(f"version {v} reads {len(got)} rows that differ from the model's {len(states[v])}: "
-                          f"{_diff(found, states[v])}")
+            problem = oracle.mismatch(v, got)
+            if problem is not None:
+                self.fail(problem)
             if count:
                 self.versions += 1
             v -= 1
         return v + 1
 
-    def _check_feeds(self, table: Table, oldest: int, latest: int, states: dict[int, dict[Key, dict[str, Any]]]
-                     ) -> None:
+    def _check_feeds(self, table: Table, oldest: int, latest: int, oracle: Oracle) -> None:
         """The change feed between random retained versions against the model's difference of their rows (in
         tables with prior rows too, whose feeds read what compactions stored)."""
         self.prior_files = len(table.snapshot().priors)
@@ -327,13 +357,13 @@ class Checker:
             try:
                 with patch.object(GroupPriors, "record", counted), patch.object(GroupPriors, "changed_rows",
                                                                                counted_rows):
-                    got = {(r["ds"], r["id"]): (r["_change"], r["name"]) for r in table.changes(a, b).to_pylist()}
+                    feed = table.changes(a, b)
             except Exception as exc:
                 self.fail(f"changes({a}, {b}) failed: {type(exc).__name__}: {exc}")
                 return
-            want = model_changes(states[a], states[b])
-            if got != want:
-                self.fail(f"changes({a}, {b}) differ from the model: {_diff(got, want)}")
+            problem = oracle.feed_mismatch(a, b, feed)
+            if problem is not None:
+                self.fail(problem)
             self.feeds += 1
             self.feeds_from_prior_rows += any(used)
             self.feeds_with_changed_rows_from_prior_rows += any(held)
@@ -351,7 +381,7 @@ class Checker:
     def _pinned(self) -> list[int]:
         return [op["pinned"] for op in self.ops if op["kind"] == "pin" and op["outcome"] == "acked"]
 
-    def _check_final_reclamation(self, states: dict[int, dict[Key, dict[str, Any]]]) -> None:
+    def _check_final_reclamation(self, oracle: Oracle) -> None:
         """No writer left: a reclamation without grace leaves exactly the files the retained versions read (and
         the prior-rows files of those that are BaseFiles)."""
         table = Table.open(self.uri)
@@ -362,12 +392,12 @@ class Checker:
             self.fail(f"the final reclamation failed: {type(exc).__name__}: {exc}")
             return
         table = Table.open(self.uri)
-        for v in range(max(states) + 1, table.version + 1):  # the reclamation's expire record changes no row
+        for v in range(max(oracle.versions) + 1, table.version + 1):  # the reclamation's expire record changes no row
             record = table.log.read_commit(v) or []
             if any(isinstance(a, AddFile | RemoveFile) for a in record):
                 self.fail(f"the final reclamation committed files at version {v}")
-            states[v] = states[v - 1]
-        oldest = self._check_reads(table, table.version, states, count=False)
+            oracle.unchanged(v)
+        oldest = self._check_reads(table, table.version, oracle, count=False)
         if self._pinned() and oldest > min(self._pinned()):
             self.fail(f"the final reclamation expired pinned version(s) {sorted(set(self._pinned()))}: the oldest "
                       f"readable version is {oldest}")
@@ -380,55 +410,14 @@ class Checker:
                       f"files needed but missing: {sorted(needed - on_disk)[:3]}")
 
 
-def apply(rows: dict[Key, dict[str, Any]], op: dict[str, Any]) -> None:
-    """One data operation on the model (maintenance and PURGE change no rows)."""
-    kind = op["kind"]
-    if kind == "upsert":
-        for r in op["rows"]:
-            rows[(r["ds"], r["id"])] = dict(r)
-    elif kind == "delete":
-        for r in op["rows"]:
-            rows.pop((r["ds"], r["id"]), None)
-    elif kind == "changes":
-        for r in op["rows"]:
-            key = (r["ds"], r["id"])
-            if r["op"] == 1:
-                rows.pop(key, None)
-            else:
-                rows[key] = {"id": r["id"], "name": r["name"], "ds": r["ds"]}
-    elif kind == "overwrite":
-        spec = op.get("partition")
-        for key in [k for k in rows if spec is None or k[0] == spec["ds"]]:
-            del rows[key]
-        for r in op["rows"]:
-            rows[(r["ds"], r["id"])] = dict(r)
-
-
-def model_changes(a: dict[Key, dict[str, Any]], b: dict[Key, dict[str, Any]]) -> dict[Key, tuple[str, Any]]:
-    """The net changes from rows ``a`` to rows ``b``: key -> (kind, the name after, or before a delete)."""
-    out: dict[Key, tuple[str, Any]] = {}
-    for k in a.keys() | b.keys():
-        if k not in a:
-            out[k] = ("insert", b[k]["name"])
-        elif k not in b:
-            out[k] = ("delete", a[k]["name"])
-        elif a[k]["name"] != b[k]["name"]:
-            out[k] = ("update", b[k]["name"])
-    return out
-
-
-def _diff(got: dict[Key, Any], want: dict[Key, Any]) -> str:
-    extra = sorted(set(got) - set(want))[:3]
-    lost = sorted(set(want) - set(got))[:3]
-    changed = sorted(k for k in set(got) & set(want) if got[k] != want[k])[:3]
-    return f"unexpected {extra}, missing {lost}, changed {changed}"
-
-
 def run(n: int, seed: int, base: Path, *, progress: Callable[[Result], None] | None = None,
-        table_base: str | None = None, env: dict[str, str] | None = None, writers: int = WRITERS) -> Result:
+        table_base: str | None = None, env: dict[str, str] | None = None, writers: int = WRITERS,
+        spark_share: float = SPARK_SHARE, every_process_model: bool = False) -> Result:
     """Run ``n`` scenarios with seeds derived from ``seed``; each local table is deleted once checked.
 
     ``table_base``: put the tables there instead (``s3://bucket``), the workers' environment extended by ``env``.
+    ``spark_share``: the share of scenarios whose maintenance is forced onto Spark. ``every_process_model``: the
+    process models in turn rather than drawn (a short run then has each).
     """
     result = Result()
     workers = Workers(writers, env)
@@ -437,7 +426,8 @@ def run(n: int, seed: int, base: Path, *, progress: Callable[[Result], None] | N
             root = base / f"scenario-{seed}-{i}"
             root.mkdir(parents=True, exist_ok=True)
             uri = f"{table_base.rstrip('/')}/scenario-{seed}-{i}/t" if table_base else None
-            versions, mismatches, stats = scenario(workers, root, seed * 1_000_003 + i, uri)
+            model = PROCESS_MODELS[i % len(PROCESS_MODELS)] if every_process_model else None
+            versions, mismatches, stats = scenario(workers, root, seed * 1_000_003 + i, uri, spark_share, model)
             result.scenarios += 1
             result.versions += versions
             result.mismatches += mismatches

@@ -1,17 +1,20 @@
-"""A process of the model check: a writer, the maintainer or the reclaimer of one table at a time.
+"""A process of the model check: writers, the maintainer or the reclaimer of one table at a time.
 
 It reads one JSON command per line on stdin and answers one JSON line on stdout when the command is done,
-so one process serves many scenarios (starting Python with pyarrow costs more than a scenario). Each
-scenario names a journal file this process appends to, one JSON object per line:
+so one process serves many scenarios (starting Python with pyarrow costs more than a scenario). A command is
+one role of a scenario (``spawn``: each role in a process of its own), or several roles to run in threads of
+this process (``threads``) or in children forked from it (``fork``). Each role appends to its journal file,
+one JSON object per line:
 
-* ``{"type": "created", "version": v, "txn": id, "t": ns}``: a commit file this process really created
+* ``{"type": "created", "version": v, "txn": id, "t": ns}``: a commit file this role really created
   (seen below the fault layer, so also when the storage then reported a failure);
 * ``{"type": "ghost", "version": v, "txn": id}``: a commit file of its own that it found to be no part of
   the history (published into history reclamation had removed) and took back;
-* ``{"type": "op", ...}``: one operation, its data, the transaction ids it used, and what it was told:
-  ``acked`` (with the version), ``unknown`` (CommitStateUnknownError), ``not_landed`` (any other
-  CommitError: it certainly did not land) or ``error`` (any other error; for a writer that too means its
-  commit did not land, since nothing after a landed commit can raise; a PURGE can fail after its commit).
+* ``{"type": "op", ...}``: one operation, its data (:func:`model_ops.record`), the transaction ids it used,
+  and what it was told: ``acked`` (with the version), ``unknown`` (CommitStateUnknownError), ``not_landed``
+  (any other CommitError: it certainly did not land) or ``error`` (any other error; for a writer that too
+  means its commit did not land, since nothing after a landed commit can raise; a PURGE can fail after its
+  commit).
 
 Usage: ``python model_worker.py`` (commands on stdin, see :func:`run_scenario`).
 """
@@ -19,6 +22,7 @@ Usage: ``python model_worker.py`` (commands on stdin, see :func:`run_scenario`).
 from __future__ import annotations
 
 import json
+import multiprocessing
 import sys
 import threading
 import time
@@ -29,9 +33,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from model_ops import batch, record, shape_of
+from shapes import Shape
 
 from maintd import CommitError, CommitStateUnknownError, RetryPolicy, Table, errors
-from maintd.execution import ExecutionOptions, PlanDoc, PlanTaskDoc, commit_rewrites, execute
+from maintd.execution import ExecutionOptions, run_plan
+from maintd.planner import Policy, default_policy, with_overrides
+from maintd.planner import plan as plan_maintenance
 from maintd.reclaim import plan_reclamation, purge_table
 from maintd.reclaim.engine import execute_plan
 from maintd.reclaim.retention import record_expiry
@@ -59,13 +67,40 @@ class Journal:
         self.fh.close()
 
 
-JOURNAL: Journal | None = None
-PLAN: FaultPlan | None = None
-BLACKOUT: tuple[float, np.random.Generator] | None = None
-"""(probability, generator): after a commit file is created, with that probability the next reads of the
-log all fail for a while (an outage right after a publish: whether it landed may not be knowable)."""
-TXNS: list[str] = []
-"""Transaction ids created by the current operation (several for maintenance after a conflict)."""
+class Context:
+    """One role's scenario state: its journal, fault plan and the transactions of its current operation.
+
+    Bound to the thread that runs the role (several roles share a process in the ``thread`` process model);
+    the fault plan's observer carries its own, since storage calls may come from other threads."""
+
+    def __init__(self, cmd: dict[str, Any]) -> None:
+        self.journal = Journal(cmd["journal"])
+        self.plan = FaultPlan.from_json(cmd["faults"], observer=self.observe)
+        self.blackout = (float(cmd.get("blackout", 0.0)), np.random.default_rng(cmd["seed"] + 1))
+        """(probability, generator): after a commit file is created, with that probability the next reads of
+        the log all fail for a while (an outage right after a publish: whether it landed may not be knowable)."""
+        self.txns: list[str] = []
+        """Transaction ids created by the current operation (several for maintenance after a conflict)."""
+
+    def observe(self, op: str, path: str, data: bytes | None, result: Any) -> None:
+        """Journal every commit file really created (the fault layer may then report a failure)."""
+        parsed = parse_log_name(path)
+        if op != "put_if_absent" or result is not True or parsed is None or parsed[0] != "commit" or data is None:
+            return
+        txn = commit_txn_id(decode_commit(data, uri="", path=path, version=parsed[1]))
+        self.journal.write(type="created", version=parsed[1], txn=txn, t=time.time_ns())
+        if self.blackout[1].random() < self.blackout[0]:
+            self.plan.add(Fault("fail", op="read", path="_log/*", times=60),
+                          Fault("fail", op="exists", path="_log/*", times=60))
+
+
+_LOCAL = threading.local()
+
+
+def context() -> Context:
+    ctx: Context = _LOCAL.ctx
+    return ctx
+
 
 _new_txn = transaction.Transaction.__init__
 _take_back = landing.Attempt._take_back
@@ -73,30 +108,20 @@ _take_back = landing.Attempt._take_back
 
 def _tracked_init(self: transaction.Transaction, *args: Any, **kwargs: Any) -> None:
     _new_txn(self, *args, **kwargs)
-    TXNS.append(self.txn_id)
+    ctx = getattr(_LOCAL, "ctx", None)
+    if ctx is not None:
+        ctx.txns.append(self.txn_id)
 
 
 def _tracked_take_back(self: landing.Attempt) -> None:
-    if JOURNAL is not None:
-        JOURNAL.write(type="ghost", version=self.version, txn=self.txn_id)
+    ctx = getattr(_LOCAL, "ctx", None)
+    if ctx is not None:
+        ctx.journal.write(type="ghost", version=self.version, txn=self.txn_id)
     _take_back(self)
 
 
 transaction.Transaction.__init__ = _tracked_init  # type: ignore[method-assign]
 landing.Attempt._take_back = _tracked_take_back  # type: ignore[method-assign]
-
-
-def observe(op: str, path: str, data: bytes | None, result: Any) -> None:
-    """Journal every commit file really created (the fault layer may then report a failure)."""
-    parsed = parse_log_name(path)
-    if op != "put_if_absent" or result is not True or parsed is None or parsed[0] != "commit" or data is None:
-        return
-    txn = commit_txn_id(decode_commit(data, uri="", path=path, version=parsed[1]))
-    assert JOURNAL is not None
-    JOURNAL.write(type="created", version=parsed[1], txn=txn, t=time.time_ns())
-    if BLACKOUT is not None and PLAN is not None and BLACKOUT[1].random() < BLACKOUT[0]:
-        PLAN.add(Fault("fail", op="read", path="_log/*", times=60), Fault("fail", op="exists", path="_log/*",
-                                                                           times=60))
 
 
 def _table(uri: str, plan: FaultPlan) -> Table:
@@ -105,50 +130,39 @@ def _table(uri: str, plan: FaultPlan) -> Table:
 
 def _op(kind: str, call: Any, **details: Any) -> None:
     """Run one operation and journal what it was told."""
-    TXNS.clear()
+    ctx = context()
+    ctx.txns.clear()
     try:
         version = call()
     except CommitStateUnknownError as exc:
-        JOURNAL.write(type="op", kind=kind, outcome="unknown", txns=list(TXNS), error=str(exc), **details)  # type: ignore[union-attr]
+        ctx.journal.write(type="op", kind=kind, outcome="unknown", txns=list(ctx.txns), error=str(exc), **details)
         return
     except Exception as exc:
         outcome = "not_landed" if isinstance(exc, CommitError) else "error"
-        JOURNAL.write(type="op", kind=kind, outcome=outcome, txns=list(TXNS),  # type: ignore[union-attr]
-                      error=f"{type(exc).__name__}: {exc}", **details)
+        ctx.journal.write(type="op", kind=kind, outcome=outcome, txns=list(ctx.txns),
+                          error=f"{type(exc).__name__}: {exc}", **details)
         return
-    JOURNAL.write(type="op", kind=kind, outcome="acked", version=version, txns=list(TXNS), **details)  # type: ignore[union-attr]
+    ctx.journal.write(type="op", kind=kind, outcome="acked", version=version, txns=list(ctx.txns), **details)
 
 
 # -- the roles ------------------------------------------------------------------------------------------------------
 
 
-def writer(uri: str, plan: FaultPlan, rng: np.random.Generator, ops: int, offset: int) -> None:
+def writer(uri: str, shape: Shape, plan: FaultPlan, rng: np.random.Generator, ops: int, offset: int) -> None:
+    """Upserts, deletes, mixed changes and overwrites (of a partition, or of the table) of rows of ``shape``."""
     table = _table(uri, plan)
     for _ in range(ops):
         kind = str(rng.choice(["upsert", "upsert", "delete", "changes", "overwrite"], p=[0.3, 0.15, 0.2, 0.25, 0.1]))
-        n = int(rng.integers(1, 8))
-        keys = [int(k) for k in rng.integers(0, 40, n)]
-        ds = [str(d) for d in rng.choice(["a", "b"], n)]
-        names = [f"w{offset}-{int(rng.integers(1000))}" for _ in keys]
+        rec = record(kind, rng, offset)
+        data, spec = batch(shape, rec)
         if kind == "upsert":
-            rows = [{"id": k, "name": m, "ds": d} for k, m, d in zip(keys, names, ds, strict=True)]
-            _op(kind, lambda rows=rows: table.upsert(pa.Table.from_pylist(rows)), rows=rows)
+            _op(kind, lambda data=data: table.upsert(data), rec=rec)
         elif kind == "delete":
-            rows = [{"id": k, "ds": d} for k, d in zip(keys, ds, strict=True)]
-            _op(kind, lambda rows=rows: table.delete(pa.Table.from_pylist(rows)), rows=rows)
+            _op(kind, lambda data=data: table.delete(data), rec=rec)
         elif kind == "changes":
-            ops_ = [int(o) for o in rng.integers(0, 2, n)]
-            rows = [{"id": k, "name": m, "ds": d, "op": o} for k, m, d, o in zip(keys, names, ds, ops_, strict=True)]
-            batch = pa.Table.from_pylist(rows).cast(pa.schema([("id", pa.int64()), ("name", pa.string()),
-                                                               ("ds", pa.string()), ("op", pa.int8())]))
-            _op(kind, lambda batch=batch: table.write_changes(batch, "op"), rows=rows)
+            _op(kind, lambda data=data: table.write_changes(data, "op"), rec=rec)
         else:
-            part = str(rng.choice(["a", "b", "*"]))
-            rows = [{"id": k, "name": m, "ds": part if part != "*" else d}
-                    for k, m, d in zip(keys, names, ds, strict=True)]
-            spec = None if part == "*" else {"ds": part}
-            _op(kind, lambda rows=rows, spec=spec: table.overwrite(pa.Table.from_pylist(rows), partition=spec),
-                rows=rows, partition=spec)
+            _op(kind, lambda data=data, spec=spec: table.overwrite(data, partition=spec), rec=rec)
         time.sleep(float(rng.uniform(0, 0.01)))
 
 
@@ -158,34 +172,64 @@ EXECUTIONS = (ExecutionOptions(), ExecutionOptions(task_input_bytes=2_000),
 merge through spilled runs (a budget of 40 KB)."""
 
 
-def maintainer(uri: str, plan: FaultPlan, rng: np.random.Generator, rounds: int, cluster_share: float = 0.5) -> None:
+def policy(kind: str, rng: np.random.Generator) -> Policy:
+    """A policy that plans clustering (level 0 to 1) or compaction of any bucket with two files or more;
+    compactions into one BaseFile per bucket or several of about 1.5 KB (so later ones rewrite several, and
+    key ranges fall below or above them)."""
+    if kind == "cluster":
+        return with_overrides(default_policy(), {"clustering": {"level1": {"min_files": 2}},
+                                                 "compaction": {"enabled": False}})
+    target = int(rng.choice([1_500, 64 << 20]))
+    return with_overrides(default_policy(), {"clustering": {"enabled": False},
+                                             "compaction": {"max_delta_files": 1, "min_interval_hours": 0,
+                                                            "target_file_bytes": target}})
+
+
+SPARK: Any = None
+
+
+def spark() -> Any:
+    """A local SparkSession of this process (one core: the machine runs the writers too), made on first use."""
+    global SPARK
+    if SPARK is None:
+        from maintd.execution import spark_session
+
+        SPARK = spark_session(conf={"spark.master": "local[1]", "spark.driver.memory": "512m",
+                                    "spark.sql.shuffle.partitions": "1", "spark.default.parallelism": "1",
+                                    "spark.ui.enabled": "false"})
+    return SPARK
+
+
+def maintainer(uri: str, plan: FaultPlan, rng: np.random.Generator, rounds: int, engine: str,
+               cluster_share: float = 0.5) -> None:
+    """maintd's own maintenance: the planner on the latest snapshot, then execution (in process, in worker
+    processes or threads, or forced onto Spark) and the commit, as ``maintd run`` and the daemon do it."""
     table = _table(uri, plan)
     for _ in range(rounds):
-        time.sleep(float(rng.uniform(0, 0.1)))
+        time.sleep(float(rng.uniform(0, 0.25)))  # the writers' operations take some 10 to 50 ms each
         kind = "cluster" if rng.random() < cluster_share else "compact"
-        # a compaction as one unit, split into key ranges, or split with units that spill; into one BaseFile
-        # per bucket or several (so later ones rewrite several, and key ranges fall below or above them)
-        options = EXECUTIONS[int(rng.integers(len(EXECUTIONS)))]
-        target = None if kind == "cluster" or rng.random() < 0.5 else 1_500
+        chosen = policy(kind, rng)
+        options = EXECUTIONS[int(rng.integers(len(EXECUTIONS)))].model_copy(update={
+            # Spark forced: no plan is small enough to run in process; in process: every plan is
+            "in_process_max_bytes": 0 if engine == "spark" else 1 << 40,
+            "in_process_workers": str(rng.choice(["processes", "threads"])),
+            # one commit per run, so that one operation is one commit (or none)
+            "commit_max_tasks": 1 << 20, "commit_interval_seconds": 3600.0})
         try:
             snap = table.snapshot()
+            made = plan_maintenance(snap, chosen, datetime.now(UTC), table.uri)
         except Exception as exc:
-            JOURNAL.write(type="op", kind="maintenance", outcome="failed", txns=[], error=str(exc))  # type: ignore[union-attr]
+            context().journal.write(type="op", kind="maintenance", outcome="failed", txns=[], error=str(exc))
             continue
-        tasks = []
-        for (part, bucket), files in sorted(snap.by_bucket().items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
-            inputs = [f.path for f in files if kind == "compact" or (f.kind == "delta" and f.level == 0)]
-            if len(inputs) >= 2 and rng.random() < 0.7:
-                tasks.append(PlanTaskDoc(task_id=f"{kind}-{dict(part)}-{bucket}", kind=kind,  # type: ignore[arg-type]
-                                         partition=dict(part), bucket=bucket,
-                                         target_level=1 if kind == "cluster" else None, inputs=tuple(inputs),
-                                         target_file_bytes=target))
-        if not tasks:
+        context().journal.write(type="planned", kind=kind, tasks=len(made.tasks))
+        if not made.tasks:
             continue
-        doc = PlanDoc(table_uri=table.uri, read_version=snap.version, tasks=tuple(tasks))
+        session = spark() if engine == "spark" else None
 
-        def run(doc: PlanDoc = doc, options: ExecutionOptions = options) -> int:
-            outcome = commit_rewrites(table, doc, execute(doc, table, None, options))
+        def run(made: Any = made, options: ExecutionOptions = options, session: Any = session) -> int:
+            report = run_plan(made, table, session, options, commit=True)
+            outcome = report.outcome
+            assert outcome is not None and report.engine == engine, (report.engine, engine)
             if outcome.version is None:
                 error = getattr(errors, outcome.error_type or "", None)
                 if isinstance(error, type) and issubclass(error, CommitError) and error is not CommitStateUnknownError:
@@ -193,7 +237,7 @@ def maintainer(uri: str, plan: FaultPlan, rng: np.random.Generator, rounds: int,
                 raise RuntimeError(outcome.error or "no task committed")
             return outcome.version
 
-        _op("maintenance", run)
+        _op("maintenance", run, engine=engine, tasks=len(made.tasks))
 
 
 PIN_TTL = timedelta(hours=3)
@@ -206,7 +250,7 @@ def pinner(table: Table, rng: np.random.Generator) -> None:
     try:
         latest = table.snapshot().version
     except Exception as exc:
-        JOURNAL.write(type="op", kind="pin", outcome="failed", txns=[], error=str(exc))  # type: ignore[union-attr]
+        context().journal.write(type="op", kind="pin", outcome="failed", txns=[], error=str(exc))
         return
     version = max(0, latest - int(rng.integers(0, 4)))
 
@@ -222,9 +266,9 @@ def reclaim(table: Table, now: datetime, grace: timedelta) -> None:
     try:
         planned = plan_reclamation(table, now=now, orphan_grace=grace)
     except Exception as exc:
-        JOURNAL.write(type="reclaim", error=f"{type(exc).__name__}: {exc}")  # type: ignore[union-attr]
+        context().journal.write(type="reclaim", error=f"{type(exc).__name__}: {exc}")
         return
-    JOURNAL.write(type="reclaim", oldest_retained=planned.oldest_retained_version)  # type: ignore[union-attr]
+    context().journal.write(type="reclaim", oldest_retained=planned.oldest_retained_version)
     landed: list[int | None] = []
 
     def expire() -> int | None:
@@ -237,7 +281,7 @@ def reclaim(table: Table, now: datetime, grace: timedelta) -> None:
     try:
         execute_plan(table, planned)
     except Exception as exc:
-        JOURNAL.write(type="reclaim", error=f"{type(exc).__name__}: {exc}")  # type: ignore[union-attr]
+        context().journal.write(type="reclaim", error=f"{type(exc).__name__}: {exc}")
 
 
 def reclaimer(uri: str, plan: FaultPlan, rng: np.random.Generator, rounds: int) -> None:
@@ -258,22 +302,91 @@ def reclaimer(uri: str, plan: FaultPlan, rng: np.random.Generator, rounds: int) 
 
 
 def run_scenario(cmd: dict[str, Any]) -> None:
-    """Run one role of one scenario: ``role``, ``uri``, ``journal``, ``seed``, ``faults`` (a FaultPlan as JSON)."""
-    global JOURNAL, PLAN, BLACKOUT
-    JOURNAL = Journal(cmd["journal"])
-    plan = PLAN = FaultPlan.from_json(cmd["faults"], observer=observe)
+    """Run one role of one scenario: ``role``, ``uri``, ``journal``, ``seed``, ``faults`` (a FaultPlan as JSON),
+    ``shape`` (the seed of the table's shape, :func:`model_ops.shape_of`)."""
+    ctx = _LOCAL.ctx = Context(cmd)
     rng = np.random.default_rng(cmd["seed"])
-    BLACKOUT = (float(cmd.get("blackout", 0.0)), np.random.default_rng(cmd["seed"] + 1))
     try:
         if cmd["role"] == "writer":
-            writer(cmd["uri"], plan, rng, cmd["ops"], cmd["offset"])
+            writer(cmd["uri"], shape_of(cmd["shape"]), ctx.plan, rng, cmd["ops"], cmd["offset"])
         elif cmd["role"] == "maintainer":
-            maintainer(cmd["uri"], plan, rng, cmd["rounds"], cmd.get("cluster_share", 0.5))
+            maintainer(cmd["uri"], ctx.plan, rng, cmd["rounds"], cmd.get("engine", "in-process"),
+                       cmd.get("cluster_share", 0.5))
         else:
-            reclaimer(cmd["uri"], plan, rng, cmd["rounds"])
+            reclaimer(cmd["uri"], ctx.plan, rng, cmd["rounds"])
     finally:
-        JOURNAL.close()
-        JOURNAL, PLAN, BLACKOUT = None, None, None
+        ctx.journal.close()
+        _LOCAL.ctx = None
+
+
+def answer(cmd: dict[str, Any]) -> dict[str, Any]:
+    try:
+        run_scenario(cmd)
+        return {"ok": True}
+    except Exception:
+        return {"ok": False, "error": traceback.format_exc()}
+
+
+def in_threads(roles: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every role in a thread of this process, at once."""
+    answers: dict[str, dict[str, Any]] = {}
+
+    def run(name: str, cmd: dict[str, Any]) -> None:
+        answers[name] = answer(cmd)
+
+    threads = [threading.Thread(target=run, args=item, name=item[0]) for item in roles.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return answers
+
+
+def _child(cmd: dict[str, Any], conn: Any) -> None:
+    conn.send(answer(cmd))
+    conn.close()
+
+
+WARMED: set[str] = set()
+
+
+def warm(uri: str, scratch: Path) -> None:
+    """Use the table's storage, and write to a table of its own, in this process before it forks: a child must
+    not inherit thread pools, object-store clients or runtimes broken (maintd resets them at fork)."""
+    if "scratch" not in WARMED:
+        t = Table.create(str(scratch / "warm"), "id:int64!,v:string", primary_key="id", buckets=2)
+        t.upsert(pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}))
+        WARMED.add("scratch")
+    table = Table.open(uri)
+    table.read()
+
+
+def in_forked_children(roles: dict[str, dict[str, Any]], timeout: float) -> dict[str, dict[str, Any]]:
+    """Every role in a child forked (multiprocessing's fork context) from this process, which has written to a
+    table and read the scenario's (its pools and clients in use) just before."""
+    first = next(iter(roles.values()))
+    warm(first["uri"], Path(first["journal"]).parent)
+    mp = multiprocessing.get_context("fork")
+    children = {}
+    for name, cmd in roles.items():
+        parent, child = mp.Pipe(duplex=False)
+        proc = mp.Process(target=_child, args=(cmd, child), name=name)
+        proc.start()
+        child.close()
+        children[name] = (proc, parent)
+    answers: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout
+    for name, (proc, conn) in children.items():
+        if conn.poll(max(0.0, deadline - time.monotonic())):
+            try:
+                answers[name] = conn.recv()
+            except EOFError:
+                answers[name] = {"ok": False, "error": f"forked {name} died (exit code {proc.exitcode})"}
+        else:
+            answers[name] = {"ok": False, "error": f"forked {name} {'died' if not proc.is_alive() else 'hung'}"}
+            proc.kill()
+        proc.join(5)
+    return answers
 
 
 def main() -> None:
@@ -284,12 +397,13 @@ def main() -> None:
         cmd = json.loads(line)
         if cmd.get("cmd") == "exit":
             return
-        try:
-            run_scenario(cmd)
-            answer: dict[str, Any] = {"ok": True}
-        except Exception:
-            answer = {"ok": False, "error": traceback.format_exc()}
-        sys.stdout.write(json.dumps(answer) + "\n")
+        if cmd.get("cmd") == "threads":
+            out: dict[str, Any] = {"roles": in_threads(cmd["roles"])}
+        elif cmd.get("cmd") == "fork":
+            out = {"roles": in_forked_children(cmd["roles"], cmd["timeout"])}
+        else:
+            out = answer(cmd)
+        sys.stdout.write(json.dumps(out) + "\n")
         sys.stdout.flush()
 
 

@@ -22,7 +22,8 @@ SEED = int(os.environ.get("MAINTD_MODEL_SEED", "20260105"))
 
 @pytest.mark.slow
 def test_random_scenarios_on_azure_match_the_model(tmp_path: Path, azure_root: str, azure_server: Any) -> None:
-    result = run(SCENARIOS, SEED + 11, tmp_path, table_base=azure_root, env=azure_server.env)
+    result = run(SCENARIOS, SEED + 11, tmp_path, table_base=azure_root, env=azure_server.env, spark_share=0.0,
+                 every_process_model=True)
     print(result.line(), result.stats)
     assert not result.mismatches, "\n".join(result.mismatches)
     assert result.scenarios == SCENARIOS and result.versions >= 3 * SCENARIOS

@@ -1,7 +1,8 @@
 """The model check on S3 (a moto server started by the tests): a bounded run in CI.
 
-The same random scenarios as on local disk (three writer processes, a maintainer and a reclaimer on a
-storage that fails, stalls and loses answers at random, every retained version checked against the model,
+The same random scenarios as on local disk (tables of random shapes; three writers in each process model:
+processes of their own, threads, children forked from a process that used the bucket; a maintainer and a
+reclaimer on a storage that fails, stalls and loses answers at random, every retained version checked against the model,
 every acknowledged commit at its version, no commit reported as not landed in the history), with the
 tables in a bucket: commits are conditional puts, ambiguous answers are settled by reading back.
 ``MAINTD_MODEL_S3_SCENARIOS`` changes the count.
@@ -22,11 +23,14 @@ SEED = int(os.environ.get("MAINTD_MODEL_SEED", "20260105"))
 
 @pytest.mark.slow
 def test_random_scenarios_on_s3_match_the_model(tmp_path: Path, s3_root: str, s3_server: Any) -> None:
-    result = run(SCENARIOS, SEED + 7, tmp_path, table_base=s3_root, env=s3_server.env)
+    result = run(SCENARIOS, SEED + 7, tmp_path, table_base=s3_root, env=s3_server.env, spark_share=0.0,
+                 every_process_model=True)
     print(result.line(), result.stats)
     assert not result.mismatches, "\n".join(result.mismatches)
     assert result.scenarios == SCENARIOS and result.versions >= 3 * SCENARIOS
     assert result.stats["acked"] > 5 * SCENARIOS, result.stats
+    if SCENARIOS >= 3:  # writers in processes of their own, in threads, and forked from a process using the bucket
+        assert all(result.stats.get(f"process model {m}") for m in ("spawn", "thread", "fork")), result.stats
 
 
 @pytest.mark.slow
@@ -38,7 +42,7 @@ def test_random_scenarios_on_an_s3_bucket_with_the_habits_of_real_stores_match_t
     s3_server.set_modes(s3_root[len("s3://"):], unordered=True, conflicts=True, slow_ms=20, slow_methods=["PUT"],
                         slow_keys="/_log/")
     scenarios = max(1, SCENARIOS - 1)
-    result = run(scenarios, SEED + 11, tmp_path, table_base=s3_root, env=s3_server.env)
+    result = run(scenarios, SEED + 11, tmp_path, table_base=s3_root, env=s3_server.env, spark_share=0.0)
     print(result.line(), result.stats)
     assert not result.mismatches, "\n".join(result.mismatches)
     assert result.scenarios == scenarios and result.versions >= 3 * scenarios
