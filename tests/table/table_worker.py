@@ -6,8 +6,8 @@ runs its role and writes what happened to ``OUT_FILE`` as JSON: one entry per at
 committed version or the conflict raised (its class, the winning version and operation).
 
 Roles: ``append`` (upserts of overlapping keys; after a conflict it re-reads and tries again, as an
-application would), ``properties`` (property changes), ``rewrite`` (compaction of the bucket with
-the most files, a ``data_change=false`` replace of files), and ``hang-before-commit`` /
+application would), ``properties`` (property changes), ``rewrite`` (compaction by maintd's own maintenance:
+planner, execution, commit; a ``data_change=false`` replace of files), and ``hang-before-commit`` /
 ``hang-in-publish`` (write data, then block before committing or inside the put-if-absent of the
 commit file, to be killed).
 """
@@ -19,13 +19,15 @@ import os
 import random
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from table_helpers import groups, rewrite_bucket
 
 from maintd import CommitConflictError, RetryPolicy, Table, Transaction
+from maintd.execution import ExecutionOptions, run_plan
+from maintd.planner import default_policy, plan, with_overrides
 
 RETRY = RetryPolicy(max_attempts=500, base_delay=0.002, max_delay=0.05, total_timeout=60.0)
 KEYS = 40
@@ -60,10 +62,25 @@ def properties(table: Table, count: int, rng: random.Random) -> list[dict[str, A
     return out
 
 
+COMPACT = with_overrides(default_policy(), {"clustering": {"enabled": False},
+                                            "compaction": {"max_delta_files": 1, "min_interval_hours": 0}})
+"""Compact every bucket of two files or more (the planner's own rules otherwise)."""
+
+
+def winner(table: Table, read_version: int, error: str) -> dict[str, Any]:
+    """The conflict a maintenance run reported, with the commit it lost to: the first commit after the version
+    it read that conflicts with a compaction (a change of metadata; files of its inputs removed)."""
+    for entry in sorted(table.history(), key=lambda h: h.version):
+        if entry.version > read_version and entry.operation not in ("UPSERT", "DELETE", "WRITE CHANGES"):
+            return {"error": error, "winner_version": entry.version, "winner_operation": entry.operation}
+    raise AssertionError(f"{error} reported, but no commit after version {read_version} conflicts")
+
+
 def rewrite(table: Table, count: int, rng: random.Random) -> list[dict[str, Any]]:
-    """Compactions that each read the version *before* the newest commit of another process (waiting up to
-    10 s for one), so that each commit has to get past a concurrent commit: it retries or conflicts.
-    ``raced`` says so; ``attempts`` is how many versions the commit tried."""
+    """Compactions by maintd's own maintenance (the planner, then execution in local worker processes and the
+    commit, as ``maintd run`` does), each planned on the version *before* the newest commit of another process
+    (waiting up to 10 s for one), so that each commit has to get past a concurrent commit: it retries or
+    conflicts. ``raced`` says so; ``attempts`` is how many versions the commit tried."""
     out: list[dict[str, Any]] = []
     own: set[int] = set()
     done = 0
@@ -76,18 +93,24 @@ def rewrite(table: Table, count: int, rng: random.Random) -> list[dict[str, Any]
             latest = table.snapshot().version
         raced = latest not in own and latest >= 2
         snap = table.snapshot(latest - 1 if raced else latest)
-        by_bucket = snap.by_bucket()
-        busiest = max(groups(snap), key=lambda g: len(by_bucket[g]))
-        prepared = rewrite_bucket(table, snap, busiest, "compact")
-        if prepared is None:
+        made = plan(snap, COMPACT, datetime.now(UTC), table.uri)
+        if not made.tasks:
             continue
-        try:
-            version = prepared.commit()
-            own.add(version)
-            out.append({"version": version, "raced": raced, "attempts": prepared.txn.attempts})
+        report = run_plan(made, table, None, ExecutionOptions(), commit=True)
+        outcome = report.outcome
+        assert outcome is not None and report.engine == "in-process", report
+        failed = [r.error for r in report.results if not r.ok]
+        assert not failed, failed
+        attempts = outcome.retries + 1
+        if outcome.version is not None:
+            own.update(outcome.versions)
+            out.append({"version": outcome.version, "raced": raced, "attempts": attempts})
             done += 1
-        except CommitConflictError as exc:
-            out.append(conflict(exc) | {"raced": raced, "attempts": prepared.txn.attempts})
+        elif outcome.conflict_types:
+            out.append(winner(table, snap.version, outcome.conflict_types[-1]) | {"raced": raced,
+                                                                                 "attempts": attempts})
+        else:
+            raise RuntimeError(f"maintenance failed: {outcome.error}")
     return out
 
 
