@@ -7,9 +7,9 @@ distinct values), the buckets (1 to 16) and the properties (``changes.prior.rows
 checks that prove maintd correct draw the shape as well as the data: a test that only ever builds one shape
 proves that shape.
 
-* :func:`random_shape` draws one from a seeded generator; :data:`MATRIX` is a fixed list of named shapes that
-  covers every dimension (each key type, a partition column first, last and in the middle of the key, two
-  partition columns both in the key, ...).
+* :func:`random_shape` draws one from a seeded generator (:func:`shapes`: as a hypothesis strategy);
+  :data:`MATRIX` is a fixed list of named shapes that covers every dimension (each key type, a partition
+  column first, last and in the middle of the key, two partition columns both in the key, ...).
 * :meth:`Shape.rows` draws rows for a pool of keys: a key's partition values are a function of the key (as a
   writer's would be), so keys collide across operations.
 * :class:`Oracle` is the specification in executable form: the rows of every version, from the operations
@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from hypothesis import strategies as st
 
 from maintd import Table
 from maintd.table.schema import TYPES
@@ -246,6 +247,21 @@ def random_shape(rng: np.random.Generator, name: str = "random") -> Shape:
                  prior_rows=str(rng.choice(PRIOR_ROWS)), nullable_values=bool(rng.random() < 0.8))
 
 
+def shapes(*, narrow: bool = False) -> st.SearchStrategy[Shape]:
+    """A hypothesis strategy of shapes: a seed drawn by hypothesis, the shape by :func:`random_shape` (so every
+    dimension is drawn, and a failing example names its seed: ``shape-SEED``). ``narrow``: at most 8 columns,
+    for tests whose examples would be slow with 30 and more."""
+    def of(seed: int) -> Shape:
+        shape = random_shape(np.random.default_rng(seed), f"shape-{seed}")
+        if narrow and len(shape.columns) > 8:
+            keep = [c for c in shape.columns if c.role in ("key", "partition") or c.name in ("v0", "v1", "t0")]
+            shape = Shape(shape.name, tuple(keep), shape.primary_key, shape.partition_by, shape.buckets,
+                          shape.prior_rows, shape.properties)
+        return shape
+
+    return st.integers(0, 2**32 - 1).map(of)
+
+
 MATRIX: tuple[Shape, ...] = (
     build("int64 key, one string partition", [("id", "int64")], [("ds", "string")]),
     build("key (id, ds), partitioned by ds", [("id", "int64")], [("ds", "string")], key_partitions=["ds"]),
@@ -367,4 +383,4 @@ def _diff(got: Mapping[Identity, Any], want: Mapping[Identity, Any], what: str) 
 
 
 __all__ = ["KEY_TYPES", "MATRIX", "PARTITION_TYPES", "PRIOR_ROWS", "Column", "Oracle", "Shape", "build",
-           "canonical", "key_value", "random_shape"]
+           "canonical", "key_value", "random_shape", "shapes"]

@@ -1,10 +1,11 @@
 """Killing ``maintd gc``, ``maintd purge`` and ``maintd run`` with SIGKILL at storage operations, and what
 must hold afterwards (used by ``test_cli_crashes.py`` and ``scripts/crash_sweep.py``).
 
-The table has a known history: 40 versions six hours apart (upserts into two partitions, deletes, partition
-overwrites) ending an hour ago, 168 hours of retention (so the first ones have expired), a checkpoint every
-4 versions, many small files per bucket (maintenance has work) and two orphans three hours old. The rows of
-every version are recorded as it is committed. After a command is killed anywhere:
+The table, of a given shape (tests/shapes.py: the sweep draws one per seed), has a known history: 40
+versions six hours apart (upserts, deletes, overwrites of a partition or of the table) ending an hour ago,
+168 hours of retention (so the first ones have expired), a checkpoint every 4 versions, many small files per
+bucket (maintenance has work) and two orphans three hours old. The rows of every version are recorded as it
+is committed. After a command is killed anywhere:
 
 1. the table opens and every version it can still build reads exactly as recorded (the commits of the
    command, maintenance or PURGE, change no rows), and every version that retention (or a landed PURGE)
@@ -31,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.acero  # imported before freezegun swaps datetime.date, which its C module checks on import
 from freezegun import freeze_time
+from shapes import Shape, build
 
 from maintd import Table, VersionNotFoundError
 from maintd.storage.faulty import Fault, FaultPlan
@@ -62,6 +64,8 @@ policy:
   path: {policy}
 """
 Rows = list[dict[str, Any]]
+SHAPE = build("id int64 key, string partition", [("id", "int64")], [("ds", "string")], values=1, texts=1)
+"""The shape of the template unless one is given."""
 
 
 @dataclass
@@ -71,6 +75,7 @@ class Template:
     root: Path
     reads: dict[int, Rows]
     times: dict[int, datetime]
+    shape: Shape = SHAPE
 
     @property
     def latest(self) -> int:
@@ -81,33 +86,38 @@ class Template:
         return to
 
 
-def rows(t: pa.Table) -> Rows:
-    return sorted(t.select(["ds", "id", "name"]).to_pylist(), key=lambda r: (r["ds"], r["id"]))
+def rows(t: pa.Table, shape: Shape = SHAPE) -> Rows:
+    """The rows of a read in the order of their identity (partition values and key)."""
+    return sorted(t.to_pylist(), key=lambda r: repr(shape.identity(r)))
 
 
-def _write(table: Table, i: int, rng: np.random.Generator) -> int:
-    keys = [int(k) for k in rng.integers(0, 30, 4)]
+def _write(table: Table, shape: Shape, i: int, rng: np.random.Generator) -> int:
+    data = shape.rows(rng, rng.integers(0, 30, 4), f"v{i}")
     if i % 7 == 6:
-        return table.overwrite(pa.table({"id": keys, "name": [f"o{i}"] * 4, "ds": ["b"] * 4}), partition={"ds": "b"})
+        if not shape.partition_by or i % 14 == 13:
+            return table.overwrite(shape.batch(data))
+        spec = {c: data[0][c] for c in shape.partition_by}
+        return table.overwrite(shape.batch([r for r in data if all(r[c] == v for c, v in spec.items())]),
+                               partition=spec)
     if i % 5 == 4:
-        return table.delete(pa.table({"id": keys[:2], "ds": ["a", "b"]}))
-    return table.upsert(pa.table({"id": keys, "name": [f"v{i}-{k}" for k in keys], "ds": ["a", "b", "a", "b"]}))
+        return table.delete(shape.batch(shape.keys_only(data[:2]), shape.identity_columns))
+    return table.upsert(shape.batch(data))
 
 
-def build_template(root: Path) -> Template:
+def build_template(root: Path, shape: Shape = SHAPE) -> Template:
+    """A table of ``shape`` with its history recorded, and two orphans three hours old in one of its buckets."""
     end = datetime.now(UTC) - timedelta(hours=1)
     rng = np.random.default_rng(4)
     with freeze_time(end - STEP * VERSIONS) as clock:
-        table = Table.create(str(root), "id:int64!,name:string,ds:string", primary_key="id", partition_by="ds",
-                             buckets=2, properties={"acid.data.retain.hours": RETAIN_HOURS,
-                                                    "log.checkpoint.interval": 4})
-        template = Template(root, {0: []}, {0: datetime.now(UTC)})
+        table = shape.create(str(root), **{"acid.data.retain.hours": RETAIN_HOURS, "log.checkpoint.interval": 4})
+        template = Template(root, {0: []}, {0: datetime.now(UTC)}, shape)
         for i in range(VERSIONS):
             clock.tick(STEP)
-            v = _write(table, i, rng)
-            template.times[v], template.reads[v] = datetime.now(UTC), rows(table.read())
+            v = _write(table, shape, i, rng)
+            template.times[v], template.reads[v] = datetime.now(UTC), rows(table.read(), shape)
+    bucket = sorted(Path(p).parent for p in table.snapshot().files)[0]
     for name in ("e" * 32, "f" * 32):
-        orphan = root / "ds=a" / "bucket-00001" / f"delta-L0-{name}.parquet"
+        orphan = root / bucket / f"delta-L0-{name}.parquet"
         orphan.write_bytes(b"PAR1 left by a writer that died before its commit")
         age(orphan, hours=3)
     return template
@@ -178,7 +188,7 @@ def check_reads(template: Template, uri: str, now: datetime) -> tuple[list[str],
     v = latest
     while v >= 0:
         try:
-            got = rows(read_snapshot(table.storage, table.snapshot(v)))
+            got = rows(read_snapshot(table.storage, table.snapshot(v)), template.shape)
         except VersionNotFoundError:
             break
         except Exception as exc:

@@ -1,6 +1,7 @@
 """``maintd gc``, ``maintd purge`` and ``maintd run`` killed with SIGKILL at random storage operations (a few
 seeds here; ``scripts/crash_sweep.py`` runs many): the table stays readable, every retained version reads as
-recorded, a later run completes, and the orphans the kill left go once older than the grace."""
+recorded, a later run completes, and the orphans the kill left go once older than the grace. The table's key
+holds a date partition column in its middle (the sweep draws a shape per seed)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from pathlib import Path
 
 import pytest
 from crash_helpers import Template, build_template, kill_and_recover, run_command, storage_operations, write_config
+from shapes import MATRIX
 
 from maintd.storage.faulty import Fault
 
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
-    return build_template(tmp_path_factory.mktemp("template") / "t")
+    shape = next(s for s in MATRIX if s.name == "key (a, dt, b), date partition in the middle")
+    return build_template(tmp_path_factory.mktemp("template") / "t", shape)
 
 
 @pytest.fixture(scope="module")
