@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,6 +16,8 @@ import pyarrow as pa
 import pytest
 
 from maintd import CommitConflictError, CommitRetriesExhaustedError, Table, Transaction
+from maintd.execution import ExecutionOptions, run_plan
+from maintd.planner import default_policy, plan, with_overrides
 from maintd.storage import FileInfo, LocalStorage, storage_for_uri
 from maintd.table.files import read_data_file, write_data_file
 from maintd.table.log import parse_log_name
@@ -158,6 +161,34 @@ class PreparedRewrite:
             raise
 
 
+POLICIES = {
+    "cluster": with_overrides(default_policy(), {"clustering": {"level1": {"min_files": 2}},
+                                                 "compaction": {"enabled": False}}),
+    "compact": with_overrides(default_policy(), {"clustering": {"enabled": False},
+                                                 "compaction": {"max_delta_files": 1, "min_interval_hours": 0}}),
+}
+"""Policies under which maintd's planner clusters (level 0 to 1), or compacts, every bucket of two files or more."""
+
+
+def maintain(table: Table, kind: RewriteKind, *, target_file_bytes: int | None = None) -> int | None:
+    """maintd's own maintenance of ``table`` as ``maintd run`` does it: the planner (clustering or compaction,
+    :data:`POLICIES`), execution in process (threads) and the commit. Returns the version it committed, None
+    when nothing was planned; raises when a task or the commit failed."""
+    policy = POLICIES[kind]
+    if target_file_bytes is not None:
+        policy = with_overrides(policy, {"compaction": {"target_file_bytes": target_file_bytes}})
+    made = plan(table.snapshot(), policy, datetime.now(UTC), table.uri)
+    if not made.tasks:
+        return None
+    report = run_plan(made, table, None, ExecutionOptions(in_process_workers="threads", in_process_threads=2),
+                      commit=True)
+    failed = [r.error for r in report.results if not r.ok]
+    assert not failed, f"maintenance tasks failed: {failed}"
+    assert report.outcome is not None and report.outcome.version is not None, report.outcome
+    assert len(report.outcome.versions) == 1, report.outcome  # one commit: the version after the one it read
+    return report.outcome.version
+
+
 def rewrite_bucket(table: Table, snapshot: Snapshot, group: tuple[PartitionKey, int], kind: RewriteKind
                    ) -> PreparedRewrite | None:
     """Prepare a maintenance rewrite of one bucket as of ``snapshot``."""
@@ -167,6 +198,10 @@ def rewrite_bucket(table: Table, snapshot: Snapshot, group: tuple[PartitionKey, 
 def rewrite_buckets(table: Table, snapshot: Snapshot, selected: Iterable[tuple[PartitionKey, int]],
                     kind: RewriteKind) -> PreparedRewrite | None:
     """Prepare one maintenance transaction (``data_change=false``) rewriting each selected bucket.
+
+    For the table layer's own tests, which need a rewrite of chosen buckets as of a chosen snapshot, committed
+    when they say (conflict matrices, log and encoding tests); tests of what maintenance does to a table (the
+    model tests, the multi-process tests, the model check) run maintd's own maintenance (:func:`maintain`).
 
     ``cluster`` merges a bucket's level-0 files into one level-1 DeltaFile keeping every row
     version; ``compact`` folds all of its files into one BaseFile (latest row per key, no deletes).

@@ -1,6 +1,7 @@
 """Property tests of the incremental change feed: ``Table.changes(a, b)`` reads only the changed keys, and
 must equal the full diff of two reads (``Table.full_changes``) and the dict model, on random histories of
-upserts (repeated keys included), deletes, overwrites, clustering and compaction, for every pair of versions.
+upserts (repeated keys included), deletes, overwrites, clustering and compaction (maintd's own: planner,
+execution, commit), for every pair of versions.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from table_helpers import Model, groups, rewrite_bucket, sorted_rows
+from table_helpers import Model, groups, maintain, rewrite_bucket, sorted_rows
 
 from maintd import Table
 
@@ -49,12 +50,10 @@ def apply(table: Table, model: Model, op: tuple[Any, ...]) -> None:
         partition = None if op[1] is None else {"ds": op[1]}
         model.overwrite(table.overwrite(pa.Table.from_pylist(op[2], schema=SCHEMA), partition=partition), op[2],
                         partition)
-    else:
-        snap = table.snapshot()
-        candidates = groups(snap)
-        txn = rewrite_bucket(table, snap, candidates[op[1] % len(candidates)], kind) if candidates else None
-        if txn is not None:
-            model.unchanged(txn.commit())
+    else:  # maintd's own maintenance (planner, execution, commit), into one BaseFile or several per bucket
+        version = maintain(table, kind, target_file_bytes=None if op[1] % 2 else 1_500)
+        if version is not None:
+            model.unchanged(version)
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """Property tests: any sequence of writes reads back, at every version, as a plain dict model says.
 
 Random sequences of upserts (repeated keys in one batch included), key deletes, overwrites of a
-partition or of the whole table, property changes and compactions run against a real table;
+partition or of the whole table, property changes and maintd's own maintenance (clustering and compaction:
+planner, execution, commit) run against a real table;
 ``read()`` at every version must equal the model at that version, and ``changes(a, b)`` the
 model's diff, for every pair of versions.
 """
@@ -17,7 +18,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from table_helpers import Model, groups, rewrite_bucket, sorted_rows
+from table_helpers import Model, groups, maintain, rewrite_bucket, sorted_rows
 
 from maintd import Table
 
@@ -95,13 +96,11 @@ def apply(table: Table, model: Model, layout: Layout, op: tuple[Any, ...]) -> No
     elif kind == "properties":
         version = table.set_properties({"acid.data.retain.hours": op[1]})
         model.unchanged(version)
-    else:
-        snap = table.snapshot()
-        candidates = groups(snap)
-        txn = rewrite_bucket(table, snap, candidates[op[1] % len(candidates)], "compact") if candidates else None
-        if txn is None:
+    else:  # maintd's own maintenance: clustering or compaction of every bucket the planner picks
+        maintained = maintain(table, "cluster" if op[1] % 3 == 0 else "compact")
+        if maintained is None:
             return
-        version = txn.commit()
+        version = maintained
         model.unchanged(version)
     assert version == expected, f"{kind} committed version {version}, expected the next version {expected}"
 
