@@ -263,6 +263,9 @@ class Checker:
                                          if r["kind"] == "maintenance" and r["outcome"] == "acked")}
 
     def check(self) -> None:
+        for r in self.journal:
+            if r["type"] == "wrong engine":
+                self.fail(f"maintenance drawn to run {r['drawn']} ran {r['ran']}")
         table = Table.open(self.uri)
         latest = table.version
         self._check_promises(latest)
