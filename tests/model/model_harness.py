@@ -43,7 +43,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -51,7 +51,7 @@ from typing import Any
 from unittest.mock import patch
 
 import numpy as np
-from model_ops import PROCESS_MODELS, Draw, apply, draw, shape_stats
+from model_ops import Draw, apply, draw, shape_stats
 from shapes import Oracle
 
 from maintd import Table, VersionNotFoundError
@@ -415,12 +415,12 @@ class Checker:
 
 def run(n: int, seed: int, base: Path, *, progress: Callable[[Result], None] | None = None,
         table_base: str | None = None, env: dict[str, str] | None = None, writers: int = WRITERS,
-        spark_share: float = SPARK_SHARE, every_process_model: bool = False) -> Result:
+        spark_share: float = SPARK_SHARE, process_models: Sequence[str] | None = None) -> Result:
     """Run ``n`` scenarios with seeds derived from ``seed``; each local table is deleted once checked.
 
     ``table_base``: put the tables there instead (``s3://bucket``), the workers' environment extended by ``env``.
-    ``spark_share``: the share of scenarios whose maintenance is forced onto Spark. ``every_process_model``: the
-    process models in turn rather than drawn (a short run then has each).
+    ``spark_share``: the share of scenarios whose maintenance is forced onto Spark. ``process_models``: these
+    process models in turn rather than one drawn (a short run then has each).
     """
     result = Result()
     workers = Workers(writers, env)
@@ -429,7 +429,7 @@ def run(n: int, seed: int, base: Path, *, progress: Callable[[Result], None] | N
             root = base / f"scenario-{seed}-{i}"
             root.mkdir(parents=True, exist_ok=True)
             uri = f"{table_base.rstrip('/')}/scenario-{seed}-{i}/t" if table_base else None
-            model = PROCESS_MODELS[i % len(PROCESS_MODELS)] if every_process_model else None
+            model = process_models[i % len(process_models)] if process_models else None
             versions, mismatches, stats = scenario(workers, root, seed * 1_000_003 + i, uri, spark_share, model)
             result.scenarios += 1
             result.versions += versions

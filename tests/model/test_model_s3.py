@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from model_harness import run
+from model_ops import PROCESS_MODELS
 
 SCENARIOS = int(os.environ.get("MAINTD_MODEL_S3_SCENARIOS", "3"))
 SEED = int(os.environ.get("MAINTD_MODEL_SEED", "20260105"))
@@ -24,7 +25,7 @@ SEED = int(os.environ.get("MAINTD_MODEL_SEED", "20260105"))
 @pytest.mark.slow
 def test_random_scenarios_on_s3_match_the_model(tmp_path: Path, s3_root: str, s3_server: Any) -> None:
     result = run(SCENARIOS, SEED + 7, tmp_path, table_base=s3_root, env=s3_server.env, spark_share=0.0,
-                 every_process_model=True)
+                 process_models=PROCESS_MODELS)
     print(result.line(), result.stats)
     assert not result.mismatches, "\n".join(result.mismatches)
     assert result.scenarios == SCENARIOS and result.versions >= 3 * SCENARIOS
