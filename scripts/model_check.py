@@ -2,9 +2,12 @@
 
     .venv/bin/python scripts/model_check.py --scenarios 1000 --seed 1
 
-prints ``N scenarios, M versions checked, K mismatches`` (and each mismatch on stderr) and exits 1 when
-K > 0. Each scenario runs writer processes, maintenance and reclamation (short retention, PURGE) on a
-storage that fails, stalls and loses answers at random; see the harness's docstring.
+prints ``N scenarios, M versions checked, K mismatches`` (and each mismatch on stderr, with the shape,
+engine and process model of its scenario) and exits 1 when K > 0; on stderr, the outcomes counted and the
+draws: how many scenarios had each trait of shape (partition columns in the key, each key type, ...), each
+maintenance engine and each process model. Each scenario draws a table shape, runs writers, maintd's own
+maintenance (in process or on Spark) and reclamation (short retention, PURGE) on a storage that fails, stalls
+and loses answers at random; see the harness's docstring.
 """
 
 from __future__ import annotations
