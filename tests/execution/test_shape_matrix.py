@@ -107,8 +107,10 @@ class Scenario:
         with pytest.raises(VersionNotFoundError):
             self.table.read(version=self.oldest - 1)
         needed = set().union(*(self.table.snapshot(v).files for v in range(self.oldest, latest + 1)))
-        # a prior-rows file goes with its BaseFiles: kept exactly while they are
-        needed |= {p.path for p in self.table.snapshot().priors.values() if set(p.of) & needed}
+        # a prior-rows file goes with its BaseFiles (docs/format.md, "Prior rows"): kept while every one of them
+        # is, since a looked-up one goes with the first of them that a commit removes (a compaction removes all
+        # of its own file's at once)
+        needed |= {p.path for p in self.table.snapshot().priors.values() if set(p.of) <= needed}
         on_disk = {f.path for f in self.table.storage.walk() if not f.path.startswith("_log/")}
         missing = needed - on_disk
         assert not missing, f"{self.shape.describe()}: reclamation deleted files still read: {sorted(missing)[:3]}"

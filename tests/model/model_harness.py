@@ -405,8 +405,10 @@ class Checker:
             self.fail(f"the final reclamation expired pinned version(s) {sorted(set(self._pinned()))}: the oldest "
                       f"readable version is {oldest}")
         needed = set().union(*(table.snapshot(v).files for v in range(oldest, table.version + 1)))
-        # a prior-rows file goes with its BaseFiles: kept exactly while they are
-        needed |= {p.path for p in table.snapshot().priors.values() if set(p.of) & needed}
+        # a prior-rows file goes with its BaseFiles (docs/format.md, "Prior rows"): kept while every one of them
+        # is, since a looked-up one goes with the first of them that a commit removes (a compaction removes all
+        # of its own file's at once)
+        needed |= {p.path for p in table.snapshot().priors.values() if set(p.of) <= needed}
         on_disk = {f.path for f in table.storage.walk() if not f.path.startswith("_log/")}
         if on_disk != needed:
             self.fail(f"after the final reclamation, files not needed: {sorted(on_disk - needed)[:3]}, "
