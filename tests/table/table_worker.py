@@ -94,7 +94,12 @@ def rewrite(table: Table, count: int, rng: random.Random) -> list[dict[str, Any]
         raced = latest not in own and latest >= 2
         snap = table.snapshot(latest - 1 if raced else latest)
         made = plan(snap, COMPACT, datetime.now(UTC), table.uri)
-        if not made.tasks:
+        if not made.tasks:  # nothing to compact: wait for another commit; none within 10 s, the writers are done
+            deadline = time.monotonic() + 10
+            while table.snapshot().version == latest and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if table.snapshot().version == latest:
+                break
             continue
         report = run_plan(made, table, None, ExecutionOptions(), commit=True)
         outcome = report.outcome
