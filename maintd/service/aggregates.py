@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection
 
 from maintd.service import leases as _leases
 from maintd.service.records import RootRecord, TableRecord
-from maintd.service.schema import leases, roots, tables
+from maintd.service.schema import LAYOUT_MEASURES, leases, roots, tables
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,13 +31,13 @@ class GaugeReads:
 
 
 #: The layout measures of every enabled table read at each scrape for the fleet-wide histograms.
-MEASURES = ("read_amplification", "oldest_l0_ms", "history_bytes", "pinned_bytes")
+MEASURES = LAYOUT_MEASURES
 
 
 def layout_measures(conn: Connection) -> list[tuple[float | None, ...]]:
-    """:data:`MEASURES` of every enabled table, extracted from the layout by the database (a few numbers a
-    table, not its whole layout)."""
-    columns = [tables.c.layout[name].as_float() for name in MEASURES]
+    """:data:`MEASURES` of every enabled table, from the columns that keep them beside the layout (four
+    numbers a table; no JSON is parsed)."""
+    columns = [tables.c[f"layout_{name}"] for name in MEASURES]
     stmt = sa.select(*columns).where(tables.c.enabled.is_(True), tables.c.layout.is_not(None))
     return [tuple(row) for row in conn.execute(stmt)]
 

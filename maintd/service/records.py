@@ -41,6 +41,11 @@ class TableRecord:
     """Checks of the table's maintenance since it was registered (those that found nothing included)."""
     checks_planned: int = 0
     """Of those, the checks that planned: the table had changed, or a time trigger was due."""
+    layout_read_amplification: float | None = None
+    layout_oldest_l0_ms: float | None = None
+    layout_history_bytes: float | None = None
+    layout_pinned_bytes: float | None = None
+    """The layout's measures the fleet-wide histograms read, kept in columns of their own (store revision 0006)."""
 
     def succeeded_at(self, kind: RunKind | str) -> datetime | None:
         """When a run of ``kind`` last succeeded (or found nothing to do)."""

@@ -41,7 +41,16 @@ from maintd.service.records import (
     RunStatus,
     TableRecord,
 )
-from maintd.service.schema import decisions, metadata, replicas, roots, runs, tables
+from maintd.service.schema import (
+    LAYOUT_MEASURES,
+    decisions,
+    layout_measure_values,
+    metadata,
+    replicas,
+    roots,
+    runs,
+    tables,
+)
 from maintd.service.store_engine import make_engine
 from maintd.settings import redact_secrets, redact_url
 
@@ -248,6 +257,7 @@ class StateStore:
             row = {"u": c.uri, "t": c.checked_at, "h": holder, "n": c.checks, "p": c.planned}
             if c.layout is not None:
                 row["l"] = c.layout
+                row.update(layout_measure_values(c.layout))
             shapes.setdefault(key, []).append(row)
         if not shapes:
             return 0
@@ -264,6 +274,7 @@ class StateStore:
                                    "last_run_at": sa.bindparam("t"), "last_error": None})
                 if with_layout:
                     values.update(layout=sa.bindparam("l", type_=tables.c.layout.type), layout_at=sa.bindparam("t"))
+                    values.update({f"layout_{m}": sa.bindparam(f"layout_{m}") for m in LAYOUT_MEASURES})
                 if values:
                     stmt = sa.update(tables).where(tables.c.uri == sa.bindparam("u")).values(**values)
                     conn.execute(stmt, rows)
@@ -340,7 +351,7 @@ class StateStore:
                 raise StateStoreError(f"run {run_id} does not exist in {self._display_url}")
             outcome = _table_outcome(RunKind(row.kind), status, now, error, retry_after)
             if layout is not None:
-                outcome.update(layout=dict(layout), layout_at=now)
+                outcome.update(layout=dict(layout), layout_at=now, **layout_measure_values(dict(layout)))
             conn.execute(sa.update(tables).where(tables.c.uri == row.table_uri).values(**outcome))
         record = self.get_run(run_id)
         assert record is not None

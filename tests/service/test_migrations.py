@@ -120,7 +120,7 @@ def test_the_revision_check_expects_the_newest_migration() -> None:
 def test_check_passes_a_current_store_and_refuses_an_old_one(store_target: StoreTarget, store: StateStore) -> None:
     store.check_schema()
     _record_revision(store_target, store, '0002')
-    with pytest.raises(StateStoreError, match="revision 0002, older than this maintd's 0005"):
+    with pytest.raises(StateStoreError, match="revision 0002, older than this maintd's 0006"):
         store.check_schema()
 
 
@@ -190,3 +190,40 @@ def _record_revision(store_target: StoreTarget, store: StateStore, revision: str
         if store_target.db_schema:
             conn.execute(sa.text(f'SET LOCAL search_path TO "{store_target.db_schema}"'))
         conn.execute(sa.text(f"UPDATE {migrations.VERSION_TABLE} SET version_num = :rev"), {"rev": revision})
+
+
+def test_the_layout_measures_of_a_store_at_0005_are_filled_from_its_layouts(
+    store_target: StoreTarget, engine: sa.Engine
+) -> None:
+    """Revision 0006 keeps the measures the fleet histograms read in columns; upgrading fills them from the
+    layouts already stored, so the histograms are whole at once, not only after every table ran again."""
+    with engine.begin() as conn:
+        if store_target.db_schema:
+            conn.execute(sa.text(f'SET LOCAL search_path TO "{store_target.db_schema}"'))
+        command.upgrade(migrations._config(conn), "0005")
+        layouts = sa.table("maintd_tables", sa.column("uri"), sa.column("name"), sa.column("source"),
+                           sa.column("registered_at"), sa.column("enabled"), sa.column("layout", sa.JSON()),
+                           sa.column("maintenance_failures"), sa.column("reclaim_failures"))
+        conn.execute(sa.insert(layouts), [
+            {"uri": "/wh/a", "name": "a", "source": "explicit", "registered_at": T0, "enabled": True,
+             "maintenance_failures": 0, "reclaim_failures": 0,
+             "layout": {"files": 9, "read_amplification": 7, "oldest_l0_ms": 1_700_000_000_000,
+                        "history_bytes": 4096, "pinned_bytes": 0}},
+            {"uri": "/wh/b", "name": "b", "source": "explicit", "registered_at": T0, "enabled": True,
+             "maintenance_failures": 0, "reclaim_failures": 0, "layout": {"files": 1}},
+        ])
+    store = store_target.open()
+    try:
+        assert store.schema_revision() == migrations.head()
+        with store.engine.connect() as conn:
+            from maintd.service.aggregates import layout_measures
+            assert sorted(layout_measures(conn), key=str) == sorted(
+                [(7.0, 1.7e12, 4096.0, 0.0), (None, None, None, None)], key=str)
+        new = store.start_run("/wh/b", RunKind.MAINTENANCE, now=T0)
+        store.finish_run(new, RunStatus.SUCCEEDED, layout={"files": 2, "read_amplification": 3}, now=T0)
+        with store.engine.connect() as conn:
+            assert sorted(layout_measures(conn), key=str) == sorted(
+                [(7.0, 1.7e12, 4096.0, 0.0), (3.0, None, None, None)], key=str)
+    finally:
+        store.close()
+    assert schema_differences(store_target, engine) == []
