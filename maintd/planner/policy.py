@@ -13,6 +13,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from maintd.planner.targets import Targets
+
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
           "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
 _SIZE_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
@@ -117,3 +119,5 @@ class Policy(_Model):
     compaction: CompactionPolicy
     ranking: RankingPolicy
     budget: BudgetPolicy
+    target: Targets = Field(description="outcomes maintenance must meet (maintd.planner.targets); the planner's "
+                                        "thresholds stay the knobs, targets are what tuning chooses them for")

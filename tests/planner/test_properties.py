@@ -119,6 +119,10 @@ def policy_overrides(draw: st.DrawFn) -> dict[str, Any]:
                     "age_weight_per_day": draw(_grid(0, 5))},
         "budget": {"max_bytes": draw(st.one_of(st.integers(1, MiB), *[_mib(1, 16384)] * 3)),  # 1 in 4 tiny
                    "max_tasks": draw(st.integers(1, 10))},
+        # Targets steer tuning, not the planner: drawn so that the invariants are seen to hold whatever they are.
+        "target": {"read_files_per_bucket": draw(st.one_of(st.none(), _grid(1, 50))),
+                   "merge_delay_minutes": draw(st.one_of(st.none(), _grid(1, 600))),
+                   "write_amplification": draw(st.one_of(st.none(), _grid(1, 20)))},
     }
 
 
