@@ -32,7 +32,7 @@ class Targets(BaseModel):
     merge_delay_minutes: float | None = Field(
         default=None, gt=0, description="age of the oldest level-0 file of a bucket in minutes, p95 (ceiling)")
     write_amplification: float | None = Field(
-        default=None, ge=1, description="bytes maintenance writes per byte the writers wrote (ceiling)")
+        default=None, gt=0, description="bytes maintenance writes per byte the writers wrote (ceiling)")
 
     def declared(self) -> dict[TargetName, float]:
         """The declared targets by name, in :data:`TARGET_NAMES` order."""

@@ -36,7 +36,7 @@ tables:
 @pytest.mark.parametrize(("key", "value", "words"), [
     ("maintd.target.read_files_per_bucket", "0", "greater than or equal to 1"),
     ("maintd.target.merge_delay_minutes", "soon", "valid number"),
-    ("maintd.target.write_amplification", "0.5", "greater than or equal to 1"),
+    ("maintd.target.write_amplification", "0", "greater than 0"),
     ("maintd.target.reads", "3", "Extra inputs"),
 ])
 def test_an_invalid_target_property_names_the_key(key: str, value: str, words: str) -> None:
