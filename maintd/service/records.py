@@ -9,7 +9,7 @@ from typing import Any
 from maintd.service.run_kinds import RunKind, RunStatus
 
 __all__ = ["CheckRecord", "Decision", "DecisionRecord", "LeaseRecord", "RootRecord", "RunKind", "RunRecord",
-           "RunResult", "RunStatus", "TableRecord"]
+           "RunResult", "RunStatus", "TableRecord", "TuningRecord"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,3 +171,35 @@ class RunResult:
     error_type: str | None = None
     layout: dict[str, Any] | None = None
     """The table's layout as the run left it (files, bytes, levels, backlog), stored on the table's row."""
+
+
+@dataclass(frozen=True, slots=True)
+class TuningRecord:
+    """A table that declares targets: its targets, the figures measured against them, and its last re-tune."""
+
+    uri: str
+    targets: dict[str, float]
+    """The declared targets by name (maintd.planner.targets)."""
+    measured: dict[str, float]
+    """The measured figures by target name (those that could be measured)."""
+    gaps: dict[str, float]
+    """``measured / target - 1`` by target name: positive is missed by that share."""
+    measured_at: datetime | None = None
+    overrides: dict[str, Any] | None = None
+    """The knobs the daemon applied (nested), used when planning the table under explicit table properties."""
+    interval_seconds: float | None = None
+    """The check interval the last re-tune stepped to."""
+    tuned_at: datetime | None = None
+    reason: str | None = None
+    predicted: dict[str, float] | None = None
+    """What the tuner predicted for its tuned policy, by target name."""
+    tuned_measured: dict[str, float] | None = None
+    """The figures measured when the table was last re-tuned."""
+    error: str | None = None
+    """Why the last re-tune failed (None: it did not)."""
+    error_at: datetime | None = None
+
+    @property
+    def missed(self) -> list[str]:
+        """The targets the measured figures miss, largest gap first."""
+        return sorted((n for n, g in self.gaps.items() if g > 1e-9), key=lambda n: -self.gaps[n])

@@ -32,6 +32,8 @@ from sqlalchemy import (
     TypeDecorator,
 )
 
+from maintd.planner.targets import TARGET_NAMES
+
 metadata = MetaData()
 
 #: The layout measures kept in columns of their own beside the layout (``layout_<name>``): the fleet-wide
@@ -180,4 +182,38 @@ replicas = Table(
     Column("holder", String(256), primary_key=True),
     Column("started_at", UTCDateTime(), nullable=False),
     Column("seen_at", UTCDateTime(), nullable=False),
+)
+
+layout_samples = Table(
+    "maintd_layout_samples",
+    metadata,
+    # The layout measures of each table that declares targets, sampled at regular times (one row per table and
+    # sample time, whichever replica took it): the measured p95 figures are taken over them
+    # (maintd.service.measures). Only tables with targets are sampled, and samples older than the window go.
+    Column("table_uri", URI, primary_key=True),
+    Column("sampled_at", UTCDateTime(), primary_key=True),
+    Column("read_amplification", Float, nullable=True),
+    Column("oldest_l0_age_minutes", Float, nullable=True),
+    Index("ix_maintd_layout_samples_at", "sampled_at"),
+)
+
+tuning = Table(
+    "maintd_tuning",
+    metadata,
+    # One row per table that declares targets: its targets, the figures measured against them and the gaps (in
+    # columns, so /metrics counts the tables missing each target in SQL), and the knobs the daemon applied at
+    # its last re-tune, with when and why (maintd.service.tuning).
+    Column("uri", URI, primary_key=True),
+    *(Column(f"target_{name}", Float, nullable=True) for name in TARGET_NAMES),
+    *(Column(f"measured_{name}", Float, nullable=True) for name in TARGET_NAMES),
+    *(Column(f"gap_{name}", Float, nullable=True) for name in TARGET_NAMES),
+    Column("measured_at", UTCDateTime(), nullable=True),
+    Column("overrides", JSON, nullable=True),
+    Column("interval_seconds", Float, nullable=True),
+    Column("tuned_at", UTCDateTime(), nullable=True),
+    Column("reason", Text, nullable=True),
+    Column("predicted", JSON, nullable=True),
+    Column("tuned_measured", JSON, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("error_at", UTCDateTime(), nullable=True),
 )

@@ -30,6 +30,7 @@ from maintd.service import aggregates as _aggregates
 from maintd.service import console_reads as _console
 from maintd.service import leases as _leases
 from maintd.service import migrations
+from maintd.service import tuning_store as _tuning
 from maintd.service.records import (
     CheckRecord,
     Decision,
@@ -40,6 +41,7 @@ from maintd.service.records import (
     RunRecord,
     RunStatus,
     TableRecord,
+    TuningRecord,
 )
 from maintd.service.schema import (
     LAYOUT_MEASURES,
@@ -538,6 +540,76 @@ class StateStore:
         """The replicas recorded in the store (live ones and those gone recently), by holder."""
         with self._transaction("list replicas") as conn:
             return _console.list_replicas(conn)
+
+    # -- keeping targets (maintd.service.tuning) ----------------------------------------------------------
+
+    def set_targets(self, declared: Mapping[str, Mapping[str, float]], undeclared: Iterable[str] = ()) -> None:
+        """Record the targets of tables that declare them; forget the tuning rows and samples of ``undeclared``
+        tables (they declare no target: never re-tuned, never measured)."""
+        with self._transaction("record targets") as conn:
+            _tuning.set_targets(conn, declared, undeclared)
+
+    def tuning_records(self, uris: Iterable[str] | None = None) -> dict[str, TuningRecord]:
+        """The tables that declare targets (of ``uris``, or all): targets, measured figures, last re-tune."""
+        with self._transaction("read the tuning rows") as conn:
+            return _tuning.tuning_records(conn, uris)
+
+    def tuned_overrides(self, uri: str) -> dict[str, Any] | None:
+        """The knobs the daemon applied to ``uri`` (nested), or None."""
+        record = self.tuning_records([uri]).get(uri)
+        return None if record is None else record.overrides
+
+    def record_tuning(
+        self,
+        uri: str,
+        *,
+        overrides: Mapping[str, Any],
+        interval_seconds: float | None,
+        reason: str,
+        predicted: Mapping[str, float],
+        measured: Mapping[str, float],
+        now: datetime | None = None,
+    ) -> None:
+        """Store what a re-tune of ``uri`` applied, when, why, and the figures it predicted and measured."""
+        with self._transaction("record a re-tune") as conn:
+            now = now or _leases.db_now(conn)
+            _tuning.record_tuning(conn, uri, {
+                "overrides": dict(overrides), "interval_seconds": interval_seconds, "tuned_at": now,
+                "reason": reason, "predicted": dict(predicted), "tuned_measured": dict(measured),
+                "error": None, "error_at": None})
+
+    def record_tuning_error(self, uri: str, error: str, *, now: datetime | None = None) -> None:
+        """Store why a re-tune of ``uri`` failed (its applied knobs stay)."""
+        with self._transaction("record a failed re-tune") as conn:
+            now = now or _leases.db_now(conn)
+            _tuning.record_tuning(conn, uri, {"error": redact_secrets(error), "error_at": now})
+
+    def record_measured(self, measured: Mapping[str, tuple[Mapping[str, float], Mapping[str, float]]],
+                        *, now: datetime | None = None) -> None:
+        """Store each table's measured figures and gaps (``uri -> (measured, gaps)``)."""
+        with self._transaction("record measured figures") as conn:
+            _tuning.record_measured(conn, measured, now or _leases.db_now(conn))
+
+    def sample_layouts(self, at: datetime) -> int:
+        """Sample the layout measures of every enabled table with targets at ``at`` (once per table and time)."""
+        with self._transaction("sample layouts") as conn:
+            return _tuning.sample_layouts(conn, at)
+
+    def layout_samples(self, uris: Iterable[str], since: datetime
+                       ) -> dict[str, list[tuple[datetime, float | None, float | None]]]:
+        """Samples of ``uris`` since ``since``, oldest first: (time, read amplification, level-0 age minutes)."""
+        with self._transaction("read layout samples") as conn:
+            return _tuning.samples(conn, uris, since)
+
+    def prune_samples(self, older_than: datetime) -> int:
+        """Delete layout samples taken before ``older_than``; returns how many."""
+        with self._transaction("prune layout samples") as conn:
+            return _tuning.prune_samples(conn, older_than)
+
+    def missing_target_counts(self) -> dict[str, int]:
+        """Tables missing each target, by target name (every target named)."""
+        with self._transaction("count tables missing targets") as conn:
+            return _tuning.missing_counts(conn)
 
     # -- warehouse roots --------------------------------------------------------------------------------
 

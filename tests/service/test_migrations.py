@@ -120,7 +120,7 @@ def test_the_revision_check_expects_the_newest_migration() -> None:
 def test_check_passes_a_current_store_and_refuses_an_old_one(store_target: StoreTarget, store: StateStore) -> None:
     store.check_schema()
     _record_revision(store_target, store, '0002')
-    with pytest.raises(StateStoreError, match="revision 0002, older than this maintd's 0006"):
+    with pytest.raises(StateStoreError, match="revision 0002, older than this maintd's 0007"):
         store.check_schema()
 
 
@@ -224,6 +224,37 @@ def test_the_layout_measures_of_a_store_at_0005_are_filled_from_its_layouts(
         with store.engine.connect() as conn:
             assert sorted(layout_measures(conn), key=str) == sorted(
                 [(7.0, 1.7e12, 4096.0, 0.0), (3.0, None, None, None)], key=str)
+    finally:
+        store.close()
+    assert schema_differences(store_target, engine) == []
+
+
+def test_a_store_at_0006_is_upgraded_to_keep_targets_and_keeps_its_tables(
+    store_target: StoreTarget, engine: sa.Engine
+) -> None:
+    """Revision 0007 adds the layout samples and the tuning rows, empty; the tables and their layout measures
+    stay, and the first sample of a table that declares targets reads them."""
+    with engine.begin() as conn:
+        if store_target.db_schema:
+            conn.execute(sa.text(f'SET LOCAL search_path TO "{store_target.db_schema}"'))
+        command.upgrade(migrations._config(conn), "0006")
+        rows = sa.table("maintd_tables", sa.column("uri"), sa.column("name"), sa.column("source"),
+                        sa.column("registered_at"), sa.column("enabled"), sa.column("layout", sa.JSON()),
+                        sa.column("layout_read_amplification"), sa.column("layout_oldest_l0_ms"),
+                        sa.column("maintenance_failures"), sa.column("reclaim_failures"))
+        conn.execute(sa.insert(rows), [
+            {"uri": "/wh/a", "name": "a", "source": "explicit", "registered_at": T0, "enabled": True,
+             "maintenance_failures": 0, "reclaim_failures": 0, "layout": {"files": 9, "read_amplification": 7},
+             "layout_read_amplification": 7.0, "layout_oldest_l0_ms": T0.timestamp() * 1000 - 600_000},
+        ])
+    store = store_target.open()
+    try:
+        assert store.schema_revision() == migrations.head() == "0007"
+        assert [t.uri for t in store.list_tables()] == ["/wh/a"]
+        assert store.tuning_records() == {}
+        store.set_targets({"/wh/a": {"merge_delay_minutes": 5.0}})
+        assert store.sample_layouts(T0) == 1
+        assert store.layout_samples(["/wh/a"], T0) == {"/wh/a": [(T0, 7.0, 10.0)]}
     finally:
         store.close()
     assert schema_differences(store_target, engine) == []
