@@ -47,6 +47,8 @@ class ResolvedPolicy:
 
     name: str
     policy: Policy
+    tuned: tuple[str, ...] = ()
+    """The knobs (dotted paths) whose value came from the daemon's tuning (explicit properties excluded)."""
 
 
 @dataclass(frozen=True)
@@ -58,9 +60,10 @@ class PolicyFile:
     default: Policy
     rules: tuple[TableRule, ...] = ()
 
-    def resolve(self, *, name: str = "", uri: str = "", properties: Mapping[str, str] | None = None
-                ) -> ResolvedPolicy:
-        """The effective policy of a table: defaults, matching rules in order, then ``maintd.*`` properties.
+    def resolve(self, *, name: str = "", uri: str = "", properties: Mapping[str, str] | None = None,
+                tuned: Mapping[str, Any] | None = None) -> ResolvedPolicy:
+        """The effective policy of a table: defaults, matching rules in order, the knobs the daemon tuned
+        (``tuned``, nested), then ``maintd.*`` properties: an operator's explicit knob always wins.
 
         Raises:
             PolicyError: a matching rule or a ``maintd.*`` property is invalid (names file, key, rule).
@@ -77,11 +80,30 @@ class PolicyFile:
             parts.append(f"tables[{rule.index}] ({rule.match})")
         policy = validate_policy(merged, where=f"table {table}: {' + '.join([self.source, *parts[1:]])}")
         extra = property_overrides(properties or {}, table)
+        explicit = set(knob_paths(extra))
+        kept = [k for k in knob_paths(tuned or {}) if k not in explicit]
+        if kept:
+            try:  # tuned against an earlier policy file, they may no longer fit it: then they are left out
+                policy = validate_policy(deep_merge(merged, tuned or {}), where=f"table {table}: tuned knobs")
+                merged = deep_merge(merged, tuned or {})
+                parts.append("tuned")
+            except PolicyError:
+                kept = []
+                parts.append("tuned knobs left out (invalid with this policy)")
         if extra:
             policy = validate_policy(deep_merge(merged, extra), where=f"table {table}: maintd.* table properties",
                                      prefix=PROPERTY_PREFIX)
             parts.append("table properties")
-        return ResolvedPolicy(" + ".join(parts), policy)
+        return ResolvedPolicy(" + ".join(parts), policy, tuple(kept))
+
+
+def knob_paths(nested: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The dotted paths of the leaves of a nested mapping (``{"a": {"b": 1}}`` -> ``["a.b"]``)."""
+    out: list[str] = []
+    for k, v in nested.items():
+        path = f"{prefix}{k}"
+        out.extend(knob_paths(v, path + ".") if isinstance(v, Mapping) else [path])
+    return out
 
 
 def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
