@@ -41,6 +41,7 @@ without parsing messages::
     │       ├── PinConflictError   a pin and a reclamation that expires the pinned version raced
     │       └── TableReplacedError  the table was dropped and re-created, or rolled back, under the commit
     ├── PolicyError                    a maintenance policy file is invalid
+    ├── TuningError                    the daemon could not re-tune a table to its targets (recorded; knobs kept)
     ├── ConfigError                    the settings are invalid
     ├── TaskExecutionError             a maintenance task failed while rewriting files
     ├── SparkDriverLostError           the Spark driver's JVM is gone (the daemon fails its liveness)
@@ -311,6 +312,11 @@ class PolicyError(MaintdError):
     """A maintenance policy is invalid; the message names the file, the key and the rule."""
 
 
+class TuningError(MaintdError):
+    """A re-tune of a table to its targets failed (no tuner, or the tuner failed); the knobs applied before
+    stay, and the next re-tune tries again."""
+
+
 class ConfigError(MaintdError):
     """The daemon or CLI settings are invalid."""
 
@@ -397,6 +403,7 @@ __all__ = [
     "TableNotFoundError",
     "TableReplacedError",
     "TaskExecutionError",
+    "TuningError",
     "UnknownSchemeError",
     "UnsupportedProtocolError",
     "VersionNotFoundError",

@@ -503,6 +503,55 @@ class ReclaimSettings(_Group):
         return self
 
 
+class TuningSettings(_Group):
+    """Keeping targets: tables whose policy declares targets are re-tuned from their recent writes, in steps."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Re-tune the tables whose policy declares targets (`target` section or `maintd.target.*` "
+        "properties), and measure them against their targets; false: neither. Tables without targets are never "
+        "re-tuned. Boolean.",
+    )
+    interval_hours: float = Field(
+        default=6.0, ge=0.25, le=24 * 7, description="How often each table with targets is re-tuned. Hours."
+    )
+    max_step: float = Field(
+        default=2.0,
+        gt=1.0,
+        le=16.0,
+        description="Most a re-tune moves one knob (and the check interval): by at most this factor toward the "
+        "tuned value, so a table converges over several re-tunes instead of jumping. Factor (> 1).",
+    )
+    learn_hours: float = Field(
+        default=24.0, gt=0, le=24 * 30, description="Recent writes the tuner learns from (and write amplification "
+        "is measured over). Hours.",
+    )
+    days: int = Field(default=7, ge=1, le=60, description="Days the tuner simulates for each candidate policy. Days.")
+    time_budget_seconds: float = Field(
+        default=60.0, gt=0, le=3600, description="Most time the tuner searches for one table. Seconds."
+    )
+    measure_interval_seconds: float = Field(
+        default=900.0,
+        ge=60,
+        le=86400,
+        description="How often the layouts of tables with targets are sampled and their measured figures and gaps "
+        "recomputed (the `maintd_table_target*` gauges). Seconds.",
+    )
+    window_hours: float = Field(
+        default=24.0, gt=0, le=24 * 14, description="Window of the measured p95 figures (samples older are "
+        "deleted). Hours.",
+    )
+
+    @model_validator(mode="after")
+    def _window_holds_samples(self) -> TuningSettings:
+        if self.window_hours * 3600 < 2 * self.measure_interval_seconds:
+            raise ValueError(
+                f"window_hours ({self.window_hours}) holds fewer than two samples taken every "
+                f"measure_interval_seconds ({self.measure_interval_seconds}); widen the window or sample more often"
+            )
+        return self
+
+
 class PolicySettings(_Group):
     """The maintenance policy (clustering, compaction, reclamation rules)."""
 
@@ -544,6 +593,7 @@ class Settings(BaseSettings):
     commit: CommitSettings = Field(default_factory=CommitSettings, description="Commit retries.")
     reclaim: ReclaimSettings = Field(default_factory=ReclaimSettings, description="Reclamation.")
     policy: PolicySettings = Field(default_factory=PolicySettings, description="Maintenance policy.")
+    tuning: TuningSettings = Field(default_factory=TuningSettings, description="Keeping targets.")
 
     @model_validator(mode="after")
     def _default_store_url(self) -> Settings:
@@ -715,6 +765,7 @@ __all__ = [
     "Settings",
     "SparkSettings",
     "StoreSettings",
+    "TuningSettings",
     "WarehouseSettings",
     "apply_storage_settings",
     "config_file",

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 if TYPE_CHECKING:
     from maintd.planner import MaintenancePlan, PolicyFile
+    from maintd.service.records import TuningRecord
 
 
 def register(app: typer.Typer) -> None:
@@ -36,6 +37,11 @@ def plan_command(
     explain: bool = typer.Option(False, "--explain", help="Show every bucket, with the rule that decided it."),
     json_out: bool = typer.Option(False, "--json", help="Print each plan as one JSON line (a MaintenancePlan)."),
     show_policy: bool = typer.Option(False, "--show-policy", help="Print each table's effective policy as YAML."),
+    config: Path | None = typer.Option(
+        None, "--config", help="Settings YAML whose state store holds the knobs the daemon tuned (default: "
+        "$MAINTD_CONFIG, then config/maintd.yaml)."),
+    tuned: bool = typer.Option(True, "--tuned/--no-tuned", help="Plan with the knobs the daemon tuned to the "
+                               "table's targets, as the daemon does (read from its state store when there is one)."),
 ) -> None:
     """Plan clustering and compaction of tables and print the plan; writes nothing."""
     from rich.console import Console
@@ -50,8 +56,9 @@ def plan_command(
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
     now = datetime.now(UTC)
+    records = tuning_records(config, uris) if tuned else {}
     codes = {uri: _plan_one(uri, policy_file, now, out, err, explain=explain, json_out=json_out,
-                            show_policy=show_policy) for uri in uris}
+                            show_policy=show_policy, tuning=records.get(uri)) for uri in uris}
     failed = [uri for uri, code in codes.items() if code]
     if failed:
         if len(uris) > 1:
@@ -59,26 +66,56 @@ def plan_command(
         raise typer.Exit(max(codes.values()))
 
 
-def plan_table(uri: str, policy_file: PolicyFile, now: datetime) -> tuple[MaintenancePlan, str]:
-    """Open a table and plan it with its effective policy; returns the plan and the policy as YAML."""
+def tuning_records(config: Path | None, uris: list[str]) -> dict[str, TuningRecord]:
+    """The daemon's tuning rows of ``uris`` from its state store; none when there is no store to read (a plan
+    made away from the daemon is still a plan, with the policy file's knobs)."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        from maintd.service.store import StateStore
+        from maintd.settings import load_settings
+
+        settings = load_settings(config)
+        parsed = make_url(settings.store.url)
+        database = parsed.database if parsed.get_backend_name() == "sqlite" else None
+        if database and (database == ":memory:" or not Path(database).expanduser().is_file()):
+            return {}  # no daemon has run here: nothing tuned, and no store to create
+        store = StateStore(settings.store.url, db_schema=settings.store.db_schema,
+                           connect_timeout=settings.store.connect_timeout_seconds, create=False)
+    except Exception:  # no settings, an unreachable store: plan without tuned knobs
+        return {}
+    try:
+        store.check_schema()
+        return store.tuning_records(uris)
+    except MaintdError:
+        return {}
+    finally:
+        store.close()
+
+
+def plan_table(uri: str, policy_file: PolicyFile, now: datetime, *, tuned: dict[str, object] | None = None
+               ) -> tuple[MaintenancePlan, str, tuple[str, ...]]:
+    """Open a table and plan it with its effective policy (with the daemon's ``tuned`` knobs); returns the plan,
+    the policy as YAML and the knobs that came from tuning."""
     from maintd.planner import plan, policy_yaml
     from maintd.table import Table
 
     table = Table.open(uri)
     snap = table.snapshot()
     md = snap.metadata
-    resolved = policy_file.resolve(name=md.name or "", uri=table.uri, properties=md.properties)
-    return plan(snap, resolved.policy, now, table.uri, policy_name=resolved.name), policy_yaml(resolved.policy)
+    resolved = policy_file.resolve(name=md.name or "", uri=table.uri, properties=md.properties, tuned=tuned)
+    made = plan(snap, resolved.policy, now, table.uri, policy_name=resolved.name)
+    return made, policy_yaml(resolved.policy), resolved.tuned
 
 
 def _plan_one(uri: str, policy_file: PolicyFile, now: datetime, out: Console, err: Console, *, explain: bool,
-              json_out: bool, show_policy: bool) -> int:
+              json_out: bool, show_policy: bool, tuning: TuningRecord | None = None) -> int:
     """Plan and print one table; returns the exit code its outcome calls for (0: planned)."""
     from rich.markup import escape
 
     from maintd.cli._output import exit_code_for
     try:
-        p, pol_yaml = plan_table(uri, policy_file, now)
+        p, pol_yaml, knobs = plan_table(uri, policy_file, now, tuned=tuning.overrides if tuning else None)
     except MaintdError as exc:
         if json_out:
             sys.stdout.write(json.dumps({"table_uri": uri, "error": str(exc)}) + "\n")
@@ -88,10 +125,35 @@ def _plan_one(uri: str, policy_file: PolicyFile, now: datetime, out: Console, er
         sys.stdout.write(p.model_dump_json() + "\n")
         return 0
     print_plan(out, p, explain=explain)
+    if explain and tuning is not None:
+        print_tuning(out, tuning, knobs)
     if show_policy:
         out.print(f"[bold]effective policy[/bold] ({escape(p.policy_name)}):")
         out.print(escape(pol_yaml), highlight=False)
     return 0
+
+
+def print_tuning(console: Console, record: TuningRecord, knobs: tuple[str, ...]) -> None:
+    """What ``--explain`` says of the daemon's tuning: which knobs it set, when and why, and the targets."""
+    from rich.markup import escape
+
+    when = record.tuned_at.isoformat(timespec="seconds") if record.tuned_at else "never"
+    shown = ", ".join(f"{k}={_knob(record.overrides or {}, k)}" for k in knobs) or "none (policy file and properties)"
+    console.print(f"  tuned knobs (re-tuned {when}): {escape(shown)}", highlight=False)
+    if record.reason:
+        console.print(f"      why: {escape(record.reason)}", highlight=False)
+    targets = ", ".join(f"{n} <= {v:g} (measured {record.measured.get(n, float('nan')):.4g})"
+                        for n, v in record.targets.items())
+    console.print(f"      targets: {escape(targets)}", highlight=False)
+    if record.error:
+        console.print(f"      last re-tune failed: {escape(record.error)}", highlight=False)
+
+
+def _knob(nested: dict[str, object], path: str) -> object:
+    node: object = nested
+    for part in path.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
 
 
 def _where(partition: dict[str, str | None], bucket: int) -> str:

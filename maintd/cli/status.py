@@ -20,7 +20,7 @@ from maintd.service.run_kinds import RunKind, RunStatus  # history's --kind and 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from maintd.service.records import RunRecord, TableRecord
+    from maintd.service.records import RunRecord, TableRecord, TuningRecord
 
 if TYPE_CHECKING:  # SQLAlchemy is imported only when a command opens the store
     from maintd.service.store import StateStore
@@ -135,6 +135,7 @@ def collect_status(store: StateStore) -> list[dict[str, Any]]:
     last_maintenance = store.last_runs(RunKind.MAINTENANCE)
     last_reclaim = store.last_runs(RunKind.RECLAIM)
     holders = store.lease_holders()
+    tuning = store.tuning_records()
     rows = []
     for table in tables:
         layout = table.layout or _last_layout(store, table.uri, last_maintenance.get(table.uri))
@@ -160,9 +161,33 @@ def collect_status(store: StateStore) -> list[dict[str, Any]]:
                 "checked_by": table.checked_by,
                 "checks": table.checks,
                 "checks_planned": table.checks_planned,
+                "targets": _targets_row(tuning.get(table.uri)),
             }
         )
     return rows
+
+
+def _targets_row(record: TuningRecord | None) -> dict[str, Any] | None:
+    """The targets, measured figures, gaps and last re-tune of a table (None: it declares no target)."""
+    if record is None:
+        return None
+    return {
+        "targets": record.targets,
+        "measured": record.measured,
+        "measured_at": record.measured_at,
+        "gaps": record.gaps,
+        "missed": record.missed,
+        "last_retune": {
+            "at": record.tuned_at,
+            "reason": record.reason,
+            "overrides": record.overrides,
+            "interval_seconds": record.interval_seconds,
+            "predicted": record.predicted,
+            "measured": record.tuned_measured,
+            "error": record.error,
+            "error_at": record.error_at,
+        },
+    }
 
 
 def _last_layout(store: StateStore, uri: str, last: RunRecord | None) -> dict[str, Any]:
@@ -244,12 +269,36 @@ def print_status(console: Console, rows: list[dict[str, Any]]) -> None:
         f"{fmt_bytes(summary['backlog_bytes'])}",
         highlight=False,
     )
+    print_targets(console, rows)
     for row in rows:
         retry = f" (retry after {_when(row['retry_after'])})" if row["retry_after"] else ""
         for kind in ("maintenance", "reclaim"):
             brief = row[f"last_{kind}"]
             if brief is not None and brief["status"] == "failed":
                 console.print(f"[red]{row['uri']}: {kind} failed:[/red] {brief['error']}{retry}", highlight=False)
+
+
+def print_targets(console: Console, rows: list[dict[str, Any]]) -> None:
+    """One line per table with targets: each target, its measured figure and gap, and the last re-tune."""
+    for row in rows:
+        kept = row.get("targets")
+        if not kept:
+            continue
+        parts = []
+        for name, target in kept["targets"].items():
+            measured, gap = kept["measured"].get(name), kept["gaps"].get(name)
+            shown = "not measured yet" if measured is None else f"{measured:.4g} ({gap:+.0%})"
+            parts.append(f"{name} <= {target:g}: {shown}")
+        style = "red" if kept["missed"] else "green"
+        console.print(f"[{style}]{row['uri']} targets:[/{style}] " + "; ".join(parts), highlight=False)
+        last = kept["last_retune"]
+        if last["error"]:
+            console.print(f"  [red]last re-tune failed {_when(last['error_at'])}:[/red] {last['error']}",
+                          highlight=False)
+        if last["at"] is not None:
+            console.print(f"  re-tuned {_when(last['at'])}: {last['reason']}", highlight=False)
+        else:
+            console.print("  not re-tuned yet", highlight=False)
 
 
 def _brief_text(brief: dict[str, Any] | None) -> str:

@@ -14,7 +14,7 @@ that session's cluster; only a session maintd builds itself with a local master 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -168,7 +168,8 @@ class Runner:
     def __init__(self, settings: Any = None, *, policy_path: str | Path | None = None, spark: Any = None,
                  options: ExecutionOptions | None = None, use_spark: bool = True,
                  progress: Progress | None = None, reclaim: bool = False,
-                 session: SessionForRun | None = None) -> None:
+                 session: SessionForRun | None = None,
+                 tuned: Callable[[str], Mapping[str, Any] | None] | None = None) -> None:
         from maintd.planner.policy_files import load_policy_file
 
         self.settings = settings
@@ -182,6 +183,8 @@ class Runner:
         self._progress = progress or (lambda uri, stage: None)
         self._reclaim = reclaim
         self._session = session
+        self.tuned = tuned or (lambda uri: None)
+        """The knobs the daemon tuned for a table (nested), applied under its explicit table properties."""
 
     @property
     def spark(self) -> Any:
@@ -250,7 +253,7 @@ class Runner:
         snap.check_writable(table.uri)  # a table of a newer protocol: write nothing into it, not even a rewrite
         summary.before = summary.after = TableHealth.of(snap)
         resolved = self.policy_file.resolve(name=snap.metadata.name or "", uri=table.uri,
-                                            properties=snap.metadata.properties)
+                                            properties=snap.metadata.properties, tuned=self.tuned(table.uri))
         summary.policy = resolved.name
         plan = make_plan(snap, resolved.policy, now, table.uri)
         summary.read_version, summary.tasks_planned = plan.read_version, len(plan.tasks)

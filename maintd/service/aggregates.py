@@ -13,7 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from maintd.service import leases as _leases
-from maintd.service.records import RootRecord, TableRecord
+from maintd.service import tuning_store as _tuning
+from maintd.service.records import RootRecord, TableRecord, TuningRecord
 from maintd.service.schema import LAYOUT_MEASURES, leases, roots, tables
 
 
@@ -28,6 +29,10 @@ class GaugeReads:
     """The enabled tables whose per-table gauges are served."""
     measures: list[tuple[float | None, ...]] = field(default_factory=list)
     """Every enabled table's :data:`MEASURES` (None where its layout lacks one): the fleet-wide histograms."""
+    tuning: dict[str, TuningRecord] = field(default_factory=dict)
+    """The targets, measured figures and gaps of the served tables that declare targets."""
+    missing_targets: dict[str, int] = field(default_factory=dict)
+    """Tables missing each target, by target name (every table with targets counted)."""
 
 
 #: The layout measures of every enabled table read at each scrape for the fleet-wide histograms.
@@ -78,7 +83,9 @@ def gauge_reads(conn: Connection, max_tables: int | None, limit: int) -> GaugeRe
     else:
         served = unhealthiest(conn, limit) if limit else []
     found = [RootRecord(**row) for row in conn.execute(sa.select(roots).order_by(roots.c.uri)).mappings()]
-    return GaugeReads(counts, lease_counts(conn, None), found, served, layout_measures(conn))
+    targets = _tuning.tuning_records(conn, [t.uri for t in served]) if served else {}
+    return GaugeReads(counts, lease_counts(conn, None), found, served, layout_measures(conn), targets,
+                      _tuning.missing_counts(conn))
 
 
 __all__ = ["MEASURES", "GaugeReads", "gauge_reads", "layout_measures", "lease_counts", "table_counts", "unhealthiest"]

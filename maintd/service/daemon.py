@@ -119,6 +119,8 @@ class Daemon:
         holder: this daemon's lease holder id.
         blocked: returns why no run can start now (None: runs may start).
         check: the cheap look that tells whether a table must be planned (None: every pass runs every table).
+        keep: keeps the targets of the tables this replica owns, given their URIs (measure, re-tune; see
+            :mod:`maintd.service.tuning`); run every ``tuning.measure_interval_seconds`` while ``tuning.enabled``.
     """
 
     def __init__(
@@ -133,11 +135,13 @@ class Daemon:
         holder: str | None = None,
         blocked: Callable[[], str | None] | None = None,
         check: TableCheck | None = None,
+        keep: Callable[[list[str]], object] | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.jobs = {RunKind.MAINTENANCE: maintain, RunKind.RECLAIM: reclaim}
         self.check = check
+        self.keep = keep
         self.discover = discover
         self.metrics = metrics or Metrics()
         self.metrics.attach_store(store, settings.metrics)  # the table gauges every replica serves alike
@@ -192,6 +196,11 @@ class Daemon:
             misfire_grace_time=None,  # late on a busy machine is better than skipped: the others would think it gone
             seconds=self.settings.store.lease_renew_interval_seconds,
         )
+        if self.keep is not None and self.settings.tuning.enabled:
+            self._scheduler.add_job(
+                self.keep_targets, "interval", id="targets", max_instances=1, coalesce=True,
+                misfire_grace_time=None, seconds=self.settings.tuning.measure_interval_seconds,
+            )
         self._scheduler.start()
         logger.info("daemon {} started: at most {} table(s) at once", self.holder, s.max_concurrent_tables)
         idle = nothing_to_maintain(self.settings, len(self.store.list_tables(enabled_only=True)))
@@ -406,6 +415,15 @@ class Daemon:
                 if len(picks) == free:
                     break
         return picks
+
+    def keep_targets(self) -> None:
+        """Keep the targets of the tables this replica owns (:mod:`maintd.service.tuning`); errors are logged."""
+        if self.keep is None or self.stopping.is_set() or not self.settings.tuning.enabled:
+            return
+        try:
+            self.keep(self.membership.owned(self._known))
+        except Exception as exc:  # the next interval tries again; maintenance goes on meanwhile
+            logger.error("keeping targets failed: {}: {}", type(exc).__name__, exc)
 
     def prune_history(self) -> int:
         """Delete finished runs older than ``store.history_retention_days``; returns how many."""

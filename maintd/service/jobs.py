@@ -34,6 +34,8 @@ from loguru import logger
 from maintd.errors import LeaseLostError, MaintdError
 from maintd.execution.commit import OPERATION as MAINTENANCE_OPERATION
 from maintd.execution.runner import Progress, Runner, SessionForRun, TableHealth, TableRunSummary
+from maintd.planner.policy_files import ResolvedPolicy
+from maintd.planner.targets import Targets
 from maintd.service.checks import LogWatch
 from maintd.service.discovery import RootScan, discover, tables_of
 from maintd.service.metrics import Metrics
@@ -111,6 +113,7 @@ class TableJobs:
             use_spark=(spark is not None or session is not None) if use_spark is None else use_spark,
             progress=self._on_stage,
             session=session,
+            tuned=self.tuned_overrides,
         )
         self._commit_started: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -118,6 +121,32 @@ class TableJobs:
         self._discovered_at: float | None = None
         self._scans: dict[str, RootScan] = {}
         self.watch = LogWatch()
+        self._targets: dict[str, Targets] = {}
+
+    # -- targets ----------------------------------------------------------------------------------------
+
+    def tuned_overrides(self, uri: str) -> dict[str, Any] | None:
+        """The knobs the daemon tuned for ``uri`` (:mod:`maintd.service.tuning`), read from the store."""
+        if self.store is None or not self.settings.tuning.enabled:
+            return None
+        try:
+            return self.store.tuned_overrides(uri)
+        except MaintdError as exc:  # plan with the policy file's knobs rather than not at all
+            logger.warning("table {}: tuned knobs not read: {}", uri, exc)
+            return None
+
+    def targets_seen(self) -> dict[str, Targets]:
+        """The targets of every table planned since the daemon started, by URI (empty ones included)."""
+        with self._lock:
+            return dict(self._targets)
+
+    def _resolve(self, snapshot: Any, uri: str) -> ResolvedPolicy:
+        resolved = self.runner.policy_file.resolve(name=snapshot.metadata.name or "", uri=uri,
+                                                   properties=snapshot.metadata.properties,
+                                                   tuned=self.tuned_overrides(uri))
+        with self._lock:
+            self._targets[uri] = resolved.policy.target
+        return resolved
 
     # -- discovery --------------------------------------------------------------------------------------
 
@@ -196,9 +225,7 @@ class TableJobs:
             table = Table.open(uri, retry=self.runner.retry)
             snapshot = table.snapshot()
             snapshot.check_writable(table.uri)
-            resolved = self.runner.policy_file.resolve(
-                name=snapshot.metadata.name or "", uri=table.uri, properties=snapshot.metadata.properties
-            )
+            resolved = self._resolve(snapshot, table.uri)
             plan = make_plan(snapshot, resolved.policy, now, table.uri, policy_name=resolved.name)
             if plan.tasks:
                 return None
@@ -315,9 +342,7 @@ class TableJobs:
     def _backlog(self, table: Table, snapshot: Any, now: datetime) -> tuple[int, int]:
         from maintd.planner import plan as make_plan
 
-        resolved = self.runner.policy_file.resolve(
-            name=snapshot.metadata.name or "", uri=table.uri, properties=snapshot.metadata.properties
-        )
+        resolved = self._resolve(snapshot, table.uri)
         pending = make_plan(snapshot, resolved.policy, now, table.uri, policy_name=resolved.name)
         return sum(t.input_files for t in pending.tasks), pending.input_bytes
 

@@ -32,6 +32,7 @@ from maintd.service.jobs import TableJobs
 from maintd.service.metrics import Metrics
 from maintd.service.spark_driver import SparkDriver
 from maintd.service.store import StateStore, open_store
+from maintd.service.tuning import TargetKeeper
 from maintd.settings import Settings, apply_storage_settings, redact_url
 
 
@@ -74,9 +75,11 @@ def serve(settings: Settings, *, stop: threading.Event | None = None, holder: st
             if not stop.is_set():
                 driver.watch_idleness()
                 jobs = TableJobs(settings, store, metrics, holder=holder, session=driver.session_for_run)
+                keeper = TargetKeeper(settings, store, jobs.runner.policy_file)
                 daemon = Daemon(
                     settings, store, jobs.maintain, jobs.reclaim, discover=jobs.discover, metrics=metrics,
                     holder=holder, blocked=driver.lost, check=jobs.check,
+                    keep=lambda owned: keeper.keep(owned, jobs.targets_seen()),
                 )
                 daemon.start()
                 if server is not None and settings.http.console_served():

@@ -55,8 +55,9 @@ from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from maintd.errors import MaintdError
+from maintd.planner.targets import TARGET_NAMES
 from maintd.service.aggregates import MEASURES, GaugeReads
-from maintd.service.records import RunKind, TableRecord
+from maintd.service.records import RunKind, TableRecord, TuningRecord
 
 if TYPE_CHECKING:
     from maintd.settings import MetricsSettings
@@ -106,6 +107,10 @@ class StoreGauges(Collector):
         now = time.time()
         for record in reads.tables:
             _add_table(families, record, now)
+        for name in TARGET_NAMES:
+            families["maintd_tables_missing_target"].add_metric([name], reads.missing_targets.get(name, 0))
+        for tuned in reads.tuning.values():
+            _add_targets(families, tuned)
         for root in reads.roots:
             families["maintd_root_healthy"].add_metric([root.uri], 1 if root.healthy else 0)
             families["maintd_root_tables"].add_metric([root.uri], root.tables)
@@ -203,6 +208,29 @@ def _families() -> dict[str, GaugeMetricFamily]:
             "maintd_table_history_bytes", "Bytes of files removed from the table but kept for older versions.",
             ["table"],
         ),
+        "maintd_tables_missing_target": gauge(
+            "maintd_tables_missing_target",
+            "Tables whose measured figure misses their target, by target (tables with targets only).", ["target"],
+        ),
+        "maintd_table_target": gauge(
+            "maintd_table_target", "A table's declared target (a ceiling), by target.", ["table", "target"]
+        ),
+        "maintd_table_target_measured": gauge(
+            "maintd_table_target_measured",
+            "A table's measured figure for a target (p95 over tuning.window_hours; write amplification over "
+            "tuning.learn_hours).", ["table", "target"],
+        ),
+        "maintd_table_target_gap_ratio": gauge(
+            "maintd_table_target_gap_ratio",
+            "measured / target - 1 of a table's target: above 0 the target is missed by that share.",
+            ["table", "target"],
+        ),
+        "maintd_table_retune_timestamp_seconds": gauge(
+            "maintd_table_retune_timestamp_seconds", "Unix time a table was last re-tuned to its targets.", ["table"]
+        ),
+        "maintd_table_retune_failing": gauge(
+            "maintd_table_retune_failing", "1 when a table's last re-tune to its targets failed.", ["table"]
+        ),
         "maintd_last_success_timestamp_seconds": gauge(
             "maintd_last_success_timestamp_seconds",
             "Unix time of the last successful run of a table, by kind (from the state store).",
@@ -240,6 +268,18 @@ def _add_table(families: dict[str, GaugeMetricFamily], record: TableRecord, now:
     if layout.get("backlog_files") is not None:
         families["maintd_backlog_files"].add_metric([record.uri], layout["backlog_files"])
         families["maintd_backlog_bytes"].add_metric([record.uri], layout["backlog_bytes"] or 0)
+
+
+def _add_targets(families: dict[str, GaugeMetricFamily], record: TuningRecord) -> None:
+    for name, value in record.targets.items():
+        families["maintd_table_target"].add_metric([record.uri, name], value)
+    for name, value in record.measured.items():
+        families["maintd_table_target_measured"].add_metric([record.uri, name], value)
+    for name, value in record.gaps.items():
+        families["maintd_table_target_gap_ratio"].add_metric([record.uri, name], value)
+    if record.tuned_at is not None:
+        families["maintd_table_retune_timestamp_seconds"].add_metric([record.uri], record.tuned_at.timestamp())
+    families["maintd_table_retune_failing"].add_metric([record.uri], 1 if record.error else 0)
 
 
 __all__ = ["FLEET_BUCKETS", "StoreGauges", "table_state"]
