@@ -7,6 +7,7 @@ without parsing messages::
     MaintdError
     ├── InvalidInputError              bad argument, data, schema, key or property (not retryable)
     │   ├── SchemaMismatchError        data does not match the table schema
+    │   │   └── SchemaEvolutionError   a schema change maintd does not allow (drop, rename, type, key, NOT NULL)
     │   ├── PrimaryKeyError            missing or null primary key values
     │   ├── InvalidPropertyError       unknown property key or value out of range
     │   ├── PathOutsideTableError      a path that is absolute, not normalised, or leaves the table root
@@ -74,6 +75,11 @@ class InvalidInputError(MaintdError, ValueError):
 
 class SchemaMismatchError(InvalidInputError):
     """The data given to a writer does not match the table schema."""
+
+
+class SchemaEvolutionError(SchemaMismatchError):
+    """A change of the table schema that maintd does not allow: only nullable value columns can be added
+    (docs/format.md, "Schema evolution"). The message names the column and what to do instead."""
 
 
 class PrimaryKeyError(InvalidInputError):
@@ -390,6 +396,7 @@ __all__ = [
     "PolicyError",
     "PrimaryKeyError",
     "ProtocolChangedError",
+    "SchemaEvolutionError",
     "SchemaMismatchError",
     "SparkDriverLostError",
     "StateStoreError",

@@ -1,5 +1,6 @@
-"""``maintd table create | describe | history | pin | unpin | pins | set-properties | upgrade-protocol``: create a
-table, show its layout and its commit log, pin versions for long reads, and change its properties and protocol."""
+"""``maintd table create | describe | history | pin | unpin | pins | set-properties | add-columns |
+upgrade-protocol``: create a table, show its layout and its commit log, pin versions for long reads, and change
+its properties, schema and protocol."""
 
 from __future__ import annotations
 
@@ -276,6 +277,36 @@ def pins_command(
         listing.add_row(r["id"], str(r["version"]), r["created"], r["expires"], "expired" if r["expired"] else "live",
                         r["who"], r["reason"])
     print_table(out, listing)
+
+
+@table_app.command("add-columns")
+def add_columns_command(
+    uri: str = typer.Argument(..., help="Table URI."),
+    columns: str = typer.Argument(..., help="Columns to add as name:type[,name:type...], e.g. 'note:string,score:"
+                                            "float64'; always nullable (no trailing !)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the version and the new schema as JSON."),
+) -> None:
+    """Add nullable value columns to the table's schema (a metadata commit).
+
+    Rows written before read the new columns as nulls; older versions keep their schema. The first addition
+    raises the table to protocol 6: older maintd versions refuse the table from then on. Only nullable value
+    columns can be added: an existing column, NOT NULL, a key or partition column or an unknown type is refused.
+    """
+    from rich.console import Console
+
+    from maintd.table import Table
+
+    with user_errors():
+        table = Table.open(uri)
+        version = table.add_columns(columns)
+        fields = table.snapshot(version).metadata.fields
+    if json_out:
+        print_json({"table": table.uri, "version": version,
+                    "schema": [{"name": f.name, "type": f.type, "nullable": f.nullable, "added": f.added}
+                               for f in fields]})
+        return
+    added = ", ".join(f"{f.name}:{f.type}" for f in fields if f.added)
+    Console().print(f"added columns at version {version}; columns added since create: {added}", highlight=False)
 
 
 @table_app.command("set-properties")

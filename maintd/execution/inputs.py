@@ -31,6 +31,7 @@ from maintd.execution.merge import key_at, restrict
 from maintd.storage import LocalStorage, Storage
 from maintd.table.actions import AddFile, Metadata
 from maintd.table.dictionaries import common_dictionaries, dictionary_schema, dictionary_types
+from maintd.table.evolution import added_columns, fill_missing
 from maintd.table.files import data_file_errors, file_schema, map_in_runs, with_hidden_columns
 from maintd.table.keyranges import Key, KeyRange, key_value, sort_key
 from maintd.table.schema import OP_COLUMN, VERSION_COLUMN, to_arrow
@@ -74,6 +75,7 @@ class Layout:
         self.metadata = metadata
         self.dictionaries = frozenset(dictionaries)
         self.constant = constant_columns(metadata)
+        self.added = added_columns(metadata)
         wanted = (set(metadata.column_names) | {OP_COLUMN, VERSION_COLUMN}) - set(self.constant)
         self._wanted = wanted
         self._columns: dict[tuple[str, int | None], list[str]] = {}
@@ -95,10 +97,21 @@ class Layout:
         return self._columns[key]
 
     def unify(self, t: pa.Table) -> pa.Table:
-        """Columns in one order, value columns nullable: so delete-bearing and base files concat."""
+        """Columns in one order, value columns nullable: so delete-bearing and base files concat. Columns added
+        to the schema after a file was written are nulls (docs/format.md, "Schema evolution"): maintenance
+        writes them into its outputs."""
         if t.schema.equals(self.schema):
             return t
-        return t.select(self.schema.names).cast(self.schema)
+        return fill_missing(t, self.schema, self.schema.names).cast(self.schema)
+
+    def present(self, f: AddFile, names: Sequence[str]) -> list[str]:
+        """The columns of ``f`` (:meth:`columns`) that a file with column ``names`` holds: a file written before
+        columns were added lacks them (:meth:`unify` fills them in)."""
+        wanted = self.columns(f)
+        if not self.added:
+            return wanted
+        have = set(names)
+        return [c for c in wanted if c in have or c not in self.added]
 
 
 # -- whole files --------------------------------------------------------------------------------------------------
@@ -241,7 +254,8 @@ def read_all(metadata: Metadata, files: Sequence[AddFile], data: Sequence[Fetche
             raise TooLargeError
         f = files[i]
         reader = data[i].reader(layout.dictionaries)
-        columns = None if level0 and not constant else [reader.column_name_idx(c) for c in layout.columns(f)]
+        columns = None if level0 and not constant else [
+            reader.column_name_idx(c) for c in layout.present(f, reader.metadata.schema.names)]
         t = reader.read_all(column_indices=columns, use_threads=False).replace_schema_metadata(None)
         with lock:  # a freshly decoded table shares no buffers: their sum is its size (nbytes looks for
             decoded[0] += t.get_total_buffer_size()  # shared ones, 15 us a small file against 0.6)
@@ -316,8 +330,10 @@ class StreamSource:
 
 
 def open_source(location: str, filesystem: pafs.FileSystem | None, f: AddFile | None, columns: list[str] | None,
-                keys: Sequence[str], key_range: KeyRange, page_bytes: int | None = None) -> StreamSource:
-    """Read a Parquet file's footer for streaming: its row groups in ``key_range`` and its memory figures."""
+                keys: Sequence[str], key_range: KeyRange, page_bytes: int | None = None,
+                optional: frozenset[str] = frozenset()) -> StreamSource:
+    """Read a Parquet file's footer for streaming: its row groups in ``key_range`` and its memory figures.
+    Of ``columns``, the ``optional`` ones the file lacks are not read (:meth:`Layout.unify` fills them in)."""
     if filesystem is None:
         md = pq.read_metadata(location)
     else:
@@ -325,6 +341,9 @@ def open_source(location: str, filesystem: pafs.FileSystem | None, f: AddFile | 
             md = pq.read_metadata(fh)
     index = key_index(md)
     groups = row_groups_in(md, keys, key_range, index)
+    if columns is not None and optional:  # a file written before columns were added lacks them (read as nulls)
+        have = set(md.schema.names)
+        columns = [c for c in columns if c in have or c not in optional]
     names = columns or md.schema.names
     page = page_bytes or (OWN_PAGE if index is not None else DEFAULT_PAGE)
     return StreamSource(location, filesystem, md, columns, f, groups, _row_bytes(md, names),

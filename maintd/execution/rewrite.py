@@ -349,7 +349,7 @@ class _Streaming:
         def footer(f: AddFile) -> StreamSource:
             with data_file_errors(storage, f):
                 return open_source(storage.full_path(f.path), storage.filesystem, f, columns.columns(f),
-                                   self.keys, spec.key_range)
+                                   self.keys, spec.key_range, optional=columns.added)
 
         with ThreadPoolExecutor(max(1, min(spec.read_threads, len(files)))) as pool:  # one small read each
             self.sources = list(pool.map(footer, files))

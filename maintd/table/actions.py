@@ -31,13 +31,14 @@ KeyValue = int | float | str | bool | None
 
 FileKind = Literal["delta", "base"]
 IsolationLevel = Literal["WriteSerializable", "Serializable"]
-READER_VERSION = 5
+READER_VERSION = 6
 """The newest reader protocol this code implements (2: self-verifying commit files; 3: pins; 4: prior-row files;
-5: looked-up prior-row files, docs/format.md)."""
-WRITER_VERSION = 5
+5: looked-up prior-row files; 6: schema evolution, docs/format.md)."""
+WRITER_VERSION = 6
 """The newest writer protocol this code implements (2: also transaction records in checkpoints; 3: pins and
 expire records, which reclamation honours; 4: prior-row files, which reclamation deletes with their BaseFiles;
-5: looked-up prior-row files, which live while their BaseFiles do)."""
+5: looked-up prior-row files, which live while their BaseFiles do; 6: columns added to the schema, which
+files written before lack)."""
 BASE_VERSION = 2
 """The protocol tables are created at (and ``Table.upgrade_protocol`` raises older tables to)."""
 PINS_VERSION = 3
@@ -51,6 +52,12 @@ LOOKUP_PRIORS_VERSION = 5
 ``prior`` actions may be *looked up* ones, added while their BaseFiles stay live. Code of protocol 4 would take
 their deletion time (0 until their BaseFiles are removed) for one long past and delete them at once, so it
 must refuse such a table."""
+SCHEMA_EVOLUTION_VERSION = 6
+"""The protocol of a table whose schema gained columns after it was created: its data files may lack columns
+of the schema (read as nulls). Code of protocol 5 would refuse such a file as damaged, or, reading only some
+columns, read it without them, so it must refuse the table."""
+FEATURES = {3: "pins", 4: "prior-rows files", 5: "looked-up prior-rows files", 6: "schema evolution"}
+"""What each protocol above the base one adds, named in the errors of code that does not read or write it."""
 LOG_DIR_PREFIX = "_log/"
 
 
@@ -88,11 +95,26 @@ class Protocol(_Action):
 
 
 class Field_(_Action):
-    """One column of the table schema; ``type`` is a maintd type name (docs/format.md, "Types")."""
+    """One column of the table schema; ``type`` is a maintd type name (docs/format.md, "Types").
+
+    ``added``: the column was added after the table was created (protocol 6, docs/format.md, "Schema
+    evolution"): always nullable, and data files written before may lack it (read as nulls), as may a
+    writer's batch.
+    """
 
     name: str
     type: str
     nullable: bool = True
+    added: bool = False
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``added`` is written only when true, so that the metadata of tables whose schema never changed reads
+        as older code wrote it (its readers know no such field)."""
+        out: dict[str, Any] = handler(self)
+        if not self.added:
+            out.pop("added", None)
+        return out
 
 
 class Metadata(_Action):

@@ -31,10 +31,11 @@ from maintd.table.actions import Expire, RemoveFile, Txn, action_to_json
 from maintd.table.commitfile import Where, decode_lines
 from maintd.table.snapshot import Snapshot, SnapshotBuilder
 
-FORMAT = 5
+FORMAT = 6
 """The newest checkpoint format: 3 for tables of protocol 3 (which may hold pins and expire records; older
 readers refuse it by its number), 4 for tables of protocol 4 (also prior-rows files), 5 for tables of
-protocol 5 (looked-up prior-rows files too), 2 for the others."""
+protocol 5 (looked-up prior-rows files too), 6 for tables of protocol 6 (columns added to the schema), 2 for
+the others."""
 
 
 def encode_checkpoint(snapshot: Snapshot) -> bytes:

@@ -22,17 +22,18 @@ from typing import Any
 from maintd.errors import CorruptLogError, UnsupportedProtocolError
 from maintd.table.actions import Action, CommitInfo, Protocol, action_from_dict, action_to_json
 
-FORMAT = 5
+FORMAT = 6
 """The newest commit file format this code reads and writes (3: as 2, in tables of protocol 3, which may hold
 pins; 4: in tables of protocol 4, which may hold prior-row files; 5: in tables of protocol 5, whose prior-row
-files may be looked-up ones; older readers refuse a file by its number before they meet an action they do not
+files may be looked-up ones; 6: in tables of protocol 6, whose data files may lack columns added to the
+schema; older readers refuse a file by its number before they meet an action they do not
 know)."""
 HEADER_KEY = "header"
 RECOVER = "Restore the file from a backup, or see docs/operations.md 'Recover'"
 
 
 def format_for(protocol: Protocol) -> int:
-    """The commit file format of a table of ``protocol``: its writer version (1 to 5)."""
+    """The commit file format of a table of ``protocol``: its writer version (1 to 6)."""
     return max(1, min(protocol.min_writer_version, FORMAT))
 
 

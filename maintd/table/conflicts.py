@@ -53,6 +53,10 @@ from maintd.table.actions import (
 )
 from maintd.table.snapshot import PartitionKey, Snapshot, partition_key
 
+ADD_COLUMNS = "ADD COLUMNS"
+"""The operation of a commit that only adds nullable columns to the schema (``Table.add_columns``). A data write
+that read nothing of the schema change commits over it: its files lack the new columns, which read as nulls."""
+
 
 @dataclass(frozen=True)
 class WinningCommit:
@@ -71,6 +75,8 @@ class WinningCommit:
     """Versions the commit pinned."""
     expired_before: int | None = None
     """The commit expired every version before this (reclamation's record, a PURGE); None: it expired none."""
+    columns_added: bool = False
+    """Its metadata change only added nullable columns (operation ``ADD COLUMNS``, no protocol change)."""
 
     @classmethod
     def from_actions(cls, version: int, actions: Sequence[Action]) -> WinningCommit:
@@ -87,6 +93,8 @@ class WinningCommit:
             removes=tuple(a for a in actions if isinstance(a, RemoveFile)),
             pinned=tuple(sorted(a.version for a in actions if isinstance(a, Pin))),
             expired_before=_before(expired_by(actions)),
+            columns_added=bool(info and info.operation == ADD_COLUMNS)
+            and not any(isinstance(a, Protocol) for a in actions),
         )
 
 
@@ -113,6 +121,8 @@ class TxnFootprint:
     """This transaction expires every version before this (None: none)."""
     keeps: set[str] = field(default_factory=set)
     """Files that must stay live: the BaseFiles this transaction's looked-up prior-rows files answer for."""
+    metadata: bool = False
+    """This transaction changes the metadata (properties, schema) itself."""
 
     def reads(self, f: AddFile) -> bool:
         return self.read_whole_table or partition_key(f.partition, self.partition_by) in self.read_partitions
@@ -146,7 +156,8 @@ def check_winner(fp: TxnFootprint, w: WinningCommit, own_txn_id: str) -> Already
         return AlreadyCommitted(w.version)
     if w.protocol_changed:
         _fail(ProtocolChangedError, w, "changed the table protocol; reopen the table and retry")
-    if w.metadata_changed:
+    if w.metadata_changed and not (w.columns_added and fp.data_change and not fp.metadata):
+        # a data write whose files lack columns added concurrently lands: they read as nulls (docs/format.md)
         _fail(MetadataChangedError, w, "changed the table metadata or properties; re-read the table and retry")
     clash = fp.app_ids & w.app_ids
     if clash:

@@ -40,6 +40,7 @@ from maintd.table.dictionaries import (
     footer_entries,
     with_dictionaries,
 )
+from maintd.table.evolution import added_columns, fill_missing
 from maintd.table.keyranges import key_value
 from maintd.table.lazy import lazy_module
 from maintd.table.schema import OP_COLUMN, OP_DELETE, OP_UPSERT, VERSION_COLUMN, to_arrow
@@ -362,8 +363,9 @@ def read_runs_of_files(storage: Storage, metadata: Metadata, files: Sequence[Add
     return map_runs(run, files, threads)
 
 
-_Projection = tuple[pa.Schema, list[str], list[int]]
-"""The schema a data file must have, the columns to read from it and their indices in such a file."""
+_Projection = tuple[pa.Schema, list[str], list[int], frozenset[str]]
+"""The schema a data file must have, the columns to read from it, their indices in such a file, and the columns
+it may lack (added to the schema after it was written: read as nulls)."""
 
 
 def _projection(metadata: Metadata, kind: FileKind, level: int | None, columns: Sequence[str] | None) -> _Projection:
@@ -371,7 +373,7 @@ def _projection(metadata: Metadata, kind: FileKind, level: int | None, columns: 
     wanted = list(dict.fromkeys([*metadata.primary_key, *names]))
     expected = file_schema(metadata, kind, level)
     read_cols = wanted + [c for c in (OP_COLUMN, VERSION_COLUMN) if expected.get_field_index(c) >= 0]
-    return expected, read_cols, [expected.get_field_index(c) for c in read_cols]
+    return expected, read_cols, [expected.get_field_index(c) for c in read_cols], added_columns(metadata)
 
 
 def _decode(storage: Storage, f: AddFile, full_path: str, projection: _Projection, threads: bool) -> pa.Table:
@@ -381,19 +383,28 @@ def _decode(storage: Storage, f: AddFile, full_path: str, projection: _Projectio
     path and looks each column name up in Python for each file, which for a bucket of 200 level-0 files read
     on two threads cost a fifth of the read (39 against 32 ms), most of it while holding the GIL.
     """
-    expected, read_cols, indices = projection
+    expected, read_cols, indices, optional = projection
     try:
         with storage.filesystem.open_input_file(full_path) as source:
             reader = pq.ParquetReader()
             reader.open(source, pre_buffer=storage.coalesce_reads)
             found = reader.schema_arrow
+            present = read_cols
             if not found.equals(expected):  # a file maintd wrote for this schema matches as a whole
-                _check_columns(f"table {storage.uri}: data file {f.path}", f.path, expected, found, read_cols)
-                indices = [found.get_field_index(c) for c in read_cols]
+                present = _present(found, read_cols, optional)
+                _check_columns(f"table {storage.uri}: data file {f.path}", f.path, expected, found, present)
+                indices = [found.get_field_index(c) for c in present]
             # the footer's entries (key index, dictionary list) describe the file, not the rows: not passed on
-            return reader.read_all(column_indices=indices, use_threads=threads).replace_schema_metadata(None)
+            t = reader.read_all(column_indices=indices, use_threads=threads).replace_schema_metadata(None)
     except (pa.ArrowInvalid, OSError) as exc:
         raise _file_error(storage, f, exc) from None
+    return t if present is read_cols else fill_missing(t, expected, read_cols)
+
+
+def _present(found: pa.Schema, columns: Sequence[str], optional: frozenset[str]) -> list[str]:
+    """``columns`` less the ``optional`` ones a file (of schema ``found``) lacks: columns added to the table
+    after it was written, read as nulls (docs/format.md, "Schema evolution")."""
+    return [c for c in columns if c not in optional or found.get_field_index(c) >= 0]
 
 
 def read_rows_of_keys(storage: Storage, metadata: Metadata, f: AddFile, keys: pa.Table) -> pa.Table:
@@ -417,7 +428,8 @@ def read_rows_of_keys(storage: Storage, metadata: Metadata, f: AddFile, keys: pa
     where = f"table {storage.uri}: data file {f.path}"
     with data_file_errors(storage, f), storage.filesystem.open_input_file(storage.full_path(f.path)) as source:
         pf = pq.ParquetFile(source, pre_buffer=storage.coalesce_reads)
-        _check_columns(where, f.path, expected, pf.schema_arrow, expected.names)
+        present = _present(pf.schema_arrow, expected.names, added_columns(metadata))
+        _check_columns(where, f.path, expected, pf.schema_arrow, present)
         meta = pf.metadata
         at = meta.schema.names.index(pk[0]) if pk[0] in meta.schema.names else None
         groups = [i for i in range(meta.num_row_groups)
@@ -425,11 +437,11 @@ def read_rows_of_keys(storage: Storage, metadata: Metadata, f: AddFile, keys: pa
         if not groups:
             return with_hidden_columns(expected.empty_table(), f)
         if len(groups) == 1 or sum(meta.row_group(i).total_byte_size for i in groups) <= _KEYED_READ_BYTES:
-            t = rows_with_keys(pf.read_row_groups(groups, columns=expected.names), pk, keys)
+            t = rows_with_keys(pf.read_row_groups(groups, columns=present), pk, keys)
         else:  # a row group at a time: what is held is one row group and the rows kept
-            t = pa.concat_tables([rows_with_keys(pf.read_row_group(i, columns=expected.names), pk, keys)
+            t = pa.concat_tables([rows_with_keys(pf.read_row_group(i, columns=present), pk, keys)
                                   for i in groups])
-    return with_hidden_columns(t.replace_schema_metadata(None), f)
+    return with_hidden_columns(fill_missing(t.replace_schema_metadata(None), expected, expected.names), f)
 
 
 _KEYED_READ_BYTES = 64 << 20

@@ -42,7 +42,8 @@ from loguru import logger
 
 from maintd.storage import Storage
 from maintd.table.actions import AddFile, Metadata, PriorRows
-from maintd.table.files import rows_with_keys
+from maintd.table.evolution import added_columns, fill_missing
+from maintd.table.files import file_schema, rows_with_keys
 from maintd.table.lazy import lazy_module
 from maintd.table.merge import latest_rows
 from maintd.table.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
@@ -201,13 +202,17 @@ class GroupPriors:
 
     def _load(self, p: PriorRows) -> _Parts | None:
         names = [*self.md.column_names, OP_COLUMN, VERSION_COLUMN]
+        added = added_columns(self.md)
         try:
             with self.storage.filesystem.open_input_file(self.storage.full_path(p.path)) as source:
-                t = pq.ParquetFile(source, pre_buffer=self.storage.coalesce_reads).read(columns=names)
+                pf = pq.ParquetFile(source, pre_buffer=self.storage.coalesce_reads)
+                have = set(pf.schema_arrow.names)  # written before columns were added: those read as nulls
+                t = pf.read(columns=[n for n in names if n in have or n not in added])
         except (pa.ArrowInvalid, OSError, KeyError) as exc:
             logger.warning("table {}: prior-rows file {} cannot be read ({}); the change feed reads the data files "
                            "instead", self.storage.uri, p.path, " ".join(str(exc).split()))
             return None
+        t = fill_missing(t.replace_schema_metadata(None), file_schema(self.md, "delta", 1), names)
         older = pc.less_equal(t.column(VERSION_COLUMN), p.below)
         base = t.filter(older)
         return _Parts(bases=base.filter(pc.not_equal(base.column(OP_COLUMN), OP_DELETE)), listed=base.select(self.pk),

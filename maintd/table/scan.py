@@ -26,6 +26,7 @@ from maintd.errors import InvalidInputError
 from maintd.storage import Storage
 from maintd.table.actions import AddFile, Metadata, PriorRows
 from maintd.table.changes import incremental_changes
+from maintd.table.evolution import added_columns, fill_missing
 from maintd.table.files import file_schema, read_data_file, with_hidden_columns
 from maintd.table.filters import RowFilter
 from maintd.table.merge import latest_rows
@@ -172,11 +173,16 @@ def read_in_range(storage: Storage, metadata: Metadata, f: AddFile, columns: Seq
     lead = metadata.primary_key[0]
     bounds = [(lead, ">=", key_value(key_range.low, typ))] if key_range.low is not None else []
     bounds += [(lead, "<", key_value(key_range.high, typ))] if key_range.high is not None else []
-    have = file_schema(metadata, f.kind, f.level).names
-    read_cols = list(dict.fromkeys([*metadata.primary_key, *columns])) + [c for c in HIDDEN_COLUMNS if c in have]
+    expected = file_schema(metadata, f.kind, f.level)
+    wanted = list(dict.fromkeys([*metadata.primary_key, *columns])) + [c for c in HIDDEN_COLUMNS if c in expected.names]
+    read_cols = wanted
+    optional = added_columns(metadata)
+    if optional & set(wanted):  # the file may have been written before some of them were added: read as nulls
+        found = pq.read_schema(storage.full_path(f.path), filesystem=storage.filesystem)
+        read_cols = [c for c in wanted if c not in optional or found.get_field_index(c) >= 0]
     t = pq.read_table(storage.full_path(f.path), columns=read_cols, filters=bounds or None,
                       filesystem=storage.filesystem, partitioning=None)
-    return with_hidden_columns(t, f)
+    return with_hidden_columns(fill_missing(t, expected, wanted), f)
 
 
 def unit_batches(storage: Storage, plan: ScanPlan, unit: ScanUnit, batch_rows: int = DEFAULT_BATCH_ROWS

@@ -101,6 +101,9 @@ def conform(data: pa.Table, fields: tuple[Field_, ...], *, table: str, require: 
             ) -> pa.Table:
     """Cast ``data`` to the table schema (column order too); missing nullable columns become null.
 
+    Every column is ``require`` d (default: all of them) except the columns added to the schema after the table
+    was created (``Field_.added``): a writer that does not know them yet writes nulls there.
+
     Raises:
         SchemaMismatchError: unknown columns, missing required columns, or uncastable types.
     """
@@ -110,13 +113,15 @@ def conform(data: pa.Table, fields: tuple[Field_, ...], *, table: str, require: 
     if extra:
         raise SchemaMismatchError(
             f"table {table}: column(s) {', '.join(extra)} are not in the table schema "
-            f"({', '.join(target.names)}); drop them or change the schema"
+            f"({', '.join(target.names)}); drop them, or add them to the table (Table.add_columns, "
+            "maintd table add-columns, or write with merge_schema=True)"
         )
     required = set(require) if require is not None else {f.name for f in fields}
+    added = {f.name for f in fields if f.added}
     cols = []
     for f in target:
         if f.name not in given:
-            if f.name in required or not f.nullable:
+            if (f.name in required and f.name not in added) or not f.nullable:  # added later: older writers lack it
                 raise SchemaMismatchError(f"table {table}: column {f.name!r} ({f.type}) is missing from the data")
             cols.append(pa.nulls(data.num_rows, f.type))
             continue

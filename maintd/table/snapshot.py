@@ -12,6 +12,7 @@ from urllib.parse import quote
 from maintd.errors import UnsupportedProtocolError
 from maintd.table import properties as props
 from maintd.table.actions import (
+    FEATURES,
     LOOKUP_PRIORS_VERSION,
     PRIOR_ROWS_VERSION,
     READER_VERSION,
@@ -133,7 +134,7 @@ class Snapshot:
         if required > WRITER_VERSION:
             raise UnsupportedProtocolError(
                 f"table {uri} requires writer protocol version {required}; this maintd writes up to version "
-                f"{WRITER_VERSION}: upgrade maintd to write (or maintain) this table",
+                f"{WRITER_VERSION}{_uses(required)}: upgrade maintd to write (or maintain) this table",
                 required=required, supported=WRITER_VERSION,
             )
 
@@ -299,12 +300,18 @@ class SnapshotBuilder:
         return {v: r for v, r in self.txns.items() if v > at_most and (v > always or r[1] >= recent)}
 
 
+def _uses(required: int) -> str:
+    """What a table of protocol ``required`` uses that this code does not know, as far as it knows the names."""
+    known = [FEATURES[v] for v in sorted(FEATURES) if READER_VERSION < v <= required]
+    return f" (the table uses {', '.join(known)})" if known else ""
+
+
 def check_readable(protocol: Protocol) -> None:
     """Refuse a table whose protocol needs a newer reader (:class:`UnsupportedProtocolError`)."""
     required = protocol.min_reader_version
     if required > READER_VERSION:
         raise UnsupportedProtocolError(
             f"the table requires reader protocol version {required}; this maintd reads up to version "
-            f"{READER_VERSION}: upgrade maintd to read this table",
+            f"{READER_VERSION}{_uses(required)}: upgrade maintd to read this table",
             required=required, supported=READER_VERSION,
         )

@@ -27,12 +27,13 @@ from maintd.errors import (
 )
 from maintd.storage import Storage, storage_for_uri
 from maintd.storage.discovery import enclosing_table, find_tables
-from maintd.table import interop, timeline
+from maintd.table import evolution, interop, timeline
 from maintd.table import properties as props
 from maintd.table.actions import (
     BASE_VERSION,
     LOOKUP_PRIORS_VERSION,
     PRIOR_ROWS_VERSION,
+    SCHEMA_EVOLUTION_VERSION,
     Action,
     AddFile,
     CommitInfo,
@@ -43,6 +44,7 @@ from maintd.table.actions import (
     RemoveFile,
 )
 from maintd.table.changes import changed_files, incremental_changes
+from maintd.table.conflicts import ADD_COLUMNS
 from maintd.table.filters import parse_filter
 from maintd.table.landing import STORAGE_ERRORS
 from maintd.table.log import TableLog
@@ -57,6 +59,7 @@ from maintd.table.writer import (
     check_partition_filter,
     prepare_changes,
     split_and_write,
+    to_arrow_table,
 )
 
 
@@ -363,29 +366,38 @@ class Table:
                 self._latest = snap
 
     # -- writes ----------------------------------------------------------------------------
-    def upsert(self, data: TableLike, *, app_id: str | None = None, app_version: int | None = None) -> int:
-        """Insert or replace rows by primary key; returns the committed version."""
-        return self._write("UPSERT", data, None, app_id, app_version)
+    def upsert(self, data: TableLike, *, app_id: str | None = None, app_version: int | None = None,
+               merge_schema: bool = False) -> int:
+        """Insert or replace rows by primary key; returns the committed version.
+
+        ``merge_schema``: columns of ``data`` the table lacks are added to it (nullable) in the same commit, as
+        :meth:`add_columns` adds them; without it they are refused (``SchemaMismatchError``). Columns added to
+        the table after it was created may be missing from ``data``: they are written as nulls.
+        """
+        return self._write("UPSERT", data, None, app_id, app_version, merge_schema=merge_schema)
 
     def delete(self, keys: TableLike, *, app_id: str | None = None, app_version: int | None = None) -> int:
         """Delete rows by primary key (and partition columns); returns the committed version."""
         return self._write("DELETE", keys, None, app_id, app_version, deletes_only=True)
 
     def write_changes(self, data: TableLike, op_column: str, *, app_id: str | None = None,
-                      app_version: int | None = None) -> int:
-        """Upserts and deletes in one commit: ``op_column`` is 0 for upsert, 1 for delete (dropped)."""
+                      app_version: int | None = None, merge_schema: bool = False) -> int:
+        """Upserts and deletes in one commit: ``op_column`` is 0 for upsert, 1 for delete (dropped);
+        ``merge_schema`` as for :meth:`upsert`."""
         t = data if isinstance(data, pa.Table) else pa.Table.from_pandas(data, preserve_index=False)
         if op_column not in t.column_names:
             raise InvalidInputError(f"table {self.uri}: the data has no column {op_column!r}")
         ops = np.asarray(t.column(op_column).to_numpy(zero_copy_only=False), dtype=np.int8)
         if not np.isin(ops, [OP_UPSERT, OP_DELETE]).all():
             raise InvalidInputError(f"table {self.uri}: column {op_column!r} must hold 0 (upsert) or 1 (delete)")
-        return self._write("WRITE", t.drop_columns([op_column]), ops, app_id, app_version)
+        return self._write("WRITE", t.drop_columns([op_column]), ops, app_id, app_version, merge_schema=merge_schema)
 
     def _write(self, operation: str, data: TableLike, ops: np.ndarray | None, app_id: str | None,
-               app_version: int | None, *, deletes_only: bool = False) -> int:
+               app_version: int | None, *, deletes_only: bool = False, merge_schema: bool = False) -> int:
         cached = self._latest
-        if (app_id is None and cached is not None
+        if merge_schema:
+            data = to_arrow_table(data, what=f"table {self.uri}", key_names=())
+        if (app_id is None and cached is not None and not (merge_schema and self._merged(cached, data))
                 and self.found_latest_within(cached.version, FRESH_BASE_SECONDS)):
             # A writer that committed (or looked the table up) a moment ago prepares on that state without
             # another lookup: if it is still the latest, the commit lands on it exactly as on a state just
@@ -404,8 +416,9 @@ class Table:
                 except StaleRead:
                     pass  # nothing landed and its files are deleted: prepare again on the latest state
         snap = self.snapshot()
-        batch = prepare_changes(data, ops, snap.metadata, table=self.uri, deletes_only=deletes_only)
         txn = self.new_transaction(operation, read_snapshot=snap)
+        md = (self._merged(snap, data, txn) if merge_schema else None) or snap.metadata
+        batch = prepare_changes(data, ops, md, table=self.uri, deletes_only=deletes_only)
         if app_id is not None:
             if app_version is None:
                 raise InvalidInputError(f"table {self.uri}: app_id {app_id!r} needs an app_version")
@@ -414,8 +427,40 @@ class Table:
                 logger.info("table {}: {} version {} was committed already; skipped", self.uri, app_id, app_version)
                 return snap.version
             txn.set_app_transaction(app_id, app_version)
-        adds = split_and_write(self.storage, snap.metadata, batch)
+        adds = split_and_write(self.storage, md, batch)
         return self._commit_written(txn, adds, {"rows": batch.num_rows, "files": len(adds)})
+
+    def _merged(self, snap: Snapshot, data: pa.Table, txn: Transaction | None = None) -> Metadata | None:
+        """The metadata of ``snap`` with the columns of ``data`` it lacks added (``merge_schema``), recorded in
+        ``txn`` (with the protocol raise the first addition needs); None when ``data`` adds nothing."""
+        new = evolution.columns_to_merge(snap.metadata, data.schema, table=self.uri)
+        if not new:
+            return None if txn is None else snap.metadata
+        md = evolution.add_columns(snap.metadata, new, table=self.uri)
+        if txn is not None:
+            txn.set_metadata(md)
+            txn.require_protocol(SCHEMA_EVOLUTION_VERSION)
+        return md
+
+    def add_columns(self, columns: str | pa.Schema | pa.Field | Sequence[Field_ | pa.Field]) -> int:
+        """Add nullable value columns to the table's schema; returns the committed version.
+
+        ``columns``: ``'name:type,...'`` (as ``table create``'s schema, without ``!``), Arrow fields or a schema,
+        or :class:`Field_` s. Rows written before read the new columns as nulls, at every version from this
+        commit on (older versions keep their schema); writers may leave them out (nulls). The first addition
+        raises the table to protocol 6 in the same commit, so that older maintd refuses the table instead of
+        misreading its files (docs/format.md, "Schema evolution").
+
+        Raises:
+            SchemaEvolutionError: a column that exists, a NOT NULL, key or partition column, an unknown type.
+        """
+        snap = self.snapshot()
+        new = evolution.fields_of(columns, table=self.uri)
+        md = evolution.add_columns(snap.metadata, new, table=self.uri)
+        txn = self.new_transaction(ADD_COLUMNS, read_snapshot=snap)
+        txn.set_metadata(md)
+        txn.require_protocol(SCHEMA_EVOLUTION_VERSION)
+        return txn.commit(parameters={"columns": [f"{f.name}:{f.type}" for f in new]})
 
     def _commit_written(self, txn: Transaction, adds: list[AddFile], metrics: dict[str, Any]) -> int:
         for a in adds:
@@ -432,18 +477,24 @@ class Table:
                     self.storage.delete(a.path)
             raise
 
-    def overwrite(self, data: TableLike, partition: Mapping[str, Any] | None = None) -> int:
-        """Replace the whole table (or one partition) with ``data``; returns the committed version."""
+    def overwrite(self, data: TableLike, partition: Mapping[str, Any] | None = None, *,
+                  merge_schema: bool = False) -> int:
+        """Replace the whole table (or one partition) with ``data``; returns the committed version
+        (``merge_schema`` as for :meth:`upsert`)."""
         snap = self.snapshot()
-        batch = prepare_changes(data, None, snap.metadata, table=self.uri)
+        txn = self.new_transaction("OVERWRITE", read_snapshot=snap)
+        md = snap.metadata
+        if merge_schema:
+            data = to_arrow_table(data, what=f"table {self.uri}", key_names=())
+            md = self._merged(snap, data, txn) or md
+        batch = prepare_changes(data, None, md, table=self.uri)
         parts: list[PartitionKey] | None = None
         spec: dict[str, str | None] | None = None
         if partition is not None:
             spec = check_partition_filter(batch, partition, snap.metadata, table=self.uri)
             parts = [partition_key(spec, snap.metadata.partition_by)]
-        txn = self.new_transaction("OVERWRITE", read_snapshot=snap)
         txn.replace(parts)
-        adds = split_and_write(self.storage, snap.metadata, batch)
+        adds = split_and_write(self.storage, md, batch)
         return self._commit_written(txn, adds, {"rows": batch.num_rows, "partition": spec})
 
     def upgrade_protocol(self) -> int:
@@ -469,12 +520,9 @@ class Table:
         md = snap.metadata.model_copy(update={"properties": {**snap.metadata.properties, **clean}})
         txn = self.new_transaction("SET PROPERTIES", read_snapshot=snap)
         txn.set_metadata(md)
-        p = snap.protocol
         needed = _protocol_for(md.properties)
-        if needed and min(p.min_reader_version, p.min_writer_version) < needed:
-            # prior-rows files are actions older code does not know: it must refuse the table from now on
-            txn.set_protocol(Protocol(min_reader_version=max(p.min_reader_version, needed),
-                                      min_writer_version=max(p.min_writer_version, needed)))
+        if needed:  # prior-rows files are actions older code does not know: it must refuse the table from now on
+            txn.require_protocol(needed)
         return txn.commit(parameters={"properties": clean})
 
     # -- pins ------------------------------------------------------------------------------

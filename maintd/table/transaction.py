@@ -206,6 +206,13 @@ class Transaction:
                 and self._metadata is None and self._protocol is None and not fp.read_files
                 and not fp.read_partitions and not fp.read_whole_table)
 
+    def require_protocol(self, needed: int) -> None:
+        """Raise the table to protocol ``needed`` in this commit unless it is there already (never lower it)."""
+        p = self._protocol or self.read_snapshot.protocol
+        if min(p.min_reader_version, p.min_writer_version) < needed:
+            self.set_protocol(Protocol(min_reader_version=max(p.min_reader_version, needed),
+                                       min_writer_version=max(p.min_writer_version, needed)))
+
     def set_protocol(self, protocol: Protocol) -> None:
         """Change the table's protocol (an upgrade): every concurrent transaction then conflicts."""
         self._protocol = protocol
@@ -238,6 +245,7 @@ class Transaction:
                     f"table {self.table.uri}: prior-rows file {prior.path} answers for "
                     f"{sorted(set(prior.of) - self._removes.keys())}, which this commit does not remove")
         fp.removes = set(self._removes)
+        fp.metadata = self._metadata is not None
         fp.data_change = any(a.data_change for a in self._adds) or any(
             r.data_change for r in self._removes.values()) or self._metadata is not None
         blind = self.is_blind_append

@@ -47,6 +47,7 @@ from maintd.engines.spark.stream import Bounds, ChangeFeedStreamReader
 from maintd.engines.spark.types import (
     check_read_schema,
     check_write_schema,
+    columns_to_merge,
     fields_from_spark,
     parse_int_option,
     table_schema,
@@ -60,6 +61,8 @@ from maintd.errors import (
     VersionNotFoundError,
 )
 from maintd.table import Metadata, Table, timeline
+from maintd.table.actions import Field_
+from maintd.table.evolution import add_columns
 from maintd.table.filters import parse_filter
 from maintd.table.reader import CHANGE_COLUMN, CHANGE_VERSION_COLUMN
 
@@ -237,6 +240,10 @@ class MaintdDataSource(DataSource):
         snap = table.snapshot()
         md = snap.metadata
         op_column = self.options.get("opColumn") or None
+        added: tuple[Field_, ...] = ()
+        if _flag(self.options.get("mergeSchema"), key="mergeSchema", uri=self.uri):
+            added = columns_to_merge(schema, md, uri=self.uri, leave_out=[op_column] if op_column else [])
+            md = add_columns(md, added, table=self.uri) if added else md
         check_write_schema(schema, md, uri=self.uri, op_column=op_column)
         where = self.options.get("replaceWhere")
         if where is not None and not overwrite:
@@ -252,7 +259,7 @@ class MaintdDataSource(DataSource):
         if overwrite and op_column is not None:
             raise InvalidInputError(f"table {self.uri}: an overwrite writes rows, not changes; drop opColumn")
         return WriteJob(self.uri, md, snap.version, op_column=op_column, overwrite=overwrite,
-                        replace_where=replace_where, operation="OVERWRITE" if overwrite else operation,
+                        replace_where=replace_where, operation="OVERWRITE" if overwrite else operation, added=added,
                         parameters={"engine": "spark", "mode": "overwrite" if overwrite else "append"}
                         | ({"replace_where": str(replace_where)} if replace_where else {}))
 
@@ -267,6 +274,16 @@ class MaintdDataSource(DataSource):
                                     "(or .option('appId', ...)) to commit each micro-batch exactly once")
         job = self._job(schema, overwrite, operation="STREAMING UPDATE")
         return StreamWriter(job, app_id=app_id, checkpoint=checkpoint)
+
+
+def _flag(value: str | None, *, key: str, uri: str) -> bool:
+    """A boolean option: ``true`` or ``false`` (any case), absent is false."""
+    text = "" if value is None else str(value).strip().lower()
+    if text in ("", "false"):
+        return False
+    if text == "true":
+        return True
+    raise InvalidInputError(f"table {uri}: option {key}={value!r} must be true or false")
 
 
 def _time(value: str | None) -> str | int | None:

@@ -141,6 +141,8 @@ def _column_problems(given: dict[str, T.StructField], metadata: Metadata, keys: 
     problems = [f"{c} is not a column of the table{_case_hint([c], by_name)}" for c in given if c not in by_name]
     for f in metadata.fields:
         g = given.get(f.name)
+        if g is None and f.added:
+            continue  # added after the table was created: a writer that does not know it yet writes nulls
         if g is None:  # as Table.upsert: a missing column would silently set it to null on every row
             problems.append(f"{f.name} ({SPARK_TYPES[f.type].simpleString()}) is missing (use lit(None) for nulls)")
             continue
@@ -151,6 +153,31 @@ def _column_problems(given: dict[str, T.StructField], metadata: Metadata, keys: 
             problems.append(f"{f.name} is {g.dataType.simpleString()} but the table has "
                             f"{SPARK_TYPES[f.type].simpleString()}")
     return problems
+
+
+def columns_to_merge(schema: T.StructType, metadata: Metadata, *, uri: str, leave_out: Iterable[str] = ()
+                     ) -> tuple[Field_, ...]:
+    """The DataFrame's columns the table lacks, as nullable columns to add in the write's commit (``mergeSchema``).
+
+    Raises:
+        SchemaMismatchError: such a column has a type maintd has no counterpart for (a column of nulls,
+            ``lit(None)``, included: cast it to the type it is to have).
+    """
+    known = {*metadata.column_names, *leave_out}
+    out, problems = [], []
+    for f in schema.fields:
+        if f.name in known:
+            continue
+        name = spark_type_name(f.dataType)
+        if name is None:
+            problems.append(f"{f.name} is {f.dataType.simpleString()}")
+        else:
+            out.append(Field_(name=f.name, type=name, nullable=True))
+    if problems:
+        raise SchemaMismatchError(
+            f"table {uri}: mergeSchema cannot add column(s) of no maintd type ({'; '.join(problems)}); cast them to "
+            f"one of {', '.join(sorted({st.simpleString() for st in SPARK_TYPES.values()}))}")
+    return tuple(out)
 
 
 def _case_hint(names: Iterable[str], available: Iterable[str]) -> str:

@@ -53,6 +53,8 @@ from maintd.errors import (
 )
 from maintd.storage import CarriedStorage, Storage, executor_storage, storage_for_uri
 from maintd.table import AddFile, Metadata, Snapshot, Table
+from maintd.table.actions import SCHEMA_EVOLUTION_VERSION, Field_
+from maintd.table.evolution import add_columns
 from maintd.table.files import read_data_file
 from maintd.table.filters import RowFilter
 from maintd.table.schema import OP_DELETE, OP_UPSERT, to_arrow
@@ -91,6 +93,8 @@ class WriteJob:
     parameters: dict[str, Any] = field(default_factory=dict)
     carried: CarriedStorage | None = None
     """The storage options executors open the table with (taken from the driver; secrets hidden in repr)."""
+    added: tuple[Field_, ...] = ()
+    """Columns the write adds to the table in its commit (``mergeSchema``); :attr:`metadata` holds them already."""
 
     def __post_init__(self) -> None:
         if self.carried is None:
@@ -160,6 +164,10 @@ class WriteJob:
     def _commit(self, table: Table, snap: Snapshot, adds: list[AddFile], app: tuple[str, int] | None,
                 rows: int) -> int:
         txn = table.new_transaction(self.operation, read_snapshot=snap)
+        target = self._target(snap)
+        if target != snap.metadata:  # mergeSchema: the columns are added in the write's own commit
+            txn.set_metadata(target)
+            txn.require_protocol(SCHEMA_EVOLUTION_VERSION)
         if app is not None:
             txn.set_app_transaction(*app)
         if self.overwrite:
@@ -184,9 +192,15 @@ class WriteJob:
                 keep.append(key)
         return keep
 
+    def _target(self, snap: Snapshot) -> Metadata:
+        """The table's metadata after the commit: ``snap``'s, with the :attr:`added` columns it lacks (an earlier
+        micro-batch of a streaming write added them already)."""
+        new = [f for f in self.added if f.name not in snap.metadata.column_names]
+        return add_columns(snap.metadata, new, table=self.uri) if new else snap.metadata
+
     def _check_same_table(self, snap: Snapshot, written: Sequence[FilesWritten]) -> None:
         """The files were written for the table and schema the commit is about to land them in."""
-        md = snap.metadata
+        md = self._target(snap)
         wrote_for = {(m.table_id, m.fields) for m in written} | {(self.metadata.table_id, _fields(self.metadata))}
         if wrote_for != {(md.table_id, _fields(md))}:
             raise MetadataChangedError(
