@@ -22,7 +22,7 @@ import typer
 from maintd import __version__
 
 COMMAND_MODULES: tuple[str, ...] = (
-    "table", "read", "plan", "run", "reclaim", "demo", "daemon", "status", "store", "simulate",
+    "table", "read", "plan", "run", "reclaim", "demo", "daemon", "status", "store", "simulate", "tune",
 )
 
 #: Commands that read, print and exit: :func:`main` runs them without the cyclic garbage collector.

@@ -34,7 +34,9 @@ from maintd.table.properties import lookup_prior_rows, prior_rows
 from maintd.table.snapshot import PartitionKey, Snapshot, format_partition, partition_key
 
 LEVELS = ("L0", "L1", "L2", "base")
-_WRITE, _MAINTAIN, _RECLAIM, _SAMPLE = range(4)
+WRITE, MAINTAIN, RECLAIM, SAMPLE = range(4)
+"""Event kinds, in the order events of equal time run."""
+_WRITE, _MAINTAIN, _RECLAIM, _SAMPLE = WRITE, MAINTAIN, RECLAIM, SAMPLE
 
 
 def level_of(f: AddFile) -> str:
@@ -66,6 +68,54 @@ class Sample:
     history_bytes: int
     history_hours: float
     oldest_delta_hours: float
+    oldest_l0_minutes: float = 0.0
+    """Age of the oldest level-0 file of any bucket (0 when there is none): how long fresh data has waited."""
+
+
+@dataclass
+class Exposure:
+    """What readers and fresh data met, weighted by time: a histogram of files per bucket (bucket-ms per file
+    count, every bucket that holds files) and of the oldest level-0 age (ms per whole minute of age).
+
+    Filled by :meth:`SimTable.advance` between events, so a percentile over it is over the simulated time,
+    whatever the cadence of samples and passes; the age grows during an interval and is spread over the minutes
+    it passes through.
+    """
+
+    files_ms: Counter[int] = field(default_factory=Counter)
+    age_ms: Counter[int] = field(default_factory=Counter)
+
+    def add(self, dt_ms: int, buckets_by_files: Counter[int], oldest_l0_ms: int | None, now_ms: int) -> None:
+        for n, k in buckets_by_files.items():
+            if n > 0 and k > 0:
+                self.files_ms[n] += k * dt_ms
+        if oldest_l0_ms is None:
+            self.age_ms[-1] += dt_ms  # no level-0 file: nothing waits
+            return
+        t, end = now_ms - dt_ms, now_ms  # the interval, in the age's own minutes
+        while t < end:
+            minute = (t - oldest_l0_ms) // 60_000
+            step = min(end, oldest_l0_ms + (minute + 1) * 60_000) - t
+            self.age_ms[max(0, minute)] += step
+            t += step
+
+    def files_p95(self) -> float:
+        return float(max(0, _percentile(self.files_ms, 0.95)))
+
+    def age_p95_minutes(self) -> float:
+        """The p95 age, to the minute above (a ceiling is met only when the whole minute is); 0 with no wait."""
+        return float(max(0, _percentile(self.age_ms, 0.95) + 1))
+
+
+def _percentile(weights: Counter[int], q: float) -> int:
+    """The smallest value whose weight, with every smaller value's, reaches ``q`` of the total (-1 when empty)."""
+    total = sum(weights.values())
+    seen = 0
+    for value in sorted(weights):
+        seen += weights[value]
+        if seen >= q * total:
+            return value
+    return -1
 
 
 @dataclass
@@ -112,6 +162,13 @@ class SimTable:
             if p.attached:
                 self.attached[(partition_key(p.partition, start.metadata.partition_by), p.bucket)] += p.bytes
         self.per_bucket: Counter[BucketKey] = Counter()
+        self.buckets_by_files: Counter[int] = Counter()
+        """How many buckets hold each number of files (kept with ``per_bucket``, so exposure costs no scan)."""
+        self.l0_times: Counter[int] = Counter()
+        """Commit times of the live level-0 files (the oldest is the merge delay)."""
+        self._oldest_l0: int | None = None
+        self.exposure: Exposure | None = None
+        """Set to an :class:`Exposure` to record what readers and fresh data meet over time."""
         self.levels: Counter[str] = Counter()
         self.level_bytes: Counter[str] = Counter()
         for f in self.files.values():
@@ -126,11 +183,29 @@ class SimTable:
     # -- state ---------------------------------------------------------------------------------------------------
     def _count(self, f: AddFile, sign: int) -> None:
         key = (partition_key(f.partition, self.start.metadata.partition_by), f.bucket)
+        self.buckets_by_files[self.per_bucket[key]] -= 1
         self.per_bucket[key] += sign
+        self.buckets_by_files[self.per_bucket[key]] += 1
         if self.per_bucket[key] <= 0:
             del self.per_bucket[key]
+        if f.kind == "delta" and f.level == 0:
+            self._count_l0(f.min_commit_time, sign)
         self.levels[level_of(f)] += sign
         self.level_bytes[level_of(f)] += sign * f.bytes
+
+    def _count_l0(self, time_ms: int, sign: int) -> None:
+        self.l0_times[time_ms] += sign
+        if self.l0_times[time_ms] <= 0:
+            del self.l0_times[time_ms]
+            if time_ms == self._oldest_l0:
+                self._oldest_l0 = min(self.l0_times, default=None)
+        elif self._oldest_l0 is None or time_ms < self._oldest_l0:
+            self._oldest_l0 = time_ms
+
+    @property
+    def oldest_l0_ms(self) -> int | None:
+        """Commit time of the oldest live level-0 file, None when there is none."""
+        return self._oldest_l0
 
     @property
     def read_amp(self) -> float:
@@ -145,6 +220,8 @@ class SimTable:
         for k, n in self.levels.items():
             self.file_ms[k] += n * dt
         self.read_amp_ms += self.read_amp * dt
+        if self.exposure is not None:
+            self.exposure.add(dt, self.buckets_by_files, self._oldest_l0, now_ms)
         self._since = now_ms
 
     def snapshot(self) -> Snapshot:
@@ -267,7 +344,8 @@ class SimTable:
             tasks={k: self.tasks.get(k, 0) for k in ("cluster", "compact")},
             reclaimed_bytes=self.reclaimed_bytes, reclaimable_bytes=reclaimable, history_bytes=held,
             history_hours=max(0.0, (now_ms - self.oldest_readable_ms) / HOUR_MS),
-            oldest_delta_hours=0.0 if oldest is None else max(0.0, (now_ms - oldest) / HOUR_MS))
+            oldest_delta_hours=0.0 if oldest is None else max(0.0, (now_ms - oldest) / HOUR_MS),
+            oldest_l0_minutes=0.0 if self._oldest_l0 is None else max(0.0, (now_ms - self._oldest_l0) / 60_000))
 
 
 def _share(total: int, parts: int, i: int) -> int:
@@ -295,7 +373,7 @@ def writer_times(pattern: WritePattern, start_ms: int, end_ms: int) -> Iterator[
         k += 1
 
 
-def _events(pattern: WritePattern, schedule: Schedule, start_ms: int, end_ms: int, sample_ms: int
+def events(pattern: WritePattern, schedule: Schedule, start_ms: int, end_ms: int, sample_ms: int
             ) -> Iterator[tuple[int, int, WriterCommit | None]]:
     writes = ((t, _WRITE, c) for t, c in writer_times(pattern, start_ms, end_ms))
     maint = ((t, _MAINTAIN, None) for t in schedule.maintenance_at(start_ms, end_ms))
@@ -329,7 +407,7 @@ def simulate(start: Snapshot, pattern: WritePattern, sizes: SizeModel, policy: P
     sim.read_amp_ms = 0.0
     samples: list[Sample] = []
     passes = busy = 0
-    for t, kind, commit in _events(pattern, schedule, start_ms, end_ms, sample_ms):
+    for t, kind, commit in events(pattern, schedule, start_ms, end_ms, sample_ms):
         if kind == _WRITE and commit is not None:
             sim.write(t, commit)
         elif kind == _MAINTAIN:
@@ -344,4 +422,5 @@ def simulate(start: Snapshot, pattern: WritePattern, sizes: SizeModel, policy: P
     return Run(tuple(samples), passes, busy)
 
 
-__all__ = ["LEVELS", "Run", "Sample", "SimTable", "estimate_outputs", "level_of", "simulate", "writer_times"]
+__all__ = ["LEVELS", "MAINTAIN", "RECLAIM", "SAMPLE", "WRITE", "Exposure", "Run", "Sample", "SimTable",
+           "estimate_outputs", "events", "level_of", "simulate", "writer_times"]

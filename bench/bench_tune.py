@@ -1,0 +1,54 @@
+"""Time ``maintd tune`` on a week for a table with a realistic write pattern (docs/benchmarks.md).
+
+The table: 8 buckets, a commit every 5 minutes for 24 hours (300 new keys and 200 updates of older keys each),
+written under frozen time so the learning window holds the whole day. Each sample runs the command in a new
+process: ``maintd tune URI --target read_files_per_bucket=12 --target merge_delay_minutes=30 --days 7 --json``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.acero  # noqa: F401  # imported before freezegun swaps datetime.date
+from freezegun import freeze_time
+
+from maintd.table import Table
+
+
+def make_table(uri: str) -> None:
+    rng = np.random.default_rng(1)
+    with freeze_time(datetime.now(UTC) - timedelta(hours=25)) as clock:
+        t = Table.create(uri, "id:int64!,v:string,amount:double", primary_key="id", buckets=8)
+        nxt = 0
+        for _ in range(288):
+            clock.tick(timedelta(minutes=5))
+            new = np.arange(nxt, nxt + 300)
+            nxt += 300
+            ids = np.concatenate([new, rng.integers(0, max(1, nxt - 300), 200)])
+            t.upsert(pa.table({"id": ids, "v": [f"value-{x % 997}" for x in ids], "amount": rng.random(len(ids))}))
+
+
+def main(samples: int = 3) -> None:
+    uri = str(Path(tempfile.mkdtemp()) / "t8")
+    make_table(uri)
+    cmd = [sys.executable, "-m", "maintd", "tune", uri, "--target", "read_files_per_bucket=12",
+           "--target", "merge_delay_minutes=30", "--days", "7", "--json"]
+    times = []
+    for _ in range(samples):
+        t0 = time.monotonic()
+        subprocess.run(cmd, check=True, capture_output=True)
+        times.append(time.monotonic() - t0)
+    print(f"samples {[round(t, 1) for t in times]} s; median {statistics.median(times):.1f} s, "
+          f"spread {min(times):.1f} to {max(times):.1f} s")
+
+
+if __name__ == "__main__":
+    main()
