@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.acero  # noqa: F401  # imported before freezegun swaps datetime.date
+import pyarrow.acero  # imported before freezegun swaps datetime.date
 from freezegun import freeze_time
 
 from maintd.table import Table
