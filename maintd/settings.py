@@ -214,6 +214,13 @@ class SchedulerSettings(_Group):
         description="Most time between two checks of a table (a look at its log; a plan only when it changed "
         "or a time trigger is due). Seconds.",
     )
+    min_maintenance_interval_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="Floor of the check interval the daemon tunes for a table with targets (docs/policies.md, "
+        "\"The daemon keeps targets\"): a shorter tuned interval is honoured as this one, so no tuned table makes "
+        "maintenance passes come more often. Seconds.",
+    )
     reclamation_interval_seconds: float = Field(
         default=21600.0, gt=0, description="Time between two reclamation passes (retention, orphans). Seconds."
     )

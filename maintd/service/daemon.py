@@ -7,6 +7,13 @@ pass reads the enabled tables and their backoff in one query, keeps those this r
 replicas split the tables by rendezvous hashing, :mod:`maintd.service.replicas`, so a table is checked
 once per interval however many replicas run) and that are not backing off after failures.
 
+A table with a check interval the daemon tuned (:mod:`maintd.service.tuning`) is checked on its own interval
+instead of ``scheduler.maintenance_interval_seconds``: the pass reads the tuned intervals with the schedule (the
+rows that have one: a second light query, not one per table), runs as often as the shortest among the
+tables this replica owns (no more often than ``scheduler.min_maintenance_interval_seconds``), and skips a
+table whose own interval is not over by its next pass (:func:`due`). Without tuned intervals every pass
+checks every table, as the pass then comes once per global interval.
+
 A maintenance pass first *checks* each of them in the pass's own thread: ``check`` is one look at the
 table's log (:mod:`maintd.service.checks`), and a table that has not changed since a plan that found
 nothing, and whose time triggers are not due, is done with. Only the others are queued; queued runs are
@@ -45,6 +52,7 @@ from datetime import UTC, datetime, timedelta
 from types import FrameType
 from typing import Any
 
+from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from loguru import logger
 
@@ -121,6 +129,7 @@ class Daemon:
         check: the cheap look that tells whether a table must be planned (None: every pass runs every table).
         keep: keeps the targets of the tables this replica owns, given their URIs (measure, re-tune; see
             :mod:`maintd.service.tuning`); run every ``tuning.measure_interval_seconds`` while ``tuning.enabled``.
+        clock: monotonic seconds, when each table was last checked (tests move it instead of waiting).
     """
 
     def __init__(
@@ -136,6 +145,7 @@ class Daemon:
         blocked: Callable[[], str | None] | None = None,
         check: TableCheck | None = None,
         keep: Callable[[list[str]], object] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -165,6 +175,13 @@ class Daemon:
         self._backing_off: dict[tuple[RunKind, str], float] = {}
         """Runs that failed here, with the monotonic time their backoff ends: a pass that read the store's
         schedule before the failure was written must not queue them again."""
+        self._clock = clock
+        self._intervals: dict[str, float] = {}
+        """Tuned check intervals (seconds, floored), by URI, as the last maintenance pass read them."""
+        self._last_check: dict[str, float] = {}
+        """When (``clock``) each owned table was last checked, or found with its maintenance in flight."""
+        self._cadence = settings.scheduler.maintenance_interval_seconds
+        """The interval the maintenance pass runs for now: the global one, or a shorter tuned one."""
         self._pool = ThreadPoolExecutor(settings.scheduler.max_concurrent_tables, thread_name_prefix="maintd-table")
         self._scheduler = BackgroundScheduler(timezone="UTC")
 
@@ -287,6 +304,8 @@ class Daemon:
                 self.prune_history()
             self.register_candidates()
             now, schedule = self.store.schedule(kind)
+            if kind is RunKind.MAINTENANCE:
+                self._intervals = self._tuned_intervals()
             self.publish_tables(set(schedule))
         except MaintdError as exc:
             logger.error("{} pass failed: {}", kind.value, exc)
@@ -296,6 +315,11 @@ class Daemon:
         if only is not None:
             owned = [uri for uri in owned if uri in only]
         busy = {uri for uri, _ in self._snapshot()}
+        not_due = 0
+        if kind is RunKind.MAINTENANCE:
+            if only is None:
+                self._follow_cadence(owned)
+            owned, not_due = self._due(owned)
         wanted, unchanged, backing_off = self._check(kind, owned, busy, schedule, now)
         with self._lock:
             kept = [(k, uri) for k, uri in self._queue if k is not kind or uri in schedule]
@@ -310,9 +334,9 @@ class Daemon:
         self.metrics.observe_pass(kind.value, seconds, checked=len(owned) - backing_off, unchanged=unchanged)
         logger.log("DEBUG" if only is not None or self.stopping.is_set() else "INFO",
                    "{} pass: {} of {} table(s) owned by {} ({} live replica(s)); {} unchanged, {} queued, {} backing "
-                   "off, {} busy; {:.2f} s", kind.value, len(owned), len(schedule), self.holder,
+                   "off, {} busy{}; {:.2f} s", kind.value, len(owned) + not_due, len(schedule), self.holder,
                    len(self.membership.live), unchanged, len(wanted), backing_off,
-                   len(busy & set(owned)), seconds)
+                   len(busy & set(owned)), f", {not_due} not due (tuned intervals)" if not_due else "", seconds)
         return started
 
     def _check(
@@ -322,11 +346,15 @@ class Daemon:
         wanted: list[str] = []
         unchanged = backing_off = 0
         wall = _utcnow()
+        checked: list[str] = []
+        stamp = self._clock()  # the pass's moment: passes are what the margin of pass_period spaces
         for uri in owned:
             retry = schedule.get(uri)
             if retry is not None and retry > now:
                 backing_off += 1
                 continue
+            if kind is RunKind.MAINTENANCE:
+                checked.append(uri)
             if kind is RunKind.MAINTENANCE and self.check is not None and uri in busy and self._running(uri, kind):
                 continue  # its maintenance in flight is its check (a reclamation in flight is not)
             if kind is RunKind.MAINTENANCE:
@@ -336,7 +364,58 @@ class Daemon:
                     unchanged += 1
                     continue
             wanted.append(uri)
+        if self._intervals:  # only tables with tuned intervals make a pass skip tables
+            with self._lock:
+                self._last_check.update(dict.fromkeys(checked, stamp))
         return wanted, unchanged, backing_off
+
+    def _tuned_intervals(self) -> dict[str, float]:
+        """The tuned check intervals, floored; none while tuning is off (the tuned knobs are then not applied
+        either). A failed read keeps the last ones: the pass goes on."""
+        s = self.settings
+        if not s.tuning.enabled:
+            return {}
+        try:
+            tuned = self.store.tuned_intervals()
+        except MaintdError as exc:
+            logger.warning("tuned check intervals not read (the last ones are kept): {}", exc)
+            return self._intervals
+        floor = s.scheduler.min_maintenance_interval_seconds
+        return {uri: max(seconds, floor) for uri, seconds in tuned.items() if seconds > 0}
+
+    def _follow_cadence(self, owned: list[str]) -> None:
+        """Run the maintenance pass as often as the shortest check interval of the owned tables needs; the
+        change takes effect from the next pass."""
+        s = self.settings.scheduler
+        cadence = min([s.maintenance_interval_seconds, *(self._intervals[u] for u in owned if u in self._intervals)])
+        if cadence == self._cadence:
+            return
+        self._cadence = cadence
+        jitter, period = pass_period(cadence, s.jitter_seconds)
+        try:
+            self._scheduler.reschedule_job("maintenance", trigger="interval", seconds=period, jitter=jitter or None)
+        except JobLookupError:  # not started (a pass run by hand)
+            return
+        logger.info("maintenance passes now every {:g} s (the shortest check interval of the tables owned)", cadence)
+
+    def _due(self, owned: list[str]) -> tuple[list[str], int]:
+        """The owned tables to check in this pass, and how many wait for a later one (their tuned interval is
+        longer than the pass's and not over by the next pass)."""
+        s = self.settings.scheduler
+        if not self._intervals:  # every table's interval is the pass's: all are checked, as ever
+            return owned, 0
+        known = set(self._known)
+        with self._lock:  # forget tables no longer registered; the others may come back to this replica
+            self._last_check = {uri: at for uri, at in self._last_check.items() if uri in known}
+            last_check = dict(self._last_check)
+        clock = self._clock()
+        out: list[str] = []
+        for uri in owned:
+            last = last_check.get(uri)
+            interval = self._intervals.get(uri, s.maintenance_interval_seconds)
+            if last is None or due(clock - last, interval, self._cadence, s.jitter_seconds):
+                out.append(uri)
+        return out, len(owned) - len(out)
 
     def _needs_plan(self, uri: str) -> bool:
         if self.check is None:
@@ -657,8 +736,19 @@ def pass_period(interval: float, jitter_seconds: float) -> tuple[float, float]:
     return jitter, max(interval - jitter - interval * PASS_MARGIN, interval / 2)
 
 
+def due(elapsed: float, interval: float, cadence: float, jitter_seconds: float) -> bool:
+    """Whether a table checked ``elapsed`` seconds ago, with check interval ``interval``, must be checked by a
+    pass that runs for ``cadence`` (:func:`pass_period`): the next pass may come a whole period plus its
+    jitter later, so a table is skipped only while its next check would still be ``interval`` minus the same
+    margin after its last. A table whose interval is the pass's own (or shorter) is checked at every pass."""
+    if interval <= cadence:
+        return True
+    jitter, period = pass_period(cadence, jitter_seconds)
+    return elapsed + period + jitter > interval * (1 - PASS_MARGIN)
+
+
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-__all__ = ["Daemon", "TableCheck", "TableJob", "WorkView", "default_holder"]
+__all__ = ["Daemon", "TableCheck", "TableJob", "WorkView", "default_holder", "due", "pass_period"]

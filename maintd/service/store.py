@@ -554,6 +554,14 @@ class StateStore:
         with self._transaction("read the tuning rows") as conn:
             return _tuning.tuning_records(conn, uris)
 
+    def tuned_intervals(self) -> dict[str, float]:
+        """The check intervals the daemon tuned (seconds), by table URI; tables without one are absent.
+
+        What a maintenance pass reads besides :meth:`schedule`: the rows of tables with a tuned interval only.
+        """
+        with self._transaction("read the tuned intervals") as conn:
+            return _tuning.tuned_intervals(conn)
+
     def tuned_overrides(self, uri: str) -> dict[str, Any] | None:
         """The knobs the daemon applied to ``uri`` (nested), or None."""
         record = self.tuning_records([uri]).get(uri)

@@ -56,6 +56,12 @@ def tuning_records(conn: Connection, uris: Iterable[str] | None = None) -> dict[
     return {row["uri"]: _record(row) for row in conn.execute(stmt).mappings()}
 
 
+def tuned_intervals(conn: Connection) -> dict[str, float]:
+    """The check intervals the daemon tuned, by URI: only the rows that have one, two columns each."""
+    stmt = sa.select(tuning.c.uri, tuning.c.interval_seconds).where(tuning.c.interval_seconds.is_not(None))
+    return {uri: float(seconds) for uri, seconds in conn.execute(stmt)}
+
+
 def record_tuning(conn: Connection, uri: str, values: Mapping[str, Any]) -> None:
     """Update one table's tuning row (created if missing) with ``values`` (column names)."""
     insert_missing(conn, tuning, [{"uri": uri}], "uri")
@@ -128,4 +134,4 @@ def missing_counts(conn: Connection) -> dict[str, int]:
 
 
 __all__ = ["missing_counts", "prune_samples", "record_measured", "record_tuning", "sample_layouts", "samples",
-           "set_targets", "tuning_records"]
+           "set_targets", "tuned_intervals", "tuning_records"]

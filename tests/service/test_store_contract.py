@@ -355,6 +355,15 @@ def test_the_schedule_reads_the_backoff_of_every_enabled_table(store: StateStore
     assert store.schedule(RunKind.RECLAIM)[1] == {"/wh/a": None, "/wh/b": None}
 
 
+def test_the_tuned_intervals_are_read_only_for_tables_that_have_one(store: StateStore) -> None:
+    store.register_tables(["/wh/a", "/wh/b", "/wh/c"])
+    store.set_targets({"/wh/a": {"merge_delay_minutes": 30.0}, "/wh/b": {"merge_delay_minutes": 30.0}})
+    assert store.tuned_intervals() == {}, "targets alone tune no interval"
+    store.record_tuning("/wh/a", overrides={}, interval_seconds=600.0, reason="slower", predicted={}, measured={})
+    store.record_tuning_error("/wh/b", "tuner failed")
+    assert store.tuned_intervals() == {"/wh/a": 600.0}
+
+
 def test_replicas_are_live_while_they_renew_and_gone_when_they_leave(store: StateStore) -> None:
     assert store.heartbeat("r1", 30) == ["r1"]
     assert store.heartbeat("r2", 30) == ["r1", "r2"]
