@@ -3,7 +3,8 @@
     .venv/bin/python bench/bench_console.py [--tables 10000] [--samples 15] [--postgres]
 
 A state store holds TABLES registered tables as a daemon leaves them (each checked, with a layout of two levels,
-read amplification, oldest level-0 commit and history bytes; one in a hundred failing; a lease on every tenth),
+read amplification, oldest level-0 commit and history bytes; one in a hundred failing; a lease on every tenth;
+every tenth declaring targets, with measured figures and gaps, half of them missing one, and re-tuned),
 and the daemon's HTTP endpoint with its console runs on a loopback port. Each page is requested SAMPLES times
 over HTTP (after one request that compiles the statements); printed per store and page: the size of the page
 and the median and spread of the wall time of a request (the server's work plus a loopback round trip of a few
@@ -47,6 +48,14 @@ def fill(store: StateStore, n: int) -> None:
     store.record_checks("bench", [CheckRecord(u, RunKind.MAINTENANCE, now, 1, 1, True, LAYOUT) for u in uris])
     leased = uris[::10]
     store.acquire_leases("bench", leased, 600, len(leased))
+    tuned = uris[5::10]
+    store.set_targets({u: {"read_files_per_bucket": 4.0, "merge_delay_minutes": 30.0} for u in tuned})
+    store.record_measured({u: ({"read_files_per_bucket": 6.0 if i % 2 else 3.0, "merge_delay_minutes": 12.0},
+                               {"read_files_per_bucket": 0.5 if i % 2 else -0.25, "merge_delay_minutes": -0.6})
+                           for i, u in enumerate(tuned)})
+    for uri in tuned[:200]:
+        store.record_tuning(uri, overrides={"compaction": {"max_delta_files": 9}}, interval_seconds=600.0,
+                            reason="bench", predicted={}, measured={})
     for uri in uris[::100]:
         run = store.start_run(uri, RunKind.MAINTENANCE)
         store.finish_run(run, RunStatus.FAILED, error="boom", retry_after=now + timedelta(hours=1))

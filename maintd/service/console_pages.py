@@ -28,7 +28,8 @@ from maintd.service.console_html import (
     text,
 )
 from maintd.service.console_reads import FLEET_SORTS, FLEET_STATES, FleetQuery
-from maintd.service.records import RunKind, RunRecord, TableRecord
+from maintd.service.console_targets import missed_cell, targets_section
+from maintd.service.records import RunKind, RunRecord, TableRecord, TuningRecord
 from maintd.service.store_metrics import table_state
 from maintd.units import fmt_bytes
 
@@ -55,13 +56,14 @@ def fleet(store: StateStore, query: FleetQuery) -> bytes:
         f'<div class=tile><span class={_STATE_CLASS[s]}>{s}</span><b>{counts.get(s, 0):,}</b></div>'
         for s in FLEET_STATES
     )
-    rows = [_fleet_row(record, found.holders.get(record.uri), found.now) for record in found.tables]
+    rows = [[*_fleet_row(record, found.holders.get(record.uri), found.now), missed_cell(found.missed.get(record.uri))]
+            for record in found.tables]
     headers = [_sort_header(query, "table", "name"), "state", "files by level", _sort_header(query, "files", "files"),
                _sort_header(query, "read ampl.", "read_amplification"), _sort_header(query, "backlog", "backlog"),
                _sort_header(query, "oldest L0", "l0_age"), _sort_header(query, "history", "history"), "pinned",
                _sort_header(query, "last run", "last_run"),
                _sort_header(query, "failures in a row", "failures"), "replica",
-               _sort_header(query, "checked", "checked")]
+               _sort_header(query, "checked", "checked"), "targets missed"]
     body = (f"<div class=tiles>{tiles}</div>{_fleet_form(query)}"
             f"<p>{found.matching:,} table(s) match; page {min(query.page, pages)} of {pages}.</p>"
             + table(headers, rows, empty="no table matches") + _pager(query, pages)
@@ -153,14 +155,16 @@ def _roots(store: StateStore) -> str:
 
 def table_page(store: StateStore, settings: Settings | None, uri: str, before: int | None) -> bytes | None:
     """One table: its state, its runs over time and one page of them, the plan of its newest run explained,
-    and what its log says now (properties, pins, policy, files by bucket and level). None: not registered."""
+    and what its log says now (properties, pins, policy, targets, files by bucket and level). None: not
+    registered."""
     record = store.get_table(uri)
     if record is None:
         return None
+    tuning = store.tuning_records([uri]).get(uri)
     runs = store.history(uri, limit=50, before_id=before)
     recent = runs if before is None else store.history(uri, limit=50)
     body = (_table_summary(record) + _table_charts(recent) + "<h2>Runs</h2>" + _runs_table(runs)
-            + _runs_pager(uri, runs) + _explained(store, recent) + _from_the_log(record, settings))
+            + _runs_pager(uri, runs) + _explained(store, recent) + _from_the_log(record, settings, tuning))
     return page(f"Table {record.name}", body, refreshed=datetime.now(UTC))
 
 
@@ -239,15 +243,18 @@ def _decisions(store: StateStore, run_id: int) -> str:
     return table(["partition", "bucket", "action", "rule", "why"], rows, empty="no decision recorded")
 
 
-def _from_the_log(record: TableRecord, settings: Settings | None) -> str:
-    """What the table's log says now; an error (an unreachable store, a damaged table) is shown, not raised."""
+def _from_the_log(record: TableRecord, settings: Settings | None, tuning: TuningRecord | None) -> str:
+    """What the table's log says now, and its policy resolved as ``maintd plan`` resolves it (the knobs the
+    daemon tuned included), with its targets; an error (an unreachable store, a damaged table) is shown, not
+    raised."""
     from maintd.planner.policy_files import load_policy_file
     from maintd.table import Table
 
     try:
         snapshot = Table.open(record.uri).snapshot()
     except (MaintdError, OSError) as exc:
-        return f"<h2>The table's log</h2><p class=bad>cannot read it: {text(redact_secrets(str(exc)))}</p>"
+        return (f"<h2>The table's log</h2><p class=bad>cannot read it: {text(redact_secrets(str(exc)))}</p>"
+                + targets_section(tuning, {}, ()))
     props = snapshot.metadata.properties
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
     pins = [[text(p.id), num(p.version), text(stamp(p.created_at)), text(_ms(p.expires)), text(p.who), text(p.reason)]
@@ -260,11 +267,18 @@ def _from_the_log(record: TableRecord, settings: Settings | None) -> str:
                                      empty="no live pin"))
     try:
         policies = load_policy_file(None if settings is None else settings.policy.path)
-        resolved = policies.resolve(name=snapshot.metadata.name or "", uri=record.uri, properties=props)
-        policy = f"<p>policy <code>{text(resolved.name)}</code></p><pre>{text(_json(resolved.policy))}</pre>"
+        resolved = policies.resolve(name=snapshot.metadata.name or "", uri=record.uri, properties=props,
+                                    tuned=tuning.overrides if tuning is not None else None)
+        tuned = (f"<p>tuned by the daemon: <code>{text(', '.join(resolved.tuned))}</code></p>"
+                 if resolved.tuned else "")
+        policy = (f"<p>policy <code>{text(resolved.name)}</code></p>{tuned}"
+                  f"<pre>{text(_json(resolved.policy))}</pre>")
+        targets = targets_section(tuning, {str(k): v for k, v in resolved.policy.target.declared().items()},
+                                  resolved.tuned)
     except MaintdError as exc:
         policy = f"<p class=bad>the policy cannot be resolved: {text(redact_secrets(str(exc)))}</p>"
-    return out + "<h2>Policy</h2>" + policy + "<h2>Files by bucket</h2>" + _buckets(snapshot)
+        targets = targets_section(tuning, {}, ())
+    return out + "<h2>Policy</h2>" + policy + targets + "<h2>Files by bucket</h2>" + _buckets(snapshot)
 
 
 _MAX_BUCKET_ROWS = 500

@@ -6,16 +6,17 @@ These functions run inside a transaction the caller (:class:`~maintd.service.sto
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from maintd.planner.targets import TARGET_NAMES
 from maintd.service import leases as _leases
 from maintd.service.records import TableRecord
-from maintd.service.schema import leases, replicas, tables
+from maintd.service.schema import leases, replicas, tables, tuning
 
 #: The orders of the fleet page; ``health`` (the unhealthiest first) is the default.
 FleetSort = Literal["health", "name", "last_run", "failures", "checked", "backlog", "files", "read_amplification",
@@ -55,6 +56,9 @@ class FleetPage:
     """Table URI to the replica holding its lease (unexpired leases only)."""
     now: datetime
     """The database clock when the page was read."""
+    missed: dict[str, list[str]] = field(default_factory=dict)
+    """Table URI to the targets it misses (gap above zero, largest first), for the page's tables that declare
+    targets; a table that declares none is absent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +83,19 @@ def fleet_page(conn: Connection, query: FleetQuery) -> FleetPage:
         held = sa.select(leases.c.table_uri, leases.c.holder).where(
             leases.c.table_uri.in_([t.uri for t in found]), leases.c.holder.is_not(None), leases.c.expires_at > now)
         holders = {uri: holder for uri, holder in conn.execute(held)}
-    return FleetPage(found, matching, holders, now)
+    return FleetPage(found, matching, holders, now, _missed(conn, [t.uri for t in found]))
+
+
+def _missed(conn: Connection, uris: list[str]) -> dict[str, list[str]]:
+    """The targets each of ``uris`` misses, from their tuning rows: one query for the page, its rows only."""
+    if not uris:
+        return {}
+    gaps = [tuning.c[f"gap_{n}"] for n in TARGET_NAMES]
+    out: dict[str, list[str]] = {}
+    for uri, *values in conn.execute(sa.select(tuning.c.uri, *gaps).where(tuning.c.uri.in_(uris))):
+        missed = [(g, n) for n, g in zip(TARGET_NAMES, values, strict=True) if g is not None and g > 1e-9]
+        out[uri] = [str(n) for _, n in sorted(missed, key=lambda gn: -gn[0])]
+    return out
 
 
 def list_replicas(conn: Connection) -> list[ReplicaRecord]:

@@ -4,7 +4,8 @@ The runs are what the daemon records: :class:`~maintd.service.jobs.TableJobs` ma
 local threads, no Spark) and its result is written to the store the way the daemon writes it (start, decisions,
 finish with metrics, plan and layout). One table's runs fail three times in a row; one table's name and a
 property hold markup (the property is no policy key, so its run fails with an error quoting it), and it holds
-a pin.
+a pin. The healthy table declares targets and was re-tuned (its tuning row as the daemon writes it): one
+target missed, one met, a tuned knob, and a reason holding markup.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ default:
 HOSTILE_NAME = "<script>alert('name')</script>"
 HOSTILE_PROPERTY = "<img src=x onerror=alert('prop')>"
 CANARY = "console-canary-7f3a9c1e5b"
+HOSTILE_REASON = "cheapest meeting <em>every</em> target; moved compaction.max_delta_files"
 
 
 @dataclass
@@ -75,11 +77,22 @@ def make_fleet(tmp_path: Path, store: StateStore, settings: Settings) -> Fleet:
     for _ in range(3):
         run = store.start_run(failing.uri, RunKind.MAINTENANCE, holder="replica-a")
         store.finish_run(run, RunStatus.FAILED, error="PolicyError: no rule fits <b>bold</b>")
+    _tune(store, healthy.uri)
     store.heartbeat("replica-a", 60)
     store.record_root_scan(str(root), tables_found=3, holder="replica-a")
     store.record_root_scan("s3://gone-bucket/wh", error="NoSuchBucket: gone-bucket", error_type="StorageError",
                            holder="replica-a")
     return Fleet(settings, store, healthy.uri, failing.uri, hostile.uri, run_id)
+
+
+def _tune(store: StateStore, uri: str) -> None:
+    """Targets, measured figures and a re-tune of ``uri``, as the daemon records them (maintd.service.tuning)."""
+    store.set_targets({uri: {"read_files_per_bucket": 4.0, "merge_delay_minutes": 30.0}})
+    store.record_measured({uri: ({"read_files_per_bucket": 6.0, "merge_delay_minutes": 12.0},
+                                 {"read_files_per_bucket": 0.5, "merge_delay_minutes": -0.6})})
+    store.record_tuning(uri, overrides={"compaction": {"max_delta_files": 9}}, interval_seconds=600.0,
+                        reason=HOSTILE_REASON, predicted={"read_files_per_bucket": 3.5},
+                        measured={"read_files_per_bucket": 6.0})
 
 
 def _table(uri: Path, *, seed: int, name: str | None = None, properties: dict[str, str] | None = None) -> Table:

@@ -19,7 +19,7 @@ from maintd.service.metrics import Metrics
 from maintd.service.store import StateStore
 from maintd.settings import HttpSettings
 
-from .console_fleet import CANARY, HOSTILE_NAME, HOSTILE_PROPERTY, Fleet, make_fleet, settings_for
+from .console_fleet import CANARY, HOSTILE_NAME, HOSTILE_PROPERTY, HOSTILE_REASON, Fleet, make_fleet, settings_for
 
 TOKEN = "console-token-0123456789"
 
@@ -114,6 +114,34 @@ def test_the_table_page_shows_runs_over_time_runs_plan_explained_properties_pins
     assert re.search(r"history retained \d+ h", body)
     _, hostile, _ = get(server, "/table?uri=" + quote(fleet.hostile, safe=""))
     assert "a reader&#x27;s job" in hostile  # the pin, escaped like everything else
+
+
+def test_the_table_page_shows_targets_gaps_the_last_retune_and_plans_with_the_tuned_knobs(
+    server: HealthServer, fleet: Fleet
+) -> None:
+    _, body, _ = get(server, "/table?uri=" + quote(fleet.healthy, safe=""))
+    targets = body.split("<h2>Targets", 1)[1].split("<h2>Last re-tune</h2>", 1)[0]
+    rows = rows_of(targets)
+    assert len(rows) == 2
+    assert "read_files_per_bucket" in rows[0] and ">4.00<" in rows[0] and ">6.00<" in rows[0]
+    assert "class=bad>+50% missed" in rows[0]
+    assert "merge_delay_minutes" in rows[1] and "class=ok>-60% met" in rows[1]
+    retune = body.split("<h2>Last re-tune</h2>", 1)[1].split("</table>", 1)[0]
+    assert "&lt;em&gt;every&lt;/em&gt;" in retune and HOSTILE_REASON not in body  # the reason, escaped
+    assert "max_delta_files&quot;: 9" in retune and "10 min" in retune  # applied knobs, tuned check interval
+    policy = body.split("<h2>Policy</h2>", 1)[1].split("<h2>Targets", 1)[0]
+    assert "tuned by the daemon: <code>compaction.max_delta_files</code>" in policy
+    assert '&quot;max_delta_files&quot;: 9' in policy  # resolved as maintd plan does: tuned over the file's 6
+    _, plain, _ = get(server, "/table?uri=" + quote(fleet.failing, safe=""))
+    assert "declares no target" in plain and "tuned by the daemon" not in plain
+
+
+def test_the_fleet_page_shows_the_targets_each_table_misses(server: HealthServer) -> None:
+    _, body, _ = get(server, "/")
+    assert "targets missed" in body
+    orders = next(r for r in rows_of(body) if ">orders<" in r)
+    assert orders.endswith("<td><span class=bad>read_files_per_bucket</span></td>")
+    assert all(r.endswith("<td></td>") for r in rows_of(body) if ">orders<" not in r)  # no targets: empty
 
 
 def test_the_run_page_shows_its_tasks_measures_and_decisions(server: HealthServer, fleet: Fleet) -> None:

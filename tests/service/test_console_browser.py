@@ -109,6 +109,7 @@ def test_click_through_fleet_table_and_run_and_keep_screenshots(page: Any, fleet
     rows = page.locator("tbody").first.locator("tr")
     assert rows.count() == 3 and "broken" in rows.nth(0).inner_text()  # the unhealthiest first
     assert page.get_by_text(HOSTILE_NAME).count() == 1  # the name shown as text, not run
+    assert page.get_by_role("columnheader", name="targets missed").count() == 1
     screens.take(page, "console-fleet")
 
     page.get_by_role("link", name="orders", exact=True).click()
@@ -116,6 +117,9 @@ def test_click_through_fleet_table_and_run_and_keep_screenshots(page: Any, fleet
     assert page.title() == "Table orders · maintd"
     assert page.locator("svg").count() == 3 and page.locator("svg circle").count() >= 3
     assert page.get_by_text("explained bucket by bucket").count() == 1
+    targets = page.locator("h2", has_text="Targets").locator("xpath=following-sibling::table[1]")
+    assert targets.locator("tbody tr").count() == 2 and "+50% missed" in targets.inner_text()
+    assert page.get_by_text("cheapest meeting <em>every</em> target", exact=False).count() == 1  # shown as text
     screens.take(page, "console-table")
 
     page.get_by_role("link", name=str(fleet.run_id), exact=True).first.click()
