@@ -76,6 +76,8 @@ def tuning_records(config: Path | None, uris: list[str]) -> dict[str, TuningReco
         from maintd.settings import load_settings
 
         settings = load_settings(config)
+        if not settings.tuning.enabled:
+            return {}  # the daemon plans without tuned knobs while tuning is off: so does this plan
         parsed = make_url(settings.store.url)
         database = parsed.database if parsed.get_backend_name() == "sqlite" else None
         if database and (database == ":memory:" or not Path(database).expanduser().is_file()):

@@ -265,10 +265,11 @@ def _from_the_log(record: TableRecord, settings: Settings | None, tuning: Tuning
            + pairs({k: REDACTED if is_secret_option(k) else v for k, v in sorted(props.items())})
            + "<h2>Pins</h2>" + table(["pin", "version", "created", "expires", "who", "reason"], pins,
                                      empty="no live pin"))
+    tuning_on = settings is None or settings.tuning.enabled  # as the daemon plans: no tuned knobs while off
     try:
         policies = load_policy_file(None if settings is None else settings.policy.path)
         resolved = policies.resolve(name=snapshot.metadata.name or "", uri=record.uri, properties=props,
-                                    tuned=tuning.overrides if tuning is not None else None)
+                                    tuned=tuning.overrides if tuning is not None and tuning_on else None)
         tuned = (f"<p>tuned by the daemon: <code>{text(', '.join(resolved.tuned))}</code></p>"
                  if resolved.tuned else "")
         policy = (f"<p>policy <code>{text(resolved.name)}</code></p>{tuned}"

@@ -20,7 +20,6 @@ row and the knobs applied before stay: it never stops the daemon or another tabl
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -62,7 +61,7 @@ class Tuner(Protocol):
     """``maintd.simulate.tune.tune``: the cheapest policy meeting ``targets`` for the learned writes."""
 
     def __call__(self, learned: Learned, targets: Targets, current: Policy, *, days: int, interval_seconds: float,
-                 now_ms: int, time_budget_s: float, schedule: Any = None) -> TuneOutcome: ...
+                 now_ms: int, time_budget_s: float) -> TuneOutcome: ...
 
 
 Learner = Callable[[Any, float], "Learned"]
@@ -70,17 +69,11 @@ Learner = Callable[[Any, float], "Learned"]
 
 
 def default_tuner() -> Tuner:
-    """The tuner of ``maintd.simulate.tune``.
+    """The tuner of ``maintd.simulate.tune`` (imported when first used: the daemon of a fleet without targets
+    never loads the simulator)."""
+    from maintd.simulate.tune import tune
 
-    Raises:
-        TuningError: this maintd has no tuner.
-    """
-    try:
-        module = importlib.import_module("maintd.simulate.tune")
-    except ImportError as exc:
-        raise TuningError(f"no tuner available ({exc}); targets are measured but tables are not re-tuned") from None
-    tuner: Tuner = module.tune
-    return tuner
+    return tune
 
 
 def default_learner(table: Any, hours: float) -> Learned:

@@ -96,3 +96,12 @@ def test_plan_explain_names_the_tuned_knobs_when_and_why_and_properties_still_wi
     assert "targets: merge_delay_minutes <= 30 (measured 45)" in result.stdout
     untuned = runner.invoke(app, ["plan", table_uri, "--explain", "--config", str(config), "--no-tuned"])
     assert untuned.exit_code == 0 and "tuned" not in untuned.stdout
+
+
+def test_plan_uses_no_tuned_knob_while_tuning_is_off_as_the_daemon_does(
+    store: StateStore, config: Path, table_uri: str
+) -> None:
+    config.write_text(config.read_text() + "tuning:\n  enabled: false\n")
+    result = runner.invoke(app, ["plan", table_uri, "--explain", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    assert "tuned knobs" not in result.stdout and "+ tuned" not in result.stdout
