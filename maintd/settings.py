@@ -25,10 +25,10 @@ import re
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -574,6 +574,64 @@ class PolicySettings(_Group):
         return value
 
 
+def _size(value: Any) -> Any:
+    """``"50 MiB"`` as policies read it (imported on use: the planner's package loads pyarrow)."""
+    if value is None:
+        return value
+    from maintd.planner.policy import parse_size
+
+    return parse_size(value)
+
+
+Bytes = Annotated[int, BeforeValidator(_size), Field(gt=0, strict=False)]
+"""A positive size in bytes (``"50 MiB"`` accepted)."""
+
+
+class BudgetSettings(_Group):
+    """Daemon-wide limits on what maintenance moves per second (token buckets; unset: unlimited). Sizes accept
+    ``"50 MiB"`` as policies do."""
+
+    read_bytes_per_second: Bytes | None = Field(
+        default=None, description="Bytes maintenance may read per second, all tables and runs together (Spark "
+        "tasks and units in process are released within it). Bytes per second, e.g. `50 MiB`; null: unlimited.")
+    read_burst_bytes: Bytes | None = Field(
+        default=None, description="Bytes read that may be released at once above the rate (the bucket's size); "
+        "null: one second's worth. Packs of units are sized within it. Bytes.")
+    write_bytes_per_second: Bytes | None = Field(
+        default=None, description="Bytes maintenance may write per second (estimated as a unit's input when it "
+        "is released, settled with what it wrote). Bytes per second; null: unlimited.")
+    write_burst_bytes: Bytes | None = Field(
+        default=None, description="Bytes written that may be released at once above the rate; null: one "
+        "second's worth. Bytes.")
+    requests_per_second: float | None = Field(
+        default=None, gt=0, description="Object-store requests maintenance may send per second: the daemon's own "
+        "(listings, log reads, commits, deletes) counted as sent, its units' estimated when released. Requests "
+        "per second; null: unlimited.")
+    requests_burst: float | None = Field(
+        default=None, gt=0, description="Requests that may be sent at once above the rate; null: one second's "
+        "worth (at least 1). Count.")
+
+    @model_validator(mode="after")
+    def _burst_needs_rate(self) -> BudgetSettings:
+        for rate, burst in (("read_bytes_per_second", "read_burst_bytes"),
+                            ("write_bytes_per_second", "write_burst_bytes"),
+                            ("requests_per_second", "requests_burst")):
+            if getattr(self, burst) is not None and getattr(self, rate) is None:
+                raise ValueError(f"budget.{burst} is set but budget.{rate} is not: a burst needs a rate; set "
+                                 f"budget.{rate} or remove budget.{burst}")
+        return self
+
+    def limits(self) -> dict[str, tuple[float, float]]:
+        """Rate and burst of every limited kind (``read_bytes``, ``write_bytes``, ``requests``)."""
+        out: dict[str, tuple[float, float]] = {}
+        for kind, rate, burst in (("read_bytes", self.read_bytes_per_second, self.read_burst_bytes),
+                                  ("write_bytes", self.write_bytes_per_second, self.write_burst_bytes),
+                                  ("requests", self.requests_per_second, self.requests_burst)):
+            if rate is not None:
+                out[kind] = (float(rate), float(burst if burst is not None else max(1.0, rate)))
+        return out
+
+
 class Settings(BaseSettings):
     """All maintd settings. Build them with :func:`load_settings`."""
 
@@ -601,6 +659,7 @@ class Settings(BaseSettings):
     reclaim: ReclaimSettings = Field(default_factory=ReclaimSettings, description="Reclamation.")
     policy: PolicySettings = Field(default_factory=PolicySettings, description="Maintenance policy.")
     tuning: TuningSettings = Field(default_factory=TuningSettings, description="Keeping targets.")
+    budget: BudgetSettings = Field(default_factory=BudgetSettings, description="Daemon-wide maintenance budget.")
 
     @model_validator(mode="after")
     def _default_store_url(self) -> Settings:
@@ -762,6 +821,7 @@ def _yaml_scalar(value: Any) -> str:
 
 
 __all__ = [
+    "BudgetSettings",
     "CommitSettings",
     "HttpSettings",
     "LoggingSettings",

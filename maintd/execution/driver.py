@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from maintd.execution.budget import Budget
 from maintd.execution.commit import CommitOutcome, IncrementalCommitter
 from maintd.execution.cpus import usable_cpus
 from maintd.execution.local import ProcessBackend, processes_can_open
@@ -94,7 +95,8 @@ def execute(plan: Any, table: Table, spark: Any = None, options: ExecutionOption
 
 def run_plan(plan: Any, table: Table, spark: Any = None, options: ExecutionOptions | None = None, *,
              commit: bool = False, before_commit: Callable[[], None] | None = None,
-             backend: Backend | None = None) -> ExecutionReport:
+             backend: Backend | None = None, budget: Budget | None = None, priority: float = 0.0
+             ) -> ExecutionReport:
     """Run ``plan`` and, with ``commit``, commit finished tasks in groups as they finish.
 
     Args:
@@ -105,6 +107,8 @@ def run_plan(plan: Any, table: Table, spark: Any = None, options: ExecutionOptio
         commit: commit finished tasks (``options.commit_max_tasks`` / ``commit_interval_seconds`` per group).
         before_commit: called before each group's commit (see :class:`IncrementalCommitter`).
         backend: where units run (tests); default from ``spark``.
+        budget: the daemon's budget, which admits every pack before it is released (None: none).
+        priority: the run's place in the budget's line (the table's distance from its targets; higher first).
     """
     doc = PlanDoc.of(plan)
     opts = options or ExecutionOptions()
@@ -146,7 +150,7 @@ def run_plan(plan: Any, table: Table, spark: Any = None, options: ExecutionOptio
     try:
         report.spark_tasks = run_units(specs, run, opts, on_result=on_result, on_tick=on_tick,
                                        stop=lambda: committer is not None and committer.abandoned,
-                                       storage=table.storage)
+                                       storage=table.storage, budget=budget, priority=priority)
     finally:
         if committer is not None:
             report.outcome = committer.finish()

@@ -24,6 +24,7 @@ from typing import Any
 from loguru import logger
 
 from maintd.errors import MaintdError
+from maintd.execution.budget import Budget
 from maintd.execution.driver import run_plan, runs_in_process
 from maintd.execution.spark import options_from_settings, runs_small_plans_in_process, spark_session
 from maintd.execution.specs import ExecutionOptions
@@ -169,7 +170,8 @@ class Runner:
                  options: ExecutionOptions | None = None, use_spark: bool = True,
                  progress: Progress | None = None, reclaim: bool = False,
                  session: SessionForRun | None = None,
-                 tuned: Callable[[str], Mapping[str, Any] | None] | None = None) -> None:
+                 tuned: Callable[[str], Mapping[str, Any] | None] | None = None,
+                 budget: Budget | None = None) -> None:
         from maintd.planner.policy_files import load_policy_file
 
         self.settings = settings
@@ -185,6 +187,8 @@ class Runner:
         self._session = session
         self.tuned = tuned or (lambda uri: None)
         """The knobs the daemon tuned for a table (nested), applied under its explicit table properties."""
+        self.budget = budget
+        """The daemon's budget, shared by every run of this Runner (None: unlimited)."""
 
     @property
     def spark(self) -> Any:
@@ -199,6 +203,14 @@ class Runner:
         if not runs_in_process(plan, snap, self.options):
             return False
         return runs_small_plans_in_process(self._spark, getattr(self.settings, "spark", None))
+
+    @staticmethod
+    def _priority(health: TableHealth, backlog_bytes: int, now: datetime) -> float:
+        """The run's place in the budget's line: how far the table is from its targets (no targets yet: the
+        default health score of :func:`~maintd.planner.health.distance_from_targets`)."""
+        from maintd.planner.health import distance_from_targets
+
+        return distance_from_targets({**health.layout_measures(), "backlog_bytes": backlog_bytes}, None, now)
 
     def _spark_for_run(self) -> AbstractContextManager[Any]:
         """The session for one run that needs Spark: the given one, or the one ``session`` gives (held for the
@@ -268,7 +280,8 @@ class Runner:
         local = not self._use_spark or self._runs_in_process(plan, snap)
         with nullcontext(None) if local else self._spark_for_run() as spark:
             report = run_plan(plan, table, spark, self.options, commit=True,
-                              before_commit=lambda: self._progress(uri, "committing"))
+                              before_commit=lambda: self._progress(uri, "committing"), budget=self.budget,
+                              priority=self._priority(summary.before, plan.input_bytes, now))
         results, outcome = report.results, report.outcome
         assert outcome is not None
         summary.spark_master, summary.spark_app_id = report.master, report.app_id

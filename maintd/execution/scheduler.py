@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from loguru import logger
 
+from maintd.execution.budget import Budget, Cost, Ticket, pack_cost, result_cost
 from maintd.execution.output import name_prefix
 from maintd.execution.prior import PRIOR_PREFIX
 from maintd.execution.rewrite import run_pack
@@ -251,7 +252,8 @@ def pack_tasks(specs: Sequence[TaskSpec], slices: int) -> list[list[int]]:
 
 def run_units(specs: Sequence[TaskSpec], backend: Backend, options: ExecutionOptions, *,
               on_result: Callable[[TaskResult], None], on_tick: Callable[[], float | None] = lambda: None,
-              stop: Callable[[], bool] = lambda: False, storage: Storage | None = None) -> int:
+              stop: Callable[[], bool] = lambda: False, storage: Storage | None = None,
+              budget: Budget | None = None, priority: float = 0.0) -> int:
     """Run every unit and report each result as its Spark task ends; returns the number of Spark tasks.
 
     Args:
@@ -263,31 +265,61 @@ def run_units(specs: Sequence[TaskSpec], backend: Backend, options: ExecutionOpt
         stop: when true, no further pack is started and running ones are cancelled; their units are
             reported as failed.
         storage: the table's storage, to delete the files of attempts whose result was not accepted.
+        budget: the daemon's budget (:mod:`maintd.execution.budget`): packs are sized within its bursts and each
+            is released only once admitted; what they spent is settled as they end. None: no budget.
+        priority: the place of this run's packs in the budget's line (higher first: the table's distance from
+            its targets).
     """
     if not specs:
         return 0
-    packs = [[specs[i] for i in p] for p in pack_tasks(specs, pack_count(specs, options.task_input_bytes,
-                                                                          backend.cores()))]
+    budget = budget if budget is not None and budget.limited else None
+    cap = budget.max_pack_bytes() if budget is not None else None
+    input_bytes = min(options.task_input_bytes, cap) if cap else options.task_input_bytes
+    packs = [[specs[i] for i in p] for p in pack_tasks(specs, pack_count(specs, input_bytes, backend.cores()))]
     queue = deque(packs)
     running: dict[Future[list[TaskResult]], list[list[TaskSpec]]] = {}
+    admitted: dict[Future[list[TaskResult]], Cost] = {}
+    pending: tuple[list[list[TaskSpec]], Ticket | None] | None = None
     cancelled = False
     with ThreadPoolExecutor(MAX_JOBS, thread_name_prefix="maintd-job") as pool:
-        while queue or running:
+        while queue or running or pending:
             if stop() and not cancelled:
                 cancelled = True
                 backend.cancel()
-            while queue and not cancelled and _in_flight(running) < backend.slots():
-                batch = [queue.popleft() for _ in range(min(len(queue), _per_job(backend.slots())))]
-                running[pool.submit(backend.run, batch)] = batch
+            held: float | None = None
+            while (queue or pending) and not cancelled and _in_flight(running) < backend.slots():
+                if pending is None:
+                    batch = [queue.popleft() for _ in range(min(len(queue), _per_job(backend.slots())))]
+                    cost = pack_cost(s for p in batch for s in p)
+                    pending = batch, budget.ticket(cost, priority) if budget is not None else None
+                batch, ticket = pending
+                if budget is not None and ticket is not None:
+                    held = budget.try_admit(ticket) or None
+                    if held is not None:
+                        break
+                pending = None
+                fut = pool.submit(backend.run, batch)
+                running[fut] = batch
+                if ticket is not None:
+                    admitted[fut] = ticket.cost
             if cancelled:
+                if pending is not None:
+                    if budget is not None and pending[1] is not None:
+                        budget.withdraw(pending[1])
+                    queue.extendleft(reversed(pending[0]))
+                    pending = None
                 for p in queue:
                     _report_failed(p, "not started: the run was abandoned", on_result)
                 queue.clear()
             wait_s = on_tick()
-            done, _ = wait(running, timeout=TICK_SECONDS if wait_s is None else max(0.0, min(TICK_SECONDS, wait_s)),
-                           return_when=FIRST_COMPLETED)
+            timeout = min(x for x in (TICK_SECONDS, wait_s, held) if x is not None)
+            done, _ = wait(running, timeout=max(0.0, timeout), return_when=FIRST_COMPLETED)
             for fut in done:
-                _finish(running.pop(fut), fut, on_result, storage, backend)
+                batch = running.pop(fut)
+                results = _finish(batch, fut, on_result, storage, backend)
+                estimate = admitted.pop(fut, None)
+                if budget is not None and estimate is not None and results:  # a failed job keeps its estimate
+                    budget.settle(estimate, sum((result_cost(s, r) for s, r in results), Cost()))
     return len(packs)
 
 
@@ -300,7 +332,8 @@ def _per_job(slots: int) -> int:
 
 
 def _finish(batch: list[list[TaskSpec]], fut: Future[list[TaskResult]], on_result: Callable[[TaskResult], None],
-            storage: Storage | None, backend: Backend | None = None) -> None:
+            storage: Storage | None, backend: Backend | None = None) -> list[tuple[TaskSpec, TaskResult]]:
+    """Report the results of a finished job's units (failed ones when the job failed); returns them."""
     specs = [s for p in batch for s in p]
     try:
         results = fut.result()
@@ -309,13 +342,16 @@ def _finish(batch: list[list[TaskSpec]], fut: Future[list[TaskResult]], on_resul
         logger.warning("a {} of {} unit(s) failed: {}", where, len(specs), _first_line(exc))
         for p in batch:
             _report_failed(p, f"{where} failed: {type(exc).__name__}: {_first_line(exc)}", on_result, storage)
-        return
+        return []
     by_key = {(r.task_id, r.unit): r for r in results}
+    reported = []
     for s in specs:
         r = by_key.get((s.task_id, s.unit)) or _lost(s, "no result came back for this unit")
         if storage is not None and (not r.ok or r.attempt > 0):
             remove_attempts(storage, s, keep=set(r.written))
         on_result(r)
+        reported.append((s, r))
+    return reported
 
 
 def _report_failed(pack: Sequence[TaskSpec], error: str, on_result: Callable[[TaskResult], None],

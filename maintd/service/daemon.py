@@ -57,6 +57,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from loguru import logger
 
 from maintd.errors import MaintdError
+from maintd.execution.budget import Budget
+from maintd.service.budget import unhealthiest_first
 from maintd.service.checks import CheckLedger
 from maintd.service.metrics import Metrics
 from maintd.service.recording import RunRow, backoff_seconds, record_failure, record_finished
@@ -130,6 +132,7 @@ class Daemon:
         keep: keeps the targets of the tables this replica owns, given their URIs (measure, re-tune; see
             :mod:`maintd.service.tuning`); run every ``tuning.measure_interval_seconds`` while ``tuning.enabled``.
         clock: monotonic seconds, when each table was last checked (tests move it instead of waiting).
+        budget: the daemon's maintenance budget; while it binds, queued tables start unhealthiest first.
     """
 
     def __init__(
@@ -146,15 +149,19 @@ class Daemon:
         check: TableCheck | None = None,
         keep: Callable[[list[str]], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        budget: Budget | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.jobs = {RunKind.MAINTENANCE: maintain, RunKind.RECLAIM: reclaim}
         self.check = check
         self.keep = keep
+        self.budget = budget
         self.discover = discover
         self.metrics = metrics or Metrics()
         self.metrics.attach_store(store, settings.metrics)  # the table gauges every replica serves alike
+        if budget is not None:
+            self.metrics.attach_budget(budget)
         self.holder = holder or default_holder()
         self.blocked = blocked or (lambda: None)
         s = settings.store
@@ -460,7 +467,7 @@ class Daemon:
         while True:
             busy = {uri for uri, _ in self._snapshot()}
             free = self.settings.scheduler.max_concurrent_tables - len(busy)
-            picks = self._next_queued(busy, free)
+            picks = self._next_queued(busy, free, self._queue_order() if free > 0 else None)
             if not picks:
                 return started
             wanted = [uri for _, uri in picks]
@@ -479,14 +486,16 @@ class Daemon:
             for uri in leased - set(started):
                 self.store.release_lease(self.holder, uri)
 
-    def _next_queued(self, busy: set[str], free: int) -> list[tuple[RunKind, str]]:
-        """Up to ``free`` queued runs, oldest first, one per table, of tables not running."""
+    def _next_queued(self, busy: set[str], free: int,
+                     order: list[tuple[RunKind, str]] | None = None) -> list[tuple[RunKind, str]]:
+        """Up to ``free`` queued runs, oldest first (or in ``order``), one per table, of tables not running."""
         picks: list[tuple[RunKind, str]] = []
         seen: set[str] = set()
         if free <= 0:
             return picks
         with self._lock:
-            for kind, uri in self._queue:
+            queued = set(self._queue)
+            for kind, uri in [e for e in order if e in queued] if order is not None else self._queue:
                 if uri in busy or uri in seen:
                     continue
                 seen.add(uri)
@@ -503,6 +512,17 @@ class Daemon:
             self.keep(self.membership.owned(self._known))
         except Exception as exc:  # the next interval tries again; maintenance goes on meanwhile
             logger.error("keeping targets failed: {}: {}", type(exc).__name__, exc)
+
+    def _queue_order(self) -> list[tuple[RunKind, str]] | None:
+        """The queue unhealthiest first while the budget binds (None: oldest first, as queued)."""
+        if self.budget is None or not self.budget.binding():
+            return None
+        with self._lock:
+            queue = list(self._queue)
+        if len(queue) < 2:
+            return None
+        layouts = self.store.health_measures(uri for _, uri in queue)
+        return unhealthiest_first(queue, layouts, _utcnow())
 
     def prune_history(self) -> int:
         """Delete finished runs older than ``store.history_retention_days``; returns how many."""

@@ -32,6 +32,7 @@ from typing import Any
 from loguru import logger
 
 from maintd.errors import LeaseLostError, MaintdError
+from maintd.execution.budget import Budget
 from maintd.execution.commit import OPERATION as MAINTENANCE_OPERATION
 from maintd.execution.runner import Progress, Runner, SessionForRun, TableHealth, TableRunSummary
 from maintd.planner.policy_files import ResolvedPolicy
@@ -83,6 +84,7 @@ class TableJobs:
             :meth:`~maintd.service.spark_driver.SparkDriver.session_for_run`: started on demand, stopped when idle).
         policy_path: the policy file, instead of ``settings.policy.path``.
         progress: also called with (table, stage) as a run moves on.
+        budget: the daemon's maintenance budget, shared by every run (None: unlimited).
     """
 
     def __init__(
@@ -98,6 +100,7 @@ class TableJobs:
         policy_path: str | None = None,
         progress: Progress | None = None,
         session: SessionForRun | None = None,
+        budget: Budget | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -114,6 +117,7 @@ class TableJobs:
             progress=self._on_stage,
             session=session,
             tuned=self.tuned_overrides,
+            budget=budget,
         )
         self._commit_started: dict[str, float] = {}
         self._lock = threading.Lock()

@@ -31,6 +31,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from maintd.execution.budget import Budget
     from maintd.service.store import StateStore
     from maintd.settings import MetricsSettings
 
@@ -51,6 +52,7 @@ class Metrics:
         r = self.registry
         self._store_attached = False
         self._probes_attached = False
+        self._budget_attached = False
         self.runs = Counter("maintd_runs", "Finished runs, by kind and status.", ["kind", "status"], registry=r)
         self.failures = Counter(
             "maintd_run_failures", "Failed runs, by kind and error type.", ["kind", "error"], registry=r
@@ -133,6 +135,14 @@ class Metrics:
             return
         self.registry.register(_ProbeChecks(probes, names))
         self._probes_attached = True
+
+    def attach_budget(self, budget: Budget) -> None:
+        """Serve the series of the daemon's budget (:class:`~maintd.service.budget.BudgetMetrics`); once."""
+        from maintd.service.budget import BudgetMetrics
+
+        if not self._budget_attached:
+            self.registry.register(BudgetMetrics(budget))
+            self._budget_attached = True
 
     def set_table_count(self, tables: int) -> None:
         """The enabled tables now: per-table counters are kept only while within ``table_series_max_tables``."""

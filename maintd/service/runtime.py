@@ -25,6 +25,7 @@ from typing import Any
 from loguru import logger
 
 from maintd.errors import ConfigError
+from maintd.service.budget import budget_of, release
 from maintd.service.console import Console
 from maintd.service.daemon import Daemon, default_holder
 from maintd.service.http import HealthServer
@@ -58,6 +59,7 @@ def serve(settings: Settings, *, stop: threading.Event | None = None, holder: st
         logger.info("state store {} ({})", redact_url(settings.store.url), store.dialect)
         driver = SparkDriver(settings, stop)
         metrics = Metrics()
+        budget = budget_of(settings)
         server: HealthServer | None = None
         daemon: Daemon | None = None
         try:
@@ -74,11 +76,12 @@ def serve(settings: Settings, *, stop: threading.Event | None = None, holder: st
                 _attach_console(server, settings, store, holder)
             if not stop.is_set():
                 driver.watch_idleness()
-                jobs = TableJobs(settings, store, metrics, holder=holder, session=driver.session_for_run)
+                jobs = TableJobs(settings, store, metrics, holder=holder, session=driver.session_for_run,
+                                 budget=budget)
                 keeper = TargetKeeper(settings, store, jobs.runner.policy_file)
                 daemon = Daemon(
                     settings, store, jobs.maintain, jobs.reclaim, discover=jobs.discover, metrics=metrics,
-                    holder=holder, blocked=driver.lost, check=jobs.check,
+                    holder=holder, blocked=driver.lost, check=jobs.check, budget=budget,
                     keep=lambda owned: keeper.keep(owned, jobs.targets_seen()),
                 )
                 daemon.start()
@@ -87,6 +90,7 @@ def serve(settings: Settings, *, stop: threading.Event | None = None, holder: st
                 stop.wait()
         finally:
             clean = _shut_down(daemon, driver, server, store)
+            release(budget)
     logger.info("maintd daemon exited{}", "" if clean else " (a shutdown step failed, see above)")
     return 0 if clean else 1
 

@@ -246,6 +246,20 @@ class StateStore:
             now = _leases.db_now(conn)
             return now, {uri: retry for uri, retry in conn.execute(stmt)}
 
+    def health_measures(self, uris: Iterable[str]) -> dict[str, dict[str, float | None]]:
+        """The measures a table's health is scored by (read amplification, oldest level-0 file, backlog bytes),
+        as its layout last recorded them, for the tables ``uris`` (a queue's: a few, not the fleet)."""
+        wanted = sorted(set(uris))
+        if not wanted:
+            return {}
+        backlog = tables.c.layout["backlog_bytes"].as_float()
+        stmt = sa.select(tables.c.uri, tables.c.layout_read_amplification, tables.c.layout_oldest_l0_ms,
+                         backlog).where(tables.c.uri.in_(sa.bindparam("uris", expanding=True)))
+        with self._transaction("read the health of queued tables") as conn:
+            rows = conn.execute(stmt, {"uris": wanted})
+            return {uri: {"read_amplification": amp, "oldest_l0_ms": oldest, "backlog_bytes": back}
+                    for uri, amp, oldest, back in rows}
+
     def record_checks(self, holder: str, checks: Iterable[CheckRecord]) -> int:
         """Add checks onto their tables' rows, in place (no row is added); returns how many tables.
 

@@ -60,6 +60,7 @@ from maintd.storage.base import FileInfo, Storage, check_path, register_storage
 from maintd.storage.lock import commit_lock
 from maintd.storage.objectfs import object_store_filesystem
 from maintd.storage.options import FAMILIES, StorageOptions, is_secret, resolve_options
+from maintd.storage.requests import before_request
 
 T = TypeVar("T")
 
@@ -344,6 +345,8 @@ class ObjectStoreStorage(Storage):
         return self._uri
 
     def _api_of(self) -> Any:
+        """The request functions, once the request gate lets one more request go (:mod:`maintd.storage.requests`)."""
+        before_request()
         return self._stores()[0]
 
     def _stores(self) -> tuple[Any, Any, Any]:
