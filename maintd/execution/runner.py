@@ -28,6 +28,7 @@ from maintd.execution.budget import Budget
 from maintd.execution.driver import run_plan, runs_in_process
 from maintd.execution.spark import options_from_settings, runs_small_plans_in_process, spark_session
 from maintd.execution.specs import ExecutionOptions
+from maintd.planner.targets import Targets
 from maintd.table import RetryPolicy, Snapshot, Table
 
 SessionForRun = Callable[[], AbstractContextManager[Any]]
@@ -205,12 +206,12 @@ class Runner:
         return runs_small_plans_in_process(self._spark, getattr(self.settings, "spark", None))
 
     @staticmethod
-    def _priority(health: TableHealth, backlog_bytes: int, now: datetime) -> float:
-        """The run's place in the budget's line: how far the table is from its targets (no targets yet: the
-        default health score of :func:`~maintd.planner.health.distance_from_targets`)."""
+    def _priority(health: TableHealth, backlog_bytes: int, targets: Targets, now: datetime) -> float:
+        """The run's place in the budget's line: how far the table is from its declared targets (those it does
+        not declare: the default health score of :func:`~maintd.planner.health.distance_from_targets`)."""
         from maintd.planner.health import distance_from_targets
 
-        return distance_from_targets({**health.layout_measures(), "backlog_bytes": backlog_bytes}, None, now)
+        return distance_from_targets({**health.layout_measures(), "backlog_bytes": backlog_bytes}, targets, now)
 
     def _spark_for_run(self) -> AbstractContextManager[Any]:
         """The session for one run that needs Spark: the given one, or the one ``session`` gives (held for the
@@ -281,7 +282,8 @@ class Runner:
         with nullcontext(None) if local else self._spark_for_run() as spark:
             report = run_plan(plan, table, spark, self.options, commit=True,
                               before_commit=lambda: self._progress(uri, "committing"), budget=self.budget,
-                              priority=self._priority(summary.before, plan.input_bytes, now))
+                              priority=self._priority(summary.before, plan.input_bytes, resolved.policy.target,
+                                                      now))
         results, outcome = report.results, report.outcome
         assert outcome is not None
         summary.spark_master, summary.spark_app_id = report.master, report.app_id

@@ -45,7 +45,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -58,6 +58,7 @@ from loguru import logger
 
 from maintd.errors import MaintdError
 from maintd.execution.budget import Budget
+from maintd.planner.targets import Targets
 from maintd.service.budget import unhealthiest_first
 from maintd.service.checks import CheckLedger
 from maintd.service.metrics import Metrics
@@ -133,6 +134,8 @@ class Daemon:
             :mod:`maintd.service.tuning`); run every ``tuning.measure_interval_seconds`` while ``tuning.enabled``.
         clock: monotonic seconds, when each table was last checked (tests move it instead of waiting).
         budget: the daemon's maintenance budget; while it binds, queued tables start unhealthiest first.
+        targets: the declared targets of the tables planned so far, by URI: how far each is from its own
+            targets orders the queue while the budget binds (None: every table against the default score).
     """
 
     def __init__(
@@ -148,6 +151,7 @@ class Daemon:
         blocked: Callable[[], str | None] | None = None,
         check: TableCheck | None = None,
         keep: Callable[[list[str]], object] | None = None,
+        targets: Callable[[], Mapping[str, Targets]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         budget: Budget | None = None,
     ) -> None:
@@ -156,6 +160,7 @@ class Daemon:
         self.jobs = {RunKind.MAINTENANCE: maintain, RunKind.RECLAIM: reclaim}
         self.check = check
         self.keep = keep
+        self._targets = targets
         self.budget = budget
         self.discover = discover
         self.metrics = metrics or Metrics()
@@ -522,7 +527,7 @@ class Daemon:
         if len(queue) < 2:
             return None
         layouts = self.store.health_measures(uri for _, uri in queue)
-        return unhealthiest_first(queue, layouts, _utcnow())
+        return unhealthiest_first(queue, layouts, _utcnow(), self._targets() if self._targets else None)
 
     def prune_history(self) -> int:
         """Delete finished runs older than ``store.history_retention_days``; returns how many."""

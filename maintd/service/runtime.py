@@ -82,7 +82,7 @@ def serve(settings: Settings, *, stop: threading.Event | None = None, holder: st
                 daemon = Daemon(
                     settings, store, jobs.maintain, jobs.reclaim, discover=jobs.discover, metrics=metrics,
                     holder=holder, blocked=driver.lost, check=jobs.check, budget=budget,
-                    keep=lambda owned: keeper.keep(owned, jobs.targets_seen()),
+                    keep=lambda owned: keeper.keep(owned, jobs.targets_seen()), targets=jobs.targets_seen,
                 )
                 daemon.start()
                 if server is not None and settings.http.console_served():

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from maintd.execution import ExecutionOptions, run_plan, task_specs
 from maintd.execution.budget import Budget, Cost, TokenBucket, unit_cost
 from maintd.execution.scheduler import LocalBackend
-from tests.execution.helpers import make_table, plan_all, sorted_read
+
+from .helpers import make_table, plan_all, sorted_read
 
 
 class FakeClock:

@@ -17,8 +17,9 @@ from maintd.service.records import CheckRecord, RunKind
 from maintd.service.store import StateStore
 from maintd.settings import Settings, load_settings
 from maintd.storage.requests import install_request_gate
-from tests.service.conftest import StoreTarget
-from tests.service.test_daemon import TABLES, Recorder, make_settings, wait_for
+
+from .conftest import StoreTarget
+from .test_daemon import TABLES, Recorder, make_settings, wait_for
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -85,6 +86,22 @@ def test_the_health_score_is_the_largest_ratio_to_a_target() -> None:
     assert distance_from_targets(layout, {"l0_age_seconds": 6 * 3600}, NOW) == pytest.approx(2.0)  # backlog 2 GiB
     assert distance_from_targets({}, None, NOW) == 0.0
     assert distance_from_targets({"read_amplification": None}, None, NOW) == 0.0
+
+
+def test_a_tables_declared_targets_replace_the_default_score() -> None:
+    from maintd.planner.targets import Targets
+
+    layout = {"read_amplification": 12, "oldest_l0_ms": (NOW - timedelta(minutes=30)).timestamp() * 1000}
+    assert distance_from_targets(layout, None, NOW) == pytest.approx(1.5)  # 12 files against the default 8
+    assert distance_from_targets(layout, Targets(read_files_per_bucket=24), NOW) == pytest.approx(0.5)
+    assert distance_from_targets(layout, Targets(merge_delay_minutes=10), NOW) == pytest.approx(3.0)  # 30 of 10 min
+    assert distance_from_targets(layout, Targets(), NOW) == pytest.approx(1.5)  # none declared: the defaults
+    # the same two tables, in another order once one declares a tighter target
+    entries = [("m", "/t/fresh"), ("m", "/t/reads")]
+    layouts = {"/t/fresh": {"oldest_l0_ms": layout["oldest_l0_ms"]}, "/t/reads": {"read_amplification": 12}}
+    assert unhealthiest_first(entries, layouts, NOW) == [("m", "/t/reads"), ("m", "/t/fresh")]
+    tight = {"/t/fresh": Targets(merge_delay_minutes=5)}
+    assert unhealthiest_first(entries, layouts, NOW, tight) == [("m", "/t/fresh"), ("m", "/t/reads")]
 
 
 def test_ties_keep_the_queue_order() -> None:

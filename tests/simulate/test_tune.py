@@ -18,7 +18,8 @@ from maintd.simulate.measure import measure
 from maintd.simulate.report import DAY_MS
 from maintd.simulate.simulator import Learned
 from maintd.simulate.tune import TuneResult, tune
-from tests.simulate.test_simulate_engine import SIZES, _pattern, _start
+
+from .test_simulate_engine import SIZES, _pattern, _start
 
 DEFAULT = default_policy()
 
