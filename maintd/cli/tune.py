@@ -40,7 +40,8 @@ def tune_command(
     days: int = typer.Option(7, "--days", help="Days to simulate each candidate over, from now (1 to 366)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
     write: Path | None = typer.Option(None, "--write", help="Write the tuned policy as a policy file: FILE.yaml."),
-    plot: Path | None = typer.Option(None, "--plot", help="Draw the trade-off curve: FILE.png (maintd\\[plot])."),
+    plot: Path | None = typer.Option(None, "--plot", help="Draw the trade-off curve: FILE.png (maintd\\[plot]) or "
+                                                          "FILE.html (a self-contained page)."),
     policy: Path | None = typer.Option(None, "--policy", help="The current policy file (default: packaged)."),
     maintenance_interval: float | None = typer.Option(None, "--maintenance-interval",
                                                       help="Current seconds between maintenance passes "
@@ -53,6 +54,7 @@ def tune_command(
     from rich.console import Console
     from rich.markup import escape
 
+    from maintd.execution.cpus import usable_cpus
     from maintd.planner import load_policy_file
     from maintd.planner.targets import TARGET_NAMES, parse_target_args
     from maintd.simulate import Schedule, check_days
@@ -82,7 +84,7 @@ def tune_command(
         schedule = Schedule(maintenance_interval or s.maintenance_interval_seconds, s.reclamation_interval_seconds,
                             "settings")
         result = tune_table(table, targets, current, days=days, now_ms=int(datetime.now(UTC).timestamp() * 1000),
-                            time_budget_s=time_budget, schedule=schedule)
+                            time_budget_s=time_budget, schedule=schedule, workers=usable_cpus())
         if write is not None:
             write_policy_file(write, result, name=md.name or table.uri)
         if plot is not None:
@@ -163,7 +165,8 @@ def print_result(console: Console, uri: str, r: TuneResult) -> None:
     from maintd.planner.targets import TARGET_NAMES
 
     console.print(f"[bold]{escape(uri)}[/bold]: {r.evaluated} policies simulated over {r.days} day(s)"
-                  + ("" if r.complete else " (the time budget ended the search)"), highlight=False)
+                  + ("" if r.complete else " (the time budget ended the search before it converged: "
+                                           "give it more with --time-budget)"), highlight=False)
     declared = r.targets.declared()
     t = RichTable(show_edge=False)
     for col in ("", "target", "current", "tuned", "met?"):
@@ -186,6 +189,9 @@ def print_result(console: Console, uri: str, r: TuneResult) -> None:
         c.add_row(f"{a:g}", f"{b:.2f}", _fmt("bytes_rewritten", by), escape(label))
     print_table(console, c)
     console.print(f"why: {r.reason}", highlight=False, markup=False)
+    if not r.complete:
+        console.print("search: cut by the time budget; the figures are the best found, not the best possible",
+                      highlight=False, markup=False)
     if r.binding:
         console.print(f"binds: {', '.join(r.binding)}", highlight=False, markup=False)
 

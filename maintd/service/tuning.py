@@ -14,12 +14,14 @@ Every ``tuning.measure_interval_seconds`` the replica that owns a table (:mod:`m
    ``maintd.*`` table properties.
 
 The tuner is injected (a :class:`Tuner`; by default ``maintd.simulate.tune.tune``, imported when first
-used), so this loop is tested without its search. A re-tune that fails is logged and recorded on the table's
+used, with one worker process per usable CPU), so this loop is tested without its search. A search its time
+budget cut says so in its reason, which the row records. A re-tune that fails is logged and recorded on the table's
 row and the knobs applied before stay: it never stops the daemon or another table.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from loguru import logger
 
 from maintd.errors import TuningError
+from maintd.execution.cpus import usable_cpus
 from maintd.planner.policy import Policy
 from maintd.planner.policy_files import PolicyFile, deep_merge, knob_paths, property_overrides
 from maintd.planner.steps import bounded_step, step_interval
@@ -70,10 +73,11 @@ Learner = Callable[[Any, float], "Learned"]
 
 def default_tuner() -> Tuner:
     """The tuner of ``maintd.simulate.tune`` (imported when first used: the daemon of a fleet without targets
-    never loads the simulator)."""
+    never loads the simulator). It simulates candidates over the CPUs this process may use."""
     from maintd.simulate.tune import tune
 
-    return tune
+    tuner: Tuner = functools.partial(tune, workers=usable_cpus())
+    return tuner
 
 
 def default_learner(table: Any, hours: float) -> Learned:

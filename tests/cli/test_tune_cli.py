@@ -75,6 +75,25 @@ def test_the_png_plot_is_drawn(table_uri: str, tmp_path: Path) -> None:
     assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_html_plot_is_a_self_contained_page(table_uri: str, tmp_path: Path) -> None:
+    page = tmp_path / "curve.html"
+    code, _, err = _run(table_uri, "--target", "read_files_per_bucket=4", "--plot", str(page), *QUICK)
+    assert code == 0, err
+    text = page.read_text()
+    assert text.startswith("<!DOCTYPE html>") and "<svg" in text and "<polyline" in text
+    assert "http" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")  # nothing fetched
+
+
+def test_a_search_cut_by_its_budget_says_so_in_text_and_json(table_uri: str) -> None:
+    cut = ["--days", "1", "--maintenance-interval", "3600", "--time-budget", "0.001"]
+    code, out, _ = _run(table_uri, "--target", "read_files_per_bucket=1", *cut)
+    assert code == 0
+    assert "cut by the time budget" in out and "--time-budget" in out and "no policy" not in out
+    code, out, _ = _run(table_uri, "--target", "read_files_per_bucket=1", "--json", *cut)
+    doc = json.loads(out)
+    assert doc["complete"] is False and doc["binding"] == [] and "no policy" not in doc["reason"]
+
+
 def test_targets_come_from_the_table_properties(tmp_path: Path, table_uri: str) -> None:
     policy = tmp_path / "p.yaml"
     policy.write_text("default:\n  target: {write_amplification: 50}\n")

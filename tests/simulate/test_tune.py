@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from maintd.planner import Policy, default_policy, with_overrides
 from maintd.planner.policy_files import validate_policy
 from maintd.planner.targets import Targets
-from maintd.simulate import Schedule
+from maintd.simulate import Schedule, search
 from maintd.simulate.measure import measure
 from maintd.simulate.report import DAY_MS
 from maintd.simulate.simulator import Learned
@@ -22,6 +22,19 @@ from maintd.simulate.tune import TuneResult, tune
 from .test_simulate_engine import SIZES, _pattern, _start
 
 DEFAULT = default_policy()
+SMALL_KNOBS = (
+    (("compaction", "max_delta_files"), (4.0, 16.0, 64.0)),
+    (("clustering", "level1", "min_files"), (2.0, 4.0, 8.0)),
+    (("clustering", "level1", "max_age_hours"), (0.25, 1.0, 4.0)),
+)
+"""A small grid over the knobs that matter most for small files: the properties do not depend on its size."""
+
+
+@pytest.fixture(autouse=True)  # the same grid for every example of a property test too
+
+def _small_grid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(search, "KNOBS", SMALL_KNOBS)
+    monkeypatch.setattr(search, "INTERVALS", (900.0, 3600.0))
 
 
 def _learned() -> Learned:
@@ -30,14 +43,14 @@ def _learned() -> Learned:
 
 
 def _tune(targets: Targets, current: Policy = DEFAULT, **kw: Any) -> TuneResult:
-    return tune(_learned(), targets, current, days=1, interval_seconds=900, **kw)
+    kw.setdefault("days", 1)
+    return tune(_learned(), targets, current, interval_seconds=900, **kw)
 
 
-@pytest.mark.slow
 def test_the_tuner_meets_targets_the_default_misses_and_its_prediction_holds_when_simulated_again() -> None:
-    targets = Targets(read_files_per_bucket=6, merge_delay_minutes=40)
+    targets = Targets(read_files_per_bucket=8, merge_delay_minutes=40)
     r = _tune(targets)
-    assert targets.missed(r.current_predicted)
+    assert r.complete and targets.missed(r.current_predicted)
     assert r.meets and not targets.missed(r.predicted)
     learned = _learned()
     again = measure(learned, r.policy, Schedule(r.interval_seconds, 21600),
@@ -46,9 +59,8 @@ def test_the_tuner_meets_targets_the_default_misses_and_its_prediction_holds_whe
     assert r.overrides and validate_policy(r.policy.model_dump(), where="t") == r.policy
 
 
-@pytest.mark.slow
 def test_of_two_policies_that_both_meet_the_cheaper_one_is_chosen() -> None:
-    eager = with_overrides(DEFAULT, {"clustering": {"level1": {"min_files": 2, "max_age_hours": 0.1}},
+    eager = with_overrides(DEFAULT, {"clustering": {"level1": {"min_files": 2, "max_age_hours": 0.25}},
                                      "compaction": {"max_delta_files": 4}})
     targets = Targets(read_files_per_bucket=30)
     learned = _learned()
@@ -62,29 +74,40 @@ def test_of_two_policies_that_both_meet_the_cheaper_one_is_chosen() -> None:
     assert r.predicted["bytes_rewritten"] < costs["eager"].bytes_rewritten
 
 
-@pytest.mark.slow
 def test_impossible_targets_are_reported_with_the_target_that_binds() -> None:
     r = _tune(Targets(read_files_per_bucket=1, merge_delay_minutes=0.01, write_amplification=1))
-    assert not r.meets
+    assert r.complete and not r.meets
     assert "read_files_per_bucket" in r.binding and "no policy" in r.reason
 
 
-@pytest.mark.slow
-def test_the_search_is_deterministic() -> None:
+def test_the_search_is_deterministic_with_one_worker_or_several() -> None:
     targets = Targets(read_files_per_bucket=8)
-    a, b = _tune(targets), _tune(targets)
-    assert (a.policy, a.interval_seconds, a.curve, a.reason) == (
-        b.policy, b.interval_seconds, b.curve, b.reason)
+    a, b, c = _tune(targets), _tune(targets), _tune(targets, workers=2)
+    assert a.complete and c.complete
+    assert (a.policy, a.interval_seconds, a.curve, a.reason, a.evaluated) == (
+        b.policy, b.interval_seconds, b.curve, b.reason, b.evaluated) == (
+        c.policy, c.interval_seconds, c.curve, c.reason, c.evaluated)
 
 
-def test_the_time_budget_bounds_the_search() -> None:
+def test_the_curve_shows_each_figure_once() -> None:
+    r = _tune(Targets(read_files_per_bucket=8), days=2, coarse_days=1)
+    figures = [p[:3] for p in r.curve]
+    assert len(figures) == len(set(figures)) and any(p[3] in ("tuned", "current = tuned") for p in r.curve)
+
+
+def test_a_search_the_budget_cut_says_so_and_never_that_no_policy_meets() -> None:
     ticks: Iterator[float] = iter(range(10_000))
-    r = _tune(Targets(read_files_per_bucket=2), time_budget_s=3, clock=lambda: float(next(ticks)))
-    assert not r.complete and r.evaluated <= 4
+    targets = Targets(read_files_per_bucket=1, merge_delay_minutes=0.01)
+    full = _tune(targets)
+    r = _tune(targets, time_budget_s=3, clock=lambda: float(next(ticks)))
+    assert full.complete and not r.complete and r.evaluated < full.evaluated
+    assert not r.meets and r.binding == ()
+    assert "no policy" not in r.reason and "time budget ended the search" in r.reason
+    assert "--time-budget" in r.reason and "read_files_per_bucket" in r.reason
 
 
-@pytest.mark.slow
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=4, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(read=st.sampled_from([3.0, 8.0, 20.0]), delay=st.sampled_from([20.0, 90.0, None]))
 def test_the_chosen_policy_is_valid_and_meets_its_targets_when_it_says_so(read: float, delay: float | None) -> None:
     targets = Targets(read_files_per_bucket=read, merge_delay_minutes=delay)
@@ -93,4 +116,4 @@ def test_the_chosen_policy_is_valid_and_meets_its_targets_when_it_says_so(read: 
     if r.meets:
         assert not targets.missed(r.predicted)
     else:
-        assert r.binding
+        assert r.binding or not r.complete
