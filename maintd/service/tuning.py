@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from loguru import logger
 
 from maintd.errors import TuningError
-from maintd.execution.cpus import usable_cpus
 from maintd.planner.policy import Policy
 from maintd.planner.policy_files import PolicyFile, deep_merge, knob_paths, property_overrides
 from maintd.planner.steps import bounded_step, step_interval
@@ -73,10 +72,12 @@ Learner = Callable[[Any, float], "Learned"]
 
 def default_tuner() -> Tuner:
     """The tuner of ``maintd.simulate.tune`` (imported when first used: the daemon of a fleet without targets
-    never loads the simulator). It simulates candidates over the CPUs this process may use."""
+    never loads the simulator). It simulates candidates one after another in this process: the daemon runs
+    threads (scheduler, leases, HTTP, the Spark driver's gateway), and a child forked beside them could inherit a
+    lock another thread held; the command line's ``maintd tune``, a process of its own, forks workers."""
     from maintd.simulate.tune import tune
 
-    tuner: Tuner = functools.partial(tune, workers=usable_cpus())
+    tuner: Tuner = functools.partial(tune, workers=1)
     return tuner
 
 
