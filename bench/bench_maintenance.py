@@ -151,7 +151,7 @@ def ingest_wide(uri: str, buckets: int, commits: int, rows: int, text_columns: i
     rng = np.random.default_rng(11)
     high, mid = text_columns // 2, text_columns // 4  # the rest: a dozen values
     cols = [f"t{i:02d}:string" for i in range(text_columns)]
-    table = Table.create(uri, ",".join(["pk:int64", "qty:int64", "amount:float64", *cols]), primary_key="pk",
+    table = Table.create(uri, ",".join(["pk:int64!", "qty:int64", "amount:float64", *cols]), primary_key="pk",
                          buckets=buckets)
     keyspace = rows * commits // 3  # about 3 versions per key
     alphabet = np.array(list("abcdefghijklmnopqrstuvwxyz0123456789"))

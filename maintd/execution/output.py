@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -96,6 +96,82 @@ def output_options(schema: pa.Schema, kind: FileKind, level: int | None, key_col
         options = {k: v for k, v in options.items() if k != "compression_level"} | packed_options(
             schema, key_columns, constant) | {"use_dictionary": [*dict.fromkeys([*text_columns(schema), *constant])]}
     return options
+
+
+FUTILE_RATIO = 7 / 8
+"""A column whose sample the file's codec cannot shrink below this share of its size is stored uncompressed, as
+RocksDB stores a block whose compression saves less than an eighth (``max_compressed_bytes_per_kb``)."""
+SAMPLE_BYTES = 32 << 10
+"""Bytes of a column's first row group compressed to decide (:func:`without_futile_compression`); smaller samples
+decide nothing."""
+_CODECS = {"lz4": "lz4_raw"}
+"""Parquet codec names of the writer's options whose Arrow codec has another name."""
+
+
+def without_futile_compression(options: dict[str, Any], first: pa.Table, skip: Iterable[str] = ()) -> dict[str, Any]:
+    """``options`` with the columns that their codec does not shrink (random tokens, hashes, random floats) stored
+    uncompressed, judged by compressing a sample of each column's values in ``first`` (the file's first row group).
+
+    Compressing such a column costs the writer time for nothing, and every reader a decompression: in a clustering
+    output of a table of random text tokens, LZ4 kept the tokens at 100% of their size while taking about half of
+    the file's encoding time. The values the sample holds are those Parquet stores plainly (fixed-width values, or
+    the bytes of strings and binaries); ``skip`` (the columns written as dictionaries) and other types keep their
+    codec.
+    """
+    comp = options.get("compression")
+    names = first.column_names
+    codecs: dict[str, Any] = dict(comp) if isinstance(comp, dict) else dict.fromkeys(names, comp)
+    level = options.get("compression_level")
+    skipped = set(skip)
+    futile = [c for c in names if c not in skipped and _compressed(codecs.get(c)) and _futile(
+        first.column(c), str(codecs[c]), level if not isinstance(level, dict) else level.get(c))]
+    if not futile:
+        return options
+    codecs.update(dict.fromkeys(futile, "none"))
+    out = {**options, "compression": codecs}
+    if isinstance(level, dict):
+        out["compression_level"] = {c: v for c, v in level.items() if _compressed(codecs.get(c))}
+    elif level is not None:  # a level given for a column that is not compressed is refused
+        out["compression_level"] = {c: level for c in names if _compressed(codecs.get(c))}
+    return out
+
+
+def _compressed(codec: Any) -> bool:
+    return codec is not None and str(codec).lower() not in ("none", "uncompressed")
+
+
+def _futile(values: pa.ChunkedArray | pa.Array, codec: str, level: int | None) -> bool:
+    sample = _plain_sample(values)
+    if sample is None or sample.size < SAMPLE_BYTES // 8:
+        return False
+    name = _CODECS.get(codec.lower(), codec.lower())
+    if not pa.Codec.is_available(name):
+        return False
+    compressor = pa.Codec(name, compression_level=level) if level is not None and pa.Codec.supports_compression_level(
+        name) else pa.Codec(name)
+    return bool(compressor.compress(sample).size > FUTILE_RATIO * sample.size)
+
+
+def _plain_sample(values: pa.ChunkedArray | pa.Array) -> pa.Buffer | None:
+    """Up to :data:`SAMPLE_BYTES` of the bytes Parquet would store plainly for the leading values of ``values`` (None:
+    a type this does not sample)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = next((c for c in values.chunks if len(c)), pa.array([], values.type))
+    t = values.type
+    if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        width = 8 if pa.types.is_large_string(t) or pa.types.is_large_binary(t) else 4
+        offsets = np.frombuffer(values.buffers()[1], np.int64 if width == 8 else np.int32, len(values) + 1,
+                                values.offset * width)
+        start = int(offsets[0])
+        end = min(int(offsets[-1]), start + SAMPLE_BYTES)
+        data = values.buffers()[2]
+        return None if data is None else data.slice(start, max(0, end - start))
+    if (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)) and t.bit_width % 8 == 0:
+        width = t.bit_width // 8
+        rows = min(len(values), SAMPLE_BYTES // width)
+        data = values.buffers()[1]
+        return None if data is None else data.slice(values.offset * width, rows * width)
+    return None
 
 
 def file_unique(token: str, attempt: int) -> str:
@@ -182,9 +258,12 @@ class OutputFile:
         """Write ``t`` as a row group, its constant columns added (null ones when ``null_constants``)."""
         if self.constants:
             t = with_constants(t, self.schema, {c: None if null_constants else v for c, v in self.constants.items()})
-        encoded = {c: encode_text(t.column(c)) for c in self.text}
+        # the first row group decides which text columns are dictionaries: later ones encode only those (the
+        # others' encodings would be thrown away, and sampling every plain column of every row group is a hash
+        # of thousands of strings each)
+        encoded = {c: encode_text(t.column(c)) for c in (self.text if self.writer is None else self.chosen)}
         if self.writer is None:
-            self._open([c for c in self.text if encoded[c] is not None])
+            self._open([c for c in self.text if encoded[c] is not None], t)
         assert self.writer is not None
         self.writer.write_table(self._as_written(t, encoded), row_group_size=t.num_rows)
         first = key_at(t, keys, 0)
@@ -195,12 +274,14 @@ class OutputFile:
         if count_deletes:
             self.deletes += int(pc.sum(pc.equal(t.column(OP_COLUMN), OP_DELETE)).as_py() or 0)
 
-    def _open(self, chosen: list[str]) -> None:
+    def _open(self, chosen: list[str], first: pa.Table | None = None) -> None:
         self.chosen = chosen
         self.flagged = set(chosen)
         options = dict(self.options)
         if isinstance(options.get("use_dictionary"), list):  # only the columns that are dictionaries
             options["use_dictionary"] = [c for c in options["use_dictionary"] if c not in self.text] + chosen
+        if first is not None:
+            options = without_futile_compression(options, first, {*chosen, *self.constants})
         written = dictionary_schema(writer_schema(self.schema, self.constants), chosen)
         if written.equals(self.schema):
             self.writer = pq.ParquetWriter(self.sink, self.schema, **options)
