@@ -7,7 +7,8 @@ engine and process model of its scenario) and exits 1 when K > 0; on stderr, the
 draws: how many scenarios had each trait of shape (partition columns in the key, each key type, ...), each
 maintenance engine and each process model. Each scenario draws a table shape, runs writers, maintd's own
 maintenance (in process or on Spark) and reclamation (short retention, PURGE) on a storage that fails, stalls
-and loses answers at random; see the harness's docstring.
+and loses answers at random, and in a share of them one writer adds columns to the schema midway (counted as
+``schema evolution`` among the draws); see the harness's docstring.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def main() -> int:
     parser.add_argument("--dir", type=Path, default=None, help="where the tables go (default: a temporary dir)")
     parser.add_argument("--spark-share", type=float, default=None,
                         help="share of scenarios whose maintenance is forced onto Spark (default: the harness's)")
+    parser.add_argument("--evolution-share", type=float, default=None,
+                        help="share of scenarios in which a writer adds columns midway (default: the harness's)")
     parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     args = parser.parse_args()
     logger.remove()  # the reclamation log of every scenario's final check would drown the progress lines
@@ -48,6 +51,8 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(dir=args.dir) as base:
         extra = {} if args.spark_share is None else {"spark_share": args.spark_share}
+        if args.evolution_share is not None:
+            extra["evolution_share"] = args.evolution_share
         result = run(args.scenarios, args.seed, Path(base), progress=progress, **extra)
     print(f"outcomes and draws: {dict(sorted(result.stats.items()))}", file=sys.stderr)
     print(f"wall time: {time.monotonic() - started:.0f} s", file=sys.stderr)

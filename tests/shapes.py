@@ -90,6 +90,13 @@ class Shape:
         return Table.create(uri, self.spec, primary_key=list(self.primary_key), partition_by=list(self.partition_by),
                             buckets=self.buckets, properties={**self.table_properties(), **properties})
 
+    def with_added(self, columns: Sequence[tuple[str, str]]) -> Shape:
+        """This shape with nullable value columns ``(name, type)`` appended, as ``Table.add_columns`` appends
+        them (the rows a writer that knows them writes)."""
+        added = tuple(Column(n, t, True, "value") for n, t in columns)
+        return Shape(self.name, (*self.columns, *added), self.primary_key, self.partition_by, self.buckets,
+                     self.prior_rows, self.properties)
+
     def describe(self) -> str:
         types = {c.name: c.type for c in self.columns}
         key = ", ".join(f"{k}:{types[k]}" for k in self.primary_key)
@@ -302,15 +309,36 @@ MATRIX: tuple[Shape, ...] = (
 
 @dataclass
 class Oracle:
-    """The rows of every version of a table of ``shape``: the operations applied in version order."""
+    """The rows of every version of a table of ``shape``: the operations applied in version order.
+
+    The schema may gain nullable columns (:meth:`add_columns`, docs/format.md "Schema evolution"): from that
+    version on every row has them, null where the row was written before or by a writer that left them out;
+    the versions before keep the columns they had."""
 
     shape: Shape
     rows: dict[Identity, Row] = field(default_factory=dict)
     versions: dict[int, dict[Identity, Row]] = field(default_factory=lambda: {0: {}})
+    names: tuple[str, ...] = ()
+    """The columns of the current schema (the shape's, then the added ones)."""
+    schemas: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    """The columns of the schema of each version committed."""
+
+    def __post_init__(self) -> None:
+        self.names = self.names or tuple(self.shape.schema.names)
+        self.schemas.setdefault(0, self.names)
+
+    def add_columns(self, names: Iterable[str]) -> None:
+        """Add columns to the schema of the next commit: every row reads them as nulls until written."""
+        self.names = (*self.names, *(n for n in names if n not in self.names))
+        self.rows = {k: self._fit(r) for k, r in self.rows.items()}
+
+    def _fit(self, row: Mapping[str, Any]) -> Row:
+        """``row`` with the current columns: the ones it was written without as nulls."""
+        return {c: row.get(c) for c in self.names}
 
     def upsert(self, version: int, rows: Iterable[Mapping[str, Any]]) -> None:
         for r in rows:
-            self.rows[self.shape.identity(r)] = dict(r)
+            self.rows[self.shape.identity(r)] = self._fit(r)
         self.commit(version)
 
     def delete(self, version: int, keys: Iterable[Mapping[str, Any]]) -> None:
@@ -324,7 +352,7 @@ class Oracle:
             if op:
                 self.rows.pop(self.shape.identity(r), None)
             else:
-                self.rows[self.shape.identity(r)] = dict(r)
+                self.rows[self.shape.identity(r)] = self._fit(r)
         self.commit(version)
 
     def overwrite(self, version: int, rows: Sequence[Mapping[str, Any]], partition: Mapping[str, Any] | None) -> None:
@@ -338,12 +366,21 @@ class Oracle:
 
     def commit(self, version: int) -> None:
         self.versions[version] = dict(self.rows)
+        self.schemas[version] = self.names
 
     def state(self, version: int) -> dict[Identity, Row]:
         return self.versions[max(v for v in self.versions if v <= version)]
 
-    def mismatch(self, version: int, got: Sequence[Mapping[str, Any]]) -> str | None:
-        """What differs between the rows a read of ``version`` returned and the oracle's (None: nothing)."""
+    def columns(self, version: int) -> tuple[str, ...]:
+        """The columns a read of ``version`` returns (its schema then)."""
+        return self.schemas[max(v for v in self.schemas if v <= version)]
+
+    def mismatch(self, version: int, got: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None
+                 ) -> str | None:
+        """What differs between the rows a read of ``version`` returned (and its ``columns``, when given) and
+        the oracle's (None: nothing)."""
+        if columns is not None and tuple(columns) != self.columns(version):
+            return f"version {version}: columns {list(columns)}, expected {list(self.columns(version))}"
         want = self.state(version)
         found = {self.shape.identity(r): dict(r) for r in got}
         if len(found) != len(got):
@@ -351,8 +388,11 @@ class Oracle:
         return _diff(found, want, f"version {version}")
 
     def diff(self, start: int, end: int) -> dict[Identity, tuple[str, Row]]:
-        """The net change from ``start`` to ``end``: identity -> (kind, the row after, or before a delete)."""
-        a, b = self.state(start), self.state(end)
+        """The net change from ``start`` to ``end``: identity -> (kind, the row after, or before a delete), in
+        the columns of ``end`` (a row of ``start`` lacks the ones added between: nulls, which are no change)."""
+        names = self.columns(end)
+        a = {k: {c: r.get(c) for c in names} for k, r in self.state(start).items()}
+        b = self.state(end)
         out: dict[Identity, tuple[str, Row]] = {}
         for k in a.keys() | b.keys():
             if k not in a:
@@ -364,8 +404,11 @@ class Oracle:
         return out
 
     def feed_mismatch(self, start: int, end: int, feed: pa.Table) -> str | None:
-        """What differs between ``Table.changes(start, end)`` and the oracle's net change (None: nothing)."""
-        names = self.shape.schema.names
+        """What differs between ``Table.changes(start, end)`` and the oracle's net change (None: nothing): its
+        columns are those of ``end``'s schema and ``_change``, ``_change_version``."""
+        names = self.columns(end)
+        if tuple(feed.column_names) != (*names, "_change", "_change_version"):
+            return f"changes({start}, {end}): columns {feed.column_names}, expected {[*names, '_change', '...']}"
         got = {self.shape.identity(r): (r["_change"], {c: r[c] for c in names}) for r in feed.to_pylist()}
         if len(got) != feed.num_rows:
             return f"changes({start}, {end}): a key reported twice"

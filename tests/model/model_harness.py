@@ -7,7 +7,10 @@ One scenario (seeded):
    including partition columns or not, in any order; 0 to 2 partition columns of string, integer or date type;
    narrow or wide schemas with nullable value columns holding nulls and text columns of few values; 1 to 16
    buckets; ``changes.prior.rows`` false, true or lookup), then its retention (0 or 1 hour) and a checkpoint
-   every 2 to 5 versions; the maintenance engine drawn (in process, or forced onto Spark in a share of
+   every 2 to 5 versions; in a share of scenarios (``model_ops.EVOLUTION_SHARE``) a schema change: one writer
+   adds 1 or 2 nullable value columns midway (``Table.add_columns``, or its write with ``merge_schema``) and
+   writes values into them from then on, while the other writers keep writing rows without them; the
+   maintenance engine drawn (in process, or forced onto Spark in a share of
    ``SPARK_SHARE``) and the process model of the writers and the reclaimer (``spawn``: processes of their own;
    ``thread``: threads of one process; ``fork``: children forked from a process that used the table's storage);
 2. at once (:mod:`model_worker`): writers doing upserts, deletes, mixed changes and overwrites of rows of
@@ -26,7 +29,11 @@ One scenario (seeded):
    some process made; every version that must be retained reads exactly as the oracle of the shape says
    (:class:`shapes.Oracle`, replaying the data operations of the history in version order), acknowledged
    pins' versions too; the change feed between random retained versions equals the oracle's net change
-   (whole rows); then, with
+   (whole rows); with a schema change, that the versions before it read (and hold in their metadata) the
+   columns as created, at the protocol they had, and the versions from it the new columns too (nulls in the
+   rows written without them, upserts by writers that do not know them included) at protocol 6, and that
+   every file maintenance committed after it holds them (an ``add_columns`` whose outcome is unknown is
+   taken as the history says it went); then, with
    the writers gone, a reclamation with no grace leaves exactly the data files the retained
    versions read, and the pinned versions still read.
 
@@ -51,19 +58,19 @@ from typing import Any
 from unittest.mock import patch
 
 import numpy as np
-from model_ops import Draw, apply, draw, shape_stats
+from model_ops import EVOLUTION_SHARE, Draw, Evolution, added_by, apply, draw, draw_evolution, shape_stats
 from shapes import Oracle
 
 from maintd import Table, VersionNotFoundError
 from maintd.reclaim import reclaim_table
 from maintd.storage.faulty import Fault, FaultPlan
-from maintd.table.actions import AddFile, RemoveFile
+from maintd.table.actions import SCHEMA_EVOLUTION_VERSION, AddFile, RemoveFile
 from maintd.table.priors import GroupPriors
 from maintd.table.reader import read_snapshot
 
 WORKER = Path(__file__).with_name("model_worker.py")
 WRITERS = 3
-WRITES = ("upsert", "delete", "changes", "overwrite")
+WRITES = ("upsert", "delete", "changes", "overwrite", "add_columns")
 """Operations after whose commit nothing can raise: any error they raise means they did not land."""
 SCENARIO_TIMEOUT = 300.0
 FEEDS = 8
@@ -172,14 +179,17 @@ a Spark job costs a second or more where the same work in process costs millisec
 
 
 def scenario(workers: Workers, root: Path, seed: int, uri: str | None = None, spark_share: float = SPARK_SHARE,
-             process_model: str | None = None) -> tuple[int, list[str], dict[str, int]]:
+             process_model: str | None = None, evolution_share: float = EVOLUTION_SHARE
+             ) -> tuple[int, list[str], dict[str, int]]:
     """Run and check one scenario (the table at ``uri``, by default below ``root``; journals in ``root``);
-    returns (versions checked, mismatches, statistics). The shape, the engine and the process model are drawn
-    from ``seed`` (the process model is ``process_model`` when given)."""
+    returns (versions checked, mismatches, statistics). The shape, the engine, the process model and the
+    schema change (in a share ``evolution_share``) are drawn from ``seed`` (the process model is
+    ``process_model`` when given)."""
     rng = np.random.default_rng(seed)
     drawn = draw(rng, spark_share)
     if process_model is not None:
         drawn = replace(drawn, process_model=process_model)
+    evolution = draw_evolution(seed, len([n for n in workers.names if n.startswith("writer")]), evolution_share)
     shape = drawn.shape
     uri = uri or str(root / "t")
     retain = int(rng.choice([0, 0, 1]))
@@ -192,6 +202,8 @@ def scenario(workers: Workers, root: Path, seed: int, uri: str | None = None, sp
                                "shape": drawn.shape_seed}
         if name.startswith("writer"):
             cmd |= {"role": "writer", "ops": int(rng.integers(4, 11)), "offset": i}
+            if evolution is not None and evolution.writer == i:
+                cmd["evolve"] = evolution.command()
         elif name == "maintainer":
             # in tables with prior rows, more rounds: a compaction after a compaction stores them
             cmd |= {"role": "maintainer", "engine": drawn.engine,
@@ -206,7 +218,7 @@ def scenario(workers: Workers, root: Path, seed: int, uri: str | None = None, sp
                   f"{a.get('error')}" for name, a in answers.items() if not a.get("ok")]
     journal = [json.loads(line) for name in workers.names if (root / f"{name}.jsonl").exists()
                for line in (root / f"{name}.jsonl").read_text().splitlines()]
-    checker = Checker(uri, seed, journal, created0, drawn)
+    checker = Checker(uri, seed, journal, created0, drawn, evolution)
     checker.check()
     return checker.versions, mismatches + checker.mismatches, checker.stats() | shape_stats(drawn)
 
@@ -214,10 +226,16 @@ def scenario(workers: Workers, root: Path, seed: int, uri: str | None = None, sp
 class Checker:
     """Rebuilds the history from the journals and checks the table against it."""
 
-    def __init__(self, uri: str, seed: int, journal: list[dict[str, Any]], created0: str | None, drawn: Draw
-                 ) -> None:
+    def __init__(self, uri: str, seed: int, journal: list[dict[str, Any]], created0: str | None, drawn: Draw,
+                 evolution: Evolution | None = None) -> None:
         self.uri, self.seed = uri, seed
         self.drawn, self.shape = drawn, drawn.shape
+        self.evolution = evolution
+        self.changed_at: int | None = None
+        """The version whose commit added the columns (by the history), if one did."""
+        self.evolved = {"versions checked after a schema change": 0, "feeds across a schema change": 0,
+                        "maintenance outputs checked for added columns": 0,
+                        "BaseFiles checked for added columns": 0}
         self.journal = journal
         self.mismatches: list[str] = []
         self.versions = 0
@@ -260,7 +278,24 @@ class Checker:
                 f"maintenance on {self.drawn.engine}": sum(1 for r in self.ops if r["kind"] == "maintenance"
                                                            and r["outcome"] == "acked"),
                 "maintenance tasks": sum(r.get("tasks", 0) for r in self.ops
-                                         if r["kind"] == "maintenance" and r["outcome"] == "acked")}
+                                         if r["kind"] == "maintenance" and r["outcome"] == "acked")
+                } | self._evolution_stats()
+
+    def _evolution_stats(self) -> dict[str, int]:
+        if self.evolution is None:
+            return {}
+        where = {txn for txn in self.history.values()}
+        standing = [op for op in self.ops if op["txns"] and op["txns"][-1] in where]
+        unknown = [op for op in self.ops if op["outcome"] == "unknown" and op["txns"]
+                   and (op["kind"] == "add_columns" or op["rec"].get("merge"))]
+        return {"schema evolution": 1, f"schema evolution by {self.evolution.mode}": 1,
+                f"schema evolution of {len(self.evolution.columns)} column(s)": 1,
+                "schema changed": int(self.changed_at is not None),
+                "schema changes of unknown outcome": len(unknown),
+                "schema changes of unknown outcome that landed": sum(op["txns"][-1] in where for op in unknown),
+                "writes with added columns in the history": sum(op["kind"] != "add_columns" and "cols" in op["rec"]
+                                                                for op in standing if "rec" in op),
+                } | self.evolved
 
     def check(self) -> None:
         for r in self.journal:
@@ -272,6 +307,7 @@ class Checker:
         oracle = self._model(latest)
         oldest = self._check_reads(table, latest, oracle, count=True)
         self._check_feeds(table, oldest, latest, oracle)
+        self._check_maintenance_outputs(oracle)
         required = self._required_oldest()
         if oldest > required:
             self.fail(f"versions {required}..{oldest - 1} must be retained but cannot be read")
@@ -309,7 +345,14 @@ class Checker:
         oracle = Oracle(self.shape)
         for v in range(latest + 1):
             op = by_txn.get(self.history.get(v, ""))
-            apply(self.shape, oracle, v, op.get("rec") if op is not None else None)
+            rec = op.get("rec") if op is not None else None
+            if added_by(oracle, rec) and self.changed_at is None:
+                self.changed_at = v
+            if rec is not None and rec["kind"] != "add_columns" and not rec.get("merge"):
+                missing = [n for n, _ in rec.get("cols", []) if n not in oracle.names]
+                if missing:
+                    self.fail(f"version {v}: a write with values for columns {missing} landed before they existed")
+            apply(self.shape, oracle, v, rec)
         return oracle
 
     def _check_reads(self, table: Table, latest: int, oracle: Oracle, *, count: bool) -> int:
@@ -317,19 +360,51 @@ class Checker:
         v = latest
         while v >= 0:
             try:
-                got = read_snapshot(table.storage, table.snapshot(v)).to_pylist()
+                snap = table.snapshot(v)
+                got = read_snapshot(table.storage, snap)
             except VersionNotFoundError:
                 break
             except Exception as exc:
                 self.fail(f"version {v} cannot be read: {type(exc).__name__}: {exc}")
                 break
-            problem = oracle.mismatch(v, got)
+            problem = oracle.mismatch(v, got.to_pylist(), got.column_names)
             if problem is not None:
                 self.fail(problem)
+            self._check_schema(v, snap.metadata.column_names, snap.protocol.min_writer_version, oracle)
             if count:
                 self.versions += 1
+                self.evolved["versions checked after a schema change"] += self._after_change(v)
             v -= 1
         return v + 1
+
+    def _after_change(self, v: int) -> bool:
+        return self.changed_at is not None and v >= self.changed_at
+
+    def _check_schema(self, v: int, columns: Sequence[str], writer_version: int, oracle: Oracle) -> None:
+        """The schema a version's metadata names is the oracle's; the protocol is 6 from the first change on
+        (and below before it: only a schema change raises a table to 6 here)."""
+        if tuple(columns) != oracle.columns(v):
+            self.fail(f"version {v}: the metadata names columns {list(columns)}, expected {list(oracle.columns(v))}")
+        if (writer_version >= SCHEMA_EVOLUTION_VERSION) != self._after_change(v):
+            self.fail(f"version {v}: protocol {writer_version}, the schema change is at {self.changed_at}")
+
+    def _check_maintenance_outputs(self, oracle: Oracle) -> None:
+        """The files each acknowledged maintenance commit added (their columns journaled by the maintainer as
+        soon as it landed) hold the added columns exactly when the version it stands at has them: maintenance
+        writes its read version's schema, and one that read before the change cannot land after it."""
+        added = set(oracle.names) - set(self.shape.schema.names)
+        for r in self.journal:
+            if r["type"] != "outputs" or not added:
+                continue
+            want = added if self._after_change(r["version"]) else set()
+            for path, kind, names in r["files"]:
+                if added & set(names) != want:
+                    self.fail(f"version {r['version']}: maintenance output {path} ({kind}) has added columns "
+                              f"{sorted(added & set(names))}, expected {sorted(want)} (the change is at "
+                              f"{self.changed_at})")
+                if want:
+                    self.evolved["maintenance outputs checked for added columns"] += 1
+                    self.evolved["BaseFiles checked for added columns"] += kind == "base"
 
     def _check_feeds(self, table: Table, oldest: int, latest: int, oracle: Oracle) -> None:
         """The change feed between random retained versions against the model's difference of their rows (in
@@ -368,6 +443,7 @@ class Checker:
             if problem is not None:
                 self.fail(problem)
             self.feeds += 1
+            self.evolved["feeds across a schema change"] += self.changed_at is not None and a < self.changed_at <= b
             self.feeds_from_prior_rows += any(used)
             self.feeds_with_changed_rows_from_prior_rows += any(held)
 
@@ -417,12 +493,14 @@ class Checker:
 
 def run(n: int, seed: int, base: Path, *, progress: Callable[[Result], None] | None = None,
         table_base: str | None = None, env: dict[str, str] | None = None, writers: int = WRITERS,
-        spark_share: float = SPARK_SHARE, process_models: Sequence[str] | None = None) -> Result:
+        spark_share: float = SPARK_SHARE, process_models: Sequence[str] | None = None,
+        evolution_share: float = EVOLUTION_SHARE) -> Result:
     """Run ``n`` scenarios with seeds derived from ``seed``; each local table is deleted once checked.
 
     ``table_base``: put the tables there instead (``s3://bucket``), the workers' environment extended by ``env``.
     ``spark_share``: the share of scenarios whose maintenance is forced onto Spark. ``process_models``: these
-    process models in turn rather than one drawn (a short run then has each).
+    process models in turn rather than one drawn (a short run then has each). ``evolution_share``: the share of
+    scenarios in which a writer adds columns midway.
     """
     result = Result()
     workers = Workers(writers, env)
@@ -432,7 +510,8 @@ def run(n: int, seed: int, base: Path, *, progress: Callable[[Result], None] | N
             root.mkdir(parents=True, exist_ok=True)
             uri = f"{table_base.rstrip('/')}/scenario-{seed}-{i}/t" if table_base else None
             model = process_models[i % len(process_models)] if process_models else None
-            versions, mismatches, stats = scenario(workers, root, seed * 1_000_003 + i, uri, spark_share, model)
+            versions, mismatches, stats = scenario(workers, root, seed * 1_000_003 + i, uri, spark_share, model,
+                                                   evolution_share)
             result.scenarios += 1
             result.versions += versions
             result.mismatches += mismatches

@@ -3,6 +3,11 @@
 A writer journals an operation as the key numbers it drew, the seed of the rows' values and a tag (``record``);
 the checker rebuilds the very rows from that (:func:`op_rows`), so the journal stays small and JSON, whatever the
 column types (dates, binary, time zones), and both sides build rows with one function of :mod:`shapes`.
+
+In a share of scenarios (:data:`EVOLUTION_SHARE`, :func:`draw_evolution`) one writer changes the schema midway:
+an ``add_columns`` operation adds 1 or 2 nullable value columns, or its write brings them with ``merge_schema``;
+from then on its records name the columns (``cols``) whose values it writes, and the other writers keep writing
+rows of the shape as created (nulls in the new columns).
 """
 
 from __future__ import annotations
@@ -22,6 +27,38 @@ PROCESS_MODELS = ("spawn", "thread", "fork")
 """How a scenario's writers and reclaimer run: plain processes of their own (started with spawn semantics:
 a fresh interpreter), threads of one process, or children forked (multiprocessing's fork context) from a
 process that has itself written to a table and used the table's storage before forking."""
+
+
+EVOLUTION_SHARE = 0.3
+"""The share of scenarios in which a writer adds columns to the schema midway."""
+EVOLUTION_TYPES = ("int64", "string", "float64", "float32", "date", "bool", "timestamp", "binary", "int32")
+EVOLUTION_MODES = ("add_columns", "merge_schema")
+"""How the evolving writer adds the columns: ``Table.add_columns`` (then writes values into them; with
+``merge_schema`` if the outcome of the addition was not acknowledged), or its next write with
+``merge_schema=True``."""
+
+
+@dataclass(frozen=True)
+class Evolution:
+    """A scenario's schema change: which writer makes it, before which of its operations, how, which columns."""
+
+    writer: int
+    at: int
+    mode: str
+    columns: tuple[tuple[str, str], ...]
+
+    def command(self) -> dict[str, Any]:
+        return {"at": self.at, "mode": self.mode, "cols": [list(c) for c in self.columns]}
+
+
+def draw_evolution(seed: int, writers: int, share: float = EVOLUTION_SHARE) -> Evolution | None:
+    """The schema change of the scenario of ``seed`` (None in most: no change), from a generator of its own so
+    that the rest of the scenario draws what it drew before."""
+    rng = np.random.default_rng([seed, 0x5C4E])
+    if rng.random() >= share:
+        return None
+    columns = tuple((f"added{i}", str(rng.choice(EVOLUTION_TYPES))) for i in range(int(rng.integers(1, 3))))
+    return Evolution(int(rng.integers(writers)), int(rng.integers(1, 4)), str(rng.choice(EVOLUTION_MODES)), columns)
 
 
 @dataclass(frozen=True)
@@ -78,11 +115,17 @@ def record(kind: str, rng: np.random.Generator, offset: int) -> dict[str, Any]:
     return rec
 
 
+def shape_for(shape: Shape, rec: Mapping[str, Any]) -> Shape:
+    """The shape a writer wrote ``rec``'s rows in: the table's as created, with the columns it added (``cols``)."""
+    return shape.with_added([(n, t) for n, t in rec["cols"]]) if rec.get("cols") else shape
+
+
 def op_rows(shape: Shape, rec: Mapping[str, Any]) -> tuple[list[Row], dict[str, Any] | None]:
     """The rows of a journaled operation and, for an overwrite, the partition it replaces (None: the table).
 
     An overwrite of one partition keeps the rows of the first row's partition (a writer overwrites a partition
     with rows of that partition)."""
+    shape = shape_for(shape, rec)
     rows = shape.rows(np.random.default_rng(rec["rowseed"]), rec["keys"], rec["tag"])
     if rec["kind"] == "delete":
         return shape.keys_only(rows), None
@@ -97,14 +140,24 @@ def batch(shape: Shape, rec: Mapping[str, Any]) -> tuple[pa.Table, dict[str, Any
     rows, spec = op_rows(shape, rec)
     if rec["kind"] == "delete":
         return shape.batch(rows, shape.identity_columns), None
-    out = shape.batch(rows)
+    out = shape_for(shape, rec).batch(rows)
     if rec["kind"] == "changes":
         out = out.append_column("op", pa.array(rec["ops"], pa.int8()))
     return out, spec
 
 
+def added_by(oracle: Oracle, rec: Mapping[str, Any] | None) -> list[str]:
+    """The columns the commit of ``rec`` adds to the schema the oracle has: an ``add_columns``'s, or those a
+    ``merge_schema`` write brings that the schema lacks (a write that merges none adds nothing)."""
+    if rec is None or not (rec["kind"] == "add_columns" or rec.get("merge")):
+        return []
+    return [n for n, _ in rec["cols"] if n not in oracle.names]
+
+
 def apply(shape: Shape, oracle: Oracle, version: int, rec: Mapping[str, Any] | None) -> None:
-    """Apply a journaled operation (None, maintenance or PURGE: no row changes) at ``version`` of the oracle."""
+    """Apply a journaled operation (None, maintenance or PURGE: no row changes) at ``version`` of the oracle;
+    the columns it adds first (:func:`added_by`)."""
+    oracle.add_columns(added_by(oracle, rec))
     kind = rec["kind"] if rec is not None else None
     if rec is None or kind not in ("upsert", "delete", "changes", "overwrite"):
         oracle.unchanged(version)

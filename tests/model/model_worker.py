@@ -10,7 +10,8 @@ one JSON object per line:
   (seen below the fault layer, so also when the storage then reported a failure);
 * ``{"type": "ghost", "version": v, "txn": id}``: a commit file of its own that it found to be no part of
   the history (published into history reclamation had removed) and took back;
-* ``{"type": "op", ...}``: one operation, its data (:func:`model_ops.record`), the transaction ids it used,
+* ``{"type": "op", ...}``: one operation, its data (:func:`model_ops.record`; for ``add_columns``, the columns),
+  the transaction ids it used,
   and what it was told: ``acked`` (with the version), ``unknown`` (CommitStateUnknownError), ``not_landed``
   (any other CommitError: it certainly did not land) or ``error`` (any other error; for a writer that too
   means its commit did not land, since nothing after a landed commit can raise; a PURGE can fail after its
@@ -33,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from model_ops import batch, record, shape_of
 from shapes import Shape
 
@@ -46,6 +48,7 @@ from maintd.reclaim.retention import record_expiry
 from maintd.storage import storage_for_uri
 from maintd.storage.faulty import Fault, FaultPlan
 from maintd.table import landing, transaction
+from maintd.table.actions import AddFile
 from maintd.table.commitfile import commit_txn_id, decode_commit
 from maintd.table.log import parse_log_name
 
@@ -128,41 +131,60 @@ def _table(uri: str, plan: FaultPlan) -> Table:
     return Table(plan.wrap(storage_for_uri(uri)), retry=RETRY)  # a local path or an s3:// URI
 
 
-def _op(kind: str, call: Any, **details: Any) -> None:
-    """Run one operation and journal what it was told."""
+def _op(kind: str, call: Any, **details: Any) -> str:
+    """Run one operation, journal what it was told and return that (``acked``, ``unknown``, ...)."""
     ctx = context()
     ctx.txns.clear()
     try:
         version = call()
     except CommitStateUnknownError as exc:
         ctx.journal.write(type="op", kind=kind, outcome="unknown", txns=list(ctx.txns), error=str(exc), **details)
-        return
+        return "unknown"
     except Exception as exc:
         outcome = "not_landed" if isinstance(exc, CommitError) else "error"
         ctx.journal.write(type="op", kind=kind, outcome=outcome, txns=list(ctx.txns),
                           error=f"{type(exc).__name__}: {exc}", **details)
-        return
+        return outcome
     ctx.journal.write(type="op", kind=kind, outcome="acked", version=version, txns=list(ctx.txns), **details)
+    return "acked"
 
 
 # -- the roles ------------------------------------------------------------------------------------------------------
 
 
-def writer(uri: str, shape: Shape, plan: FaultPlan, rng: np.random.Generator, ops: int, offset: int) -> None:
-    """Upserts, deletes, mixed changes and overwrites (of a partition, or of the table) of rows of ``shape``."""
+def writer(uri: str, shape: Shape, plan: FaultPlan, rng: np.random.Generator, ops: int, offset: int,
+           evolve: dict[str, Any] | None = None) -> None:
+    """Upserts, deletes, mixed changes and overwrites (of a partition, or of the table) of rows of ``shape``.
+
+    ``evolve`` (:meth:`model_ops.Evolution.command`): before operation ``at``, add the columns ``cols`` (an
+    ``add_columns`` operation of its own, or with ``merge_schema`` in that write), then write values into them."""
     table = _table(uri, plan)
-    for _ in range(ops):
+    cols: list[list[str]] = []
+    merge = False
+    for i in range(ops):
+        if evolve is not None and i == evolve["at"]:
+            cols = evolve["cols"]
+            if evolve["mode"] == "add_columns":
+                spec = ",".join(f"{n}:{t}" for n, t in cols)
+                # not acknowledged: whether the columns exist is not known, so the writes bring them
+                merge = _op("add_columns", lambda spec=spec: table.add_columns(spec),
+                            rec={"kind": "add_columns", "cols": cols}) != "acked"
+            else:
+                merge = True
         kind = str(rng.choice(["upsert", "upsert", "delete", "changes", "overwrite"], p=[0.3, 0.15, 0.2, 0.25, 0.1]))
         rec = record(kind, rng, offset)
+        if cols and kind != "delete":
+            rec |= {"cols": cols, "merge": merge}
         data, spec = batch(shape, rec)
         if kind == "upsert":
-            _op(kind, lambda data=data: table.upsert(data), rec=rec)
+            _op(kind, lambda data=data, m=merge: table.upsert(data, merge_schema=m), rec=rec)
         elif kind == "delete":
             _op(kind, lambda data=data: table.delete(data), rec=rec)
         elif kind == "changes":
-            _op(kind, lambda data=data: table.write_changes(data, "op"), rec=rec)
+            _op(kind, lambda data=data, m=merge: table.write_changes(data, "op", merge_schema=m), rec=rec)
         else:
-            _op(kind, lambda data=data, spec=spec: table.overwrite(data, partition=spec), rec=rec)
+            _op(kind, lambda data=data, spec=spec, m=merge: table.overwrite(data, partition=spec, merge_schema=m),
+                rec=rec)
         time.sleep(float(rng.uniform(0, 0.01)))
 
 
@@ -226,7 +248,10 @@ def maintainer(uri: str, plan: FaultPlan, rng: np.random.Generator, rounds: int,
             continue
         session = spark() if engine == "spark" else None
 
-        def run(made: Any = made, options: ExecutionOptions = options, session: Any = session) -> int:
+        landed: list[int] = []
+
+        def run(made: Any = made, options: ExecutionOptions = options, session: Any = session,
+                landed: list[int] = landed) -> int:
             report = run_plan(made, table, session, options, commit=True)
             outcome = report.outcome
             assert outcome is not None
@@ -237,9 +262,28 @@ def maintainer(uri: str, plan: FaultPlan, rng: np.random.Generator, rounds: int,
                 if isinstance(error, type) and issubclass(error, CommitError) and error is not CommitStateUnknownError:
                     raise CommitError(outcome.error or "")  # it certainly did not land
                 raise RuntimeError(outcome.error or "no task committed")
+            landed.append(outcome.version)
             return outcome.version
 
-        _op("maintenance", run, engine=engine, tasks=len(made.tasks))
+        if _op("maintenance", run, engine=engine, tasks=len(made.tasks)) == "acked":
+            journal_outputs(uri, landed[-1])
+
+
+def journal_outputs(uri: str, version: int) -> None:
+    """Journal the columns of the files the maintenance commit just acknowledged added, read at once (before a
+    later compaction and a reclamation may delete them) from the storage without faults: the checker holds
+    them against the schema of the version the commit stands at."""
+    ctx = context()
+    storage = storage_for_uri(uri)
+    files = []
+    try:
+        for a in Table(storage).log.read_commit(version) or []:
+            if isinstance(a, AddFile):
+                with storage.filesystem.open_input_file(storage.full_path(a.path)) as fh:
+                    files.append([a.path, a.kind, pq.read_schema(fh).names])
+    except (OSError, FileNotFoundError):
+        return  # reclaimed meanwhile: nothing to hold against
+    ctx.journal.write(type="outputs", version=version, files=files)
 
 
 PIN_TTL = timedelta(hours=3)
@@ -310,7 +354,7 @@ def run_scenario(cmd: dict[str, Any]) -> None:
     rng = np.random.default_rng(cmd["seed"])
     try:
         if cmd["role"] == "writer":
-            writer(cmd["uri"], shape_of(cmd["shape"]), ctx.plan, rng, cmd["ops"], cmd["offset"])
+            writer(cmd["uri"], shape_of(cmd["shape"]), ctx.plan, rng, cmd["ops"], cmd["offset"], cmd.get("evolve"))
         elif cmd["role"] == "maintainer":
             maintainer(cmd["uri"], ctx.plan, rng, cmd["rounds"], cmd.get("engine", "in-process"),
                        cmd.get("cluster_share", 0.5))

@@ -7,7 +7,9 @@ the writers (processes, threads, forked children); then three writers, a maintai
 retention, expire commits, pins, PURGE) run on a storage that fails, stalls and loses answers at random, and
 every retained version (pinned ones too) and the change feed between random retained versions are checked
 against the oracle of the shape, every acknowledged commit stands at its version, and no commit reported as
-not landed is in the history (``model_harness``). ``MAINTD_MODEL_SCENARIOS`` and ``MAINTD_MODEL_SEED`` change
+not landed is in the history (``model_harness``). In a share of scenarios a writer adds columns midway
+(``Table.add_columns`` or ``merge_schema``): versions before read the schema as created, versions from the
+change the new columns, and maintenance after it writes them. ``MAINTD_MODEL_SCENARIOS`` and ``MAINTD_MODEL_SEED`` change
 the count and the seed.
 """
 
@@ -40,3 +42,6 @@ def test_random_scenarios_of_writers_maintenance_and_reclamation_on_failing_stor
         assert drawn <= {k for k, v in result.stats.items() if v}, result.stats
         assert len([k for k in result.stats if k.startswith("key type")]) >= 6, result.stats
         assert result.stats["maintenance"] >= SCENARIOS // 2, result.stats
+        # the default seed draws a schema change in 2 of its 12 scenarios (one by each mode)
+        assert result.stats.get("schema evolution", 0) >= 1, result.stats
+        assert result.stats.get("versions checked after a schema change", 0) > 0, result.stats
