@@ -9,8 +9,8 @@ every retained version (pinned ones too) and the change feed between random reta
 against the oracle of the shape, every acknowledged commit stands at its version, and no commit reported as
 not landed is in the history (``model_harness``). In a share of scenarios a writer adds columns midway
 (``Table.add_columns`` or ``merge_schema``): versions before read the schema as created, versions from the
-change the new columns, and maintenance after it writes them. ``MAINTD_MODEL_SCENARIOS`` and ``MAINTD_MODEL_SEED`` change
-the count and the seed.
+change the new columns, and maintenance after it writes them. ``MAINTD_MODEL_SCENARIOS`` and
+``MAINTD_MODEL_SEED`` change the count and the seed.
 """
 
 from __future__ import annotations
