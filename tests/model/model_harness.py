@@ -210,6 +210,8 @@ def scenario(workers: Workers, root: Path, seed: int, uri: str | None = None, sp
                     "rounds": int(rng.integers(3, 7) if shape.prior_rows != "false" else rng.integers(1, 4))}
             if shape.prior_rows == "lookup":  # clusterings look up: more of them, between fewer compactions
                 cmd |= {"rounds": int(rng.integers(5, 9)), "cluster_share": 0.75}
+            if evolution is not None:  # rounds after the change too: maintenance must carry the new columns
+                cmd["rounds"] += 4
         else:
             cmd |= {"role": "reclaimer", "rounds": int(rng.integers(2, 7))}
         commands[name] = cmd

@@ -58,7 +58,7 @@ def draw_evolution(seed: int, writers: int, share: float = EVOLUTION_SHARE) -> E
     if rng.random() >= share:
         return None
     columns = tuple((f"added{i}", str(rng.choice(EVOLUTION_TYPES))) for i in range(int(rng.integers(1, 3))))
-    return Evolution(int(rng.integers(writers)), int(rng.integers(1, 4)), str(rng.choice(EVOLUTION_MODES)), columns)
+    return Evolution(int(rng.integers(writers)), int(rng.integers(0, 2)), str(rng.choice(EVOLUTION_MODES)), columns)
 
 
 @dataclass(frozen=True)
