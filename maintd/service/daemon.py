@@ -715,12 +715,15 @@ class Daemon:
         result: RunResult | None = None,
     ) -> None:
         self.metrics.observe_run(kind.value, RunStatus.FAILED.value, seconds, error=error_type)
+        # read before the store dates the retry: the backoff held here ends no later than the stored one, so a
+        # table the store says may be retried is never still held back here (however slow the write)
+        before = time.monotonic()
         delay = record_failure(
             self.store, self.settings.scheduler, uri, kind, run_id, error, seconds, result=result, exc=exc
         )
         with self._lock:  # a run queued meanwhile, or by a pass that read the schedule before the failure was
             # written, waits for the backoff
-            self._backing_off[(kind, uri)] = time.monotonic() + delay
+            self._backing_off[(kind, uri)] = before + delay
             self._queue = [entry for entry in self._queue if entry != (kind, uri)]
 
     def backoff_seconds(self, failures: int) -> float:
