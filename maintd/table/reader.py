@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from maintd.storage import Storage
 from maintd.table.actions import AddFile, Metadata
+from maintd.table.evolution import fill_missing
 from maintd.table.files import read_data_file, read_data_files, read_runs_of_files, with_hidden_columns
 from maintd.table.keyranges import sort_key
 from maintd.table.lazy import lazy_module
@@ -177,9 +178,10 @@ def changes_between(storage: Storage, before: Snapshot, after: Snapshot,
     """
     md = after.metadata
     schema = state_schema(md)
-    a = read_snapshot(storage, before, groups=touched, keep_hidden=True).select(schema.names).cast(schema)
-    b = read_snapshot(storage, after, groups=touched, keep_hidden=True).select(schema.names).cast(schema)
-    return diff_states(md, a, b)
+    # the columns added between the two versions (docs/format.md, "Schema evolution") are nulls at ``before``
+    a = fill_missing(read_snapshot(storage, before, groups=touched, keep_hidden=True), schema, schema.names)
+    b = read_snapshot(storage, after, groups=touched, keep_hidden=True).select(schema.names)
+    return diff_states(md, a.cast(schema), b.cast(schema))
 
 
 def diff_states(md: Metadata, a: pa.Table, b: pa.Table) -> pa.Table:
