@@ -11,11 +11,11 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from maintd.cli._output import print_table
+from maintd.cli._output import load_cli_settings, print_table
 from maintd.errors import MaintdError
 
 if TYPE_CHECKING:
@@ -50,13 +50,14 @@ def plan_command(
     from maintd.planner import load_policy_file
 
     out, err = Console(soft_wrap=True), Console(stderr=True, soft_wrap=True)
+    settings = load_cli_settings(config)  # the warehouse's object-store options, and the daemon's store
     try:
         policy_file = load_policy_file(policy)
     except MaintdError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
     now = datetime.now(UTC)
-    records = tuning_records(config, uris) if tuned else {}
+    records = tuning_records(settings, uris) if tuned else {}
     codes = {uri: _plan_one(uri, policy_file, now, out, err, explain=explain, json_out=json_out,
                             show_policy=show_policy, tuning=records.get(uri)) for uri in uris}
     failed = [uri for uri, code in codes.items() if code]
@@ -66,25 +67,24 @@ def plan_command(
         raise typer.Exit(max(codes.values()))
 
 
-def tuning_records(config: Path | None, uris: list[str]) -> dict[str, TuningRecord]:
-    """The daemon's tuning rows of ``uris`` from its state store; none when there is no store to read (a plan
-    made away from the daemon is still a plan, with the policy file's knobs)."""
-    try:
-        from sqlalchemy.engine import make_url
-
-        from maintd.service.store import StateStore
-        from maintd.settings import load_settings
-
-        settings = load_settings(config)
-        if not settings.tuning.enabled:
-            return {}  # the daemon plans without tuned knobs while tuning is off: so does this plan
-        parsed = make_url(settings.store.url)
-        database = parsed.database if parsed.get_backend_name() == "sqlite" else None
-        if database and (database == ":memory:" or not Path(database).expanduser().is_file()):
+def tuning_records(settings: Any, uris: list[str]) -> dict[str, TuningRecord]:
+    """The daemon's tuning rows of ``uris`` from the state store of ``settings``; none when tuning is off (the
+    daemon then plans without tuned knobs) or there is no store to read (a plan made away from the daemon is
+    still a plan, with the policy file's knobs). A SQLite store that does not exist is not created, and
+    SQLAlchemy is not even imported for it."""
+    if not settings.tuning.enabled:
+        return {}
+    url = str(settings.store.url)
+    if url.startswith("sqlite"):
+        database = url.split("///", 1)[1].split("?", 1)[0] if "///" in url else ""
+        if not database or database == ":memory:" or not Path(database).expanduser().is_file():
             return {}  # no daemon has run here: nothing tuned, and no store to create
-        store = StateStore(settings.store.url, db_schema=settings.store.db_schema,
+    try:
+        from maintd.service.store import StateStore
+
+        store = StateStore(url, db_schema=settings.store.db_schema,
                            connect_timeout=settings.store.connect_timeout_seconds, create=False)
-    except Exception:  # no settings, an unreachable store: plan without tuned knobs
+    except Exception:  # an unreachable store: plan without tuned knobs
         return {}
     try:
         store.check_schema()

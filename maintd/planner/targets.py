@@ -11,14 +11,12 @@ is named without the prefix (``--target read_files_per_bucket=6``). Unset target
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from maintd.errors import PolicyError
+from maintd.target_names import TARGET_NAMES, TargetName
 
-TargetName = Literal["read_files_per_bucket", "merge_delay_minutes", "write_amplification"]
-TARGET_NAMES: tuple[TargetName, ...] = ("read_files_per_bucket", "merge_delay_minutes", "write_amplification")
 TARGET_PROPERTY_PREFIX = "maintd.target."
 
 
@@ -77,3 +75,6 @@ def parse_target_args(items: Iterable[str], *, base: Targets | None = None) -> T
         msgs = [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']} (got {err.get('input')!r})"
                 for err in e.errors(include_url=False)]
         raise PolicyError("invalid target: " + "; ".join(msgs)) from None
+
+
+__all__ = ["TARGET_NAMES", "TARGET_PROPERTY_PREFIX", "TargetName", "Targets", "parse_target_args"]

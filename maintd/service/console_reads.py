@@ -13,10 +13,10 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from maintd.planner.targets import TARGET_NAMES
 from maintd.service import leases as _leases
 from maintd.service.records import TableRecord
 from maintd.service.schema import leases, replicas, tables, tuning
+from maintd.target_names import TARGET_NAMES
 
 #: The orders of the fleet page; ``health`` (the unhealthiest first) is the default.
 FleetSort = Literal["health", "name", "last_run", "failures", "checked", "backlog", "files", "read_amplification",

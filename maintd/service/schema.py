@@ -32,7 +32,7 @@ from sqlalchemy import (
     TypeDecorator,
 )
 
-from maintd.planner.targets import TARGET_NAMES
+from maintd.target_names import TARGET_NAMES
 
 metadata = MetaData()
 

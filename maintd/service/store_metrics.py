@@ -55,9 +55,9 @@ from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from maintd.errors import MaintdError
-from maintd.planner.targets import TARGET_NAMES
 from maintd.service.aggregates import MEASURES, GaugeReads
 from maintd.service.records import RunKind, TableRecord, TuningRecord
+from maintd.target_names import TARGET_NAMES
 
 if TYPE_CHECKING:
     from maintd.settings import MetricsSettings

@@ -14,10 +14,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from maintd.planner.targets import TARGET_NAMES
 from maintd.service.leases import insert_missing
 from maintd.service.records import TuningRecord
 from maintd.service.schema import layout_samples, tables, tuning
+from maintd.target_names import TARGET_NAMES
 
 _CHUNK = 500
 

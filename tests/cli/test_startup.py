@@ -112,7 +112,7 @@ def test_the_commands_with_their_own_config_option_are_found_in_the_command_tree
     root = typer.main.get_command(app)
     ctx = typer.Context(root)
     assert {name: _takes_config(ctx, name) for name in ("run", "daemon", "status", "table", "read", "plan")} == {
-        "run": True, "daemon": True, "status": True, "table": False, "read": False, "plan": False}
+        "run": True, "daemon": True, "status": True, "table": False, "read": False, "plan": True}
 
 
 @pytest.mark.parametrize(("argv", "collecting"), [

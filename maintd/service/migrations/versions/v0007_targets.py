@@ -16,8 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from maintd.planner.targets import TARGET_NAMES
 from maintd.service.schema import URI, UTCDateTime
+from maintd.target_names import TARGET_NAMES
 
 revision = "0007"
 down_revision = "0006"
