@@ -289,7 +289,7 @@ class Checker:
         where = {txn for txn in self.history.values()}
         standing = [op for op in self.ops if op["txns"] and op["txns"][-1] in where]
         unknown = [op for op in self.ops if op["outcome"] == "unknown" and op["txns"]
-                   and (op["kind"] == "add_columns" or op["rec"].get("merge"))]
+                   and (op["kind"] == "add_columns" or op.get("rec", {}).get("merge"))]
         return {"schema evolution": 1, f"schema evolution by {self.evolution.mode}": 1,
                 f"schema evolution of {len(self.evolution.columns)} column(s)": 1,
                 "schema changed": int(self.changed_at is not None),
