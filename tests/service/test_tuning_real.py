@@ -28,7 +28,7 @@ def test_one_re_tune_with_the_real_tuner_steps_towards_a_policy_meeting_the_targ
     try:
         store.register_tables([done.uri])
         store.set_targets({done.uri: {"merge_delay_minutes": 20.0}})
-        settings = Settings(tuning={"days": 1, "learn_hours": 8, "time_budget_seconds": 20, "max_step": 2},
+        settings = Settings(tuning={"days": 1, "learn_hours": 8, "time_budget_seconds": 10, "max_step": 2},
                             scheduler={"maintenance_interval_seconds": 1800})
         keeper = TargetKeeper(settings, store, load_policy_file(None))
         now = done.end + timedelta(minutes=1)

@@ -76,17 +76,22 @@ def winner(table: Table, read_version: int, error: str) -> dict[str, Any]:
     raise AssertionError(f"{error} reported, but no commit after version {read_version} conflicts")
 
 
+QUIET_SECONDS = 4.0
+"""No commit of another process for this long: the writers are done (they commit every few tens of ms, a few
+hundred under a loaded machine)."""
+
+
 def rewrite(table: Table, count: int, rng: random.Random) -> list[dict[str, Any]]:
     """Compactions by maintd's own maintenance (the planner, then execution in local worker processes and the
     commit, as ``maintd run`` does), each planned on the version *before* the newest commit of another process
-    (waiting up to 10 s for one), so that each commit has to get past a concurrent commit: it retries or
-    conflicts. ``raced`` says so; ``attempts`` is how many versions the commit tried."""
+    (waiting up to :data:`QUIET_SECONDS` for one), so that each commit has to get past a concurrent commit: it
+    retries or conflicts. ``raced`` says so; ``attempts`` is how many versions the commit tried."""
     out: list[dict[str, Any]] = []
     own: set[int] = set()
     done = 0
     while done < count:
         time.sleep(rng.uniform(0.0, 0.03))
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + QUIET_SECONDS
         latest = table.snapshot().version
         while (latest in own or latest < 2) and time.monotonic() < deadline:
             time.sleep(0.005)
@@ -94,8 +99,8 @@ def rewrite(table: Table, count: int, rng: random.Random) -> list[dict[str, Any]
         raced = latest not in own and latest >= 2
         snap = table.snapshot(latest - 1 if raced else latest)
         made = plan(snap, COMPACT, datetime.now(UTC), table.uri)
-        if not made.tasks:  # nothing to compact: wait for another commit; none within 10 s, the writers are done
-            deadline = time.monotonic() + 10
+        if not made.tasks:  # nothing to compact: wait for another commit; none for a while, the writers are done
+            deadline = time.monotonic() + QUIET_SECONDS
             while table.snapshot().version == latest and time.monotonic() < deadline:
                 time.sleep(0.01)
             if table.snapshot().version == latest:
