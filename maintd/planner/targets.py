@@ -26,7 +26,8 @@ class Targets(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     read_files_per_bucket: float | None = Field(
-        default=None, ge=1, description="files a reader opens per bucket, p95 over time (ceiling)")
+        default=None, ge=1, description="files a reader opens in the bucket holding the most, p95 over time "
+                                       "(ceiling)")
     merge_delay_minutes: float | None = Field(
         default=None, gt=0, description="age of the oldest level-0 file of a bucket in minutes, p95 (ceiling)")
     write_amplification: float | None = Field(

@@ -74,8 +74,9 @@ class Sample:
 
 @dataclass
 class Exposure:
-    """What readers and fresh data met, weighted by time: a histogram of files per bucket (bucket-ms per file
-    count, every bucket that holds files) and of the oldest level-0 age (ms per whole minute of age).
+    """What readers and fresh data met, weighted by time: a histogram of the most files any bucket holds (ms per
+    file count: the layout's read amplification, which the daemon measures a table's target against) and of the
+    oldest level-0 age (ms per whole minute of age).
 
     Filled by :meth:`SimTable.advance` between events, so a percentile over it is over the simulated time,
     whatever the cadence of samples and passes; the age grows during an interval and is spread over the minutes
@@ -86,9 +87,9 @@ class Exposure:
     age_ms: Counter[int] = field(default_factory=Counter)
 
     def add(self, dt_ms: int, buckets_by_files: Counter[int], oldest_l0_ms: int | None, now_ms: int) -> None:
-        for n, k in buckets_by_files.items():
-            if n > 0 and k > 0:
-                self.files_ms[n] += k * dt_ms
+        worst = max((n for n, k in buckets_by_files.items() if n > 0 and k > 0), default=0)
+        if worst:
+            self.files_ms[worst] += dt_ms
         if oldest_l0_ms is None:
             self.age_ms[-1] += dt_ms  # no level-0 file: nothing waits
             return
