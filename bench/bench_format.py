@@ -39,10 +39,10 @@ from maintd import Table
 from maintd.execution.rewrite import run_task
 from maintd.execution.specs import TaskSpec
 from maintd.storage import LocalStorage
-from maintd.table.actions import AddFile, CommitInfo
-from maintd.table.log import LOG_DIR, TableLog
-from maintd.table.reader import read_bucket
-from maintd.table.snapshot import SnapshotBuilder
+from maintd.table.log.actions import AddFile, CommitInfo
+from maintd.table.log.snapshot import SnapshotBuilder
+from maintd.table.log.tablelog import LOG_DIR, TableLog
+from maintd.table.read.reader import read_bucket
 
 LIVE_FILES = 100
 TAIL = 5

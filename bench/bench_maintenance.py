@@ -190,8 +190,8 @@ def export_level0(table, out: Path) -> tuple[int, int, int]:  # type: ignore[no-
     """The table's level-0 files in the peers' layout: ``__seq`` = the file's version (from the log), written
     as maintd writes its level-0 files (``write_parquet`` with ``level0_options``: the same codecs, packed
     columns and dictionaries)."""
-    from maintd.table.dictionaries import dictionary_types
-    from maintd.table.files import level0_options, read_data_file, write_parquet
+    from maintd.table.files.datafiles import level0_options, read_data_file, write_parquet
+    from maintd.table.files.dictionaries import dictionary_types
 
     snap = table.snapshot()
     md = snap.metadata

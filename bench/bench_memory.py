@@ -49,7 +49,7 @@ from maintd import Table  # noqa: E402
 from maintd.execution.rewrite import run_task  # noqa: E402
 from maintd.execution.spark import parse_size  # noqa: E402
 from maintd.execution.specs import TaskSpec  # noqa: E402
-from maintd.table.actions import AddFile  # noqa: E402
+from maintd.table.log.actions import AddFile  # noqa: E402
 
 SCHEMA = "id:int64!,name:string,amount:float64,qty:int32,note:string"
 ROW_BYTES = 80
@@ -83,7 +83,7 @@ def _add(table: Table, path: str, t: pa.Table, version: int, level: int) -> AddF
 def _generate(table: Table, count: int, rows: int, keyspace: int, level: int, seed: int) -> list[AddFile]:
     """``count`` files of ``rows`` rows (level 1: written as clustering writes; level 0: as writers do)."""
     from maintd.execution.output import OUTPUT_OPTIONS
-    from maintd.table.files import WRITE_OPTIONS
+    from maintd.table.files.datafiles import WRITE_OPTIONS
 
     index = Path(table.uri) / f"files-L{level}-{count}-{rows}-{seed}.json"
     if index.exists():

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 
 from maintd.planner import default_policy, load_policy_file, plan
-from maintd.table.actions import AddFile, Field_, Metadata, Protocol
-from maintd.table.snapshot import Snapshot
+from maintd.table.log.actions import AddFile, Field_, Metadata, Protocol
+from maintd.table.log.snapshot import Snapshot
 
 NOW = datetime(2024, 6, 1, tzinfo=UTC)
 NOW_MS = int(NOW.timestamp() * 1000)

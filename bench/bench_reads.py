@@ -168,8 +168,8 @@ def decode_once(table, start: int, end: int) -> None:  # type: ignore[no-untyped
     every row group, no incremental feed can read less than this (it needs the prior rows of those keys)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from maintd.table.files import read_data_file
-    from maintd.table.snapshot import partition_key
+    from maintd.table.files.datafiles import read_data_file
+    from maintd.table.log.snapshot import partition_key
 
     before, after = table.snapshot(start), table.snapshot(end)
     md = after.metadata

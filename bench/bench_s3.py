@@ -231,9 +231,9 @@ def bench_commits(moto: Moto, env: dict[str, str], processes: list[int], commits
 
 def build_maintd_history(uri: str, history: int) -> None:
     from maintd import Table
-    from maintd.table.actions import CommitInfo
-    from maintd.table.log import TableLog
-    from maintd.table.snapshot import SnapshotBuilder
+    from maintd.table.log.actions import CommitInfo
+    from maintd.table.log.snapshot import SnapshotBuilder
+    from maintd.table.log.tablelog import TableLog
 
     table = Table.create(uri, "id:int64!,name:string", primary_key="id", buckets=4)
     log = TableLog(table.storage)
@@ -307,7 +307,7 @@ def bench_lookup(moto: Moto, sizes: list[int], samples: int) -> list[dict[str, A
 
     from maintd import Table
     from maintd.storage import storage_for_uri
-    from maintd.table.log import TableLog
+    from maintd.table.log.tablelog import TableLog
 
     delta = moto.delta_options
     out = []
@@ -340,7 +340,7 @@ def bench_maintenance(moto: Moto, files: int, samples: int, workdir: Path) -> li
 
     from maintd import Table
     from maintd.execution.runner import Runner
-    from maintd.table.bucketing import bucket_of
+    from maintd.table.files.bucketing import bucket_of
 
     delta = moto.delta_options
     buckets, rows = 4, 400

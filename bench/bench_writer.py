@@ -97,7 +97,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=3)
     ap.add_argument("--profile", default=None, help="write a cProfile of one maintd sample here and stop")
     args = ap.parse_args()
-    from maintd.table.bucketing import bucket_of
+    from maintd.table.files.bucketing import bucket_of
 
     batches = make_batches(args.batches, args.rows, args.partitions)
     with_bucket = [b.append_column("bucket", pa.array(bucket_of(b, ["pk"], args.buckets), pa.int32()))

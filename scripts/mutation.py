@@ -32,16 +32,16 @@ MODULES = [
     # smallest and most critical first
     "maintd/reclaim/retention.py",
     "maintd/planner/compaction.py",
-    "maintd/table/snapshot.py",
+    "maintd/table/log/snapshot.py",
     "maintd/reclaim/purge.py",
     "maintd/reclaim/files.py",
-    "maintd/table/conflicts.py",
+    "maintd/table/log/conflicts.py",
     "maintd/planner/clustering.py",
     "maintd/execution/commit.py",
     "maintd/table/transaction.py",
     "maintd/reclaim/engine.py",
-    "maintd/table/reader.py",
-    "maintd/table/log.py",
+    "maintd/table/read/reader.py",
+    "maintd/table/log/tablelog.py",
 ]
 
 KILLED = {1, 3, 37}

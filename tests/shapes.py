@@ -31,7 +31,7 @@ import pyarrow as pa
 from hypothesis import strategies as st
 
 from maintd import Table
-from maintd.table.schema import TYPES
+from maintd.table.files.schema import TYPES
 
 KEY_TYPES = ("int8", "int16", "int32", "int64", "string", "binary", "date", "timestamp", "timestamp_tz", "bool")
 PARTITION_TYPES = ("string", "int32", "int64", "date")

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 if TYPE_CHECKING:
     from maintd.table import Pin, Snapshot
-    from maintd.table.actions import AddFile
+    from maintd.table.log.actions import AddFile
 
 table_app = typer.Typer(help="Create tables and inspect their layout and commit log.",
                         no_args_is_help=True, rich_markup_mode=None)
@@ -105,7 +105,7 @@ def pin_row(pin: Pin, now_ms: int | None = None) -> dict[str, Any]:
 def describe(snap: Snapshot, pins: tuple[list[Pin], int] | None = None) -> dict[str, Any]:
     """A JSON-able description of a snapshot: schema, properties, files and bytes per layer and per bucket, and
     (given ``pins``: the live pins and the bytes they hold back) its pins."""
-    from maintd.table.snapshot import format_partition
+    from maintd.table.log.snapshot import format_partition
 
     md = snap.metadata
     layers: dict[str, dict[str, int]] = defaultdict(lambda: {"files": 0, "bytes": 0, "rows": 0})
@@ -339,7 +339,7 @@ def upgrade_protocol_command(
     from rich.console import Console
 
     from maintd.table import Table
-    from maintd.table.actions import BASE_VERSION
+    from maintd.table.log.actions import BASE_VERSION
 
     out = Console(soft_wrap=True)
     with user_errors():

@@ -1,7 +1,7 @@
 """Commit rewrites to the table's log (``data_change=false``): all at once, or in groups as tasks finish.
 
 Maintenance never blocks or fails a writer: it reads at the plan's read version and commits at
-snapshot isolation (appends by writers never conflict with it, :mod:`maintd.table.conflicts`). Only a
+snapshot isolation (appends by writers never conflict with it, :mod:`maintd.table.log.conflicts`). Only a
 concurrent removal of one of its inputs conflicts (``ConcurrentDeleteDeleteError``, which names the
 paths); the tasks that read those paths are dropped and the others are committed in a fresh
 transaction at the same read version, which is checked again against every winning commit.
@@ -13,7 +13,7 @@ itself. The groups of one run remove disjoint inputs, so they never conflict wit
 
 **Clean-up.** Files written by tasks that do not land are deleted only when the commit certainly did
 not land: a conflict, or the retry budget exhausted (the transaction raises those only once it has
-settled that no attempt landed, :mod:`maintd.table.landing`), or when they were never part of a commit
+settled that no attempt landed, :mod:`maintd.table.log.landing`), or when they were never part of a commit
 attempt (a failed task's other key ranges, tasks finishing after the run was abandoned). When the outcome
 is unknown (:class:`~maintd.errors.CommitStateUnknownError`: the storage failed while publishing and kept
 failing), or after any other error, they are left for orphan cleanup, as pyiceberg does: the commit may

@@ -22,7 +22,7 @@ from maintd.execution.local import ProcessBackend, processes_can_open
 from maintd.execution.scheduler import Backend, LocalBackend, SparkBackend, run_units
 from maintd.execution.specs import ExecutionOptions, PlanDoc, TaskResult
 from maintd.execution.units import combine, task_specs
-from maintd.table.snapshot import partition_key
+from maintd.table.log.snapshot import partition_key
 
 if TYPE_CHECKING:
     from maintd.table import Snapshot, Table

@@ -29,12 +29,12 @@ import pyarrow.parquet as pq
 
 from maintd.execution.merge import key_at, restrict
 from maintd.storage import LocalStorage, Storage
-from maintd.table.actions import AddFile, Metadata
-from maintd.table.dictionaries import common_dictionaries, dictionary_schema, dictionary_types
-from maintd.table.evolution import added_columns, fill_missing
-from maintd.table.files import data_file_errors, file_schema, map_in_runs, with_hidden_columns
-from maintd.table.keyranges import Key, KeyRange, key_value, sort_key
-from maintd.table.schema import OP_COLUMN, VERSION_COLUMN, to_arrow
+from maintd.table.files.datafiles import data_file_errors, file_schema, map_in_runs, with_hidden_columns
+from maintd.table.files.dictionaries import common_dictionaries, dictionary_schema, dictionary_types
+from maintd.table.files.evolution import added_columns, fill_missing
+from maintd.table.files.keyranges import Key, KeyRange, key_value, sort_key
+from maintd.table.files.schema import OP_COLUMN, VERSION_COLUMN, to_arrow
+from maintd.table.log.actions import AddFile, Metadata
 
 KEY_INDEX = "maintd.key_index"
 """Footer key-value entry of files maintd writes: JSON list of the first key of every row group."""
@@ -68,7 +68,7 @@ class Layout:
 
     ``dictionaries``: the text columns every input lists as dictionary-encoded throughout
     (:func:`unit_dictionaries`), read as dictionary arrays and typed so in :attr:`schema`
-    (:mod:`maintd.table.dictionaries`).
+    (:mod:`maintd.table.files.dictionaries`).
     """
 
     def __init__(self, metadata: Metadata, dictionaries: Iterable[str] = ()) -> None:
@@ -142,7 +142,7 @@ class Fetched:
 
 def unit_dictionaries(metadata: Metadata, footers: Iterable[pq.FileMetaData]) -> frozenset[str]:
     """The text value columns every input of a unit lists as dictionary-encoded throughout: read, merged and
-    written as dictionary arrays (:mod:`maintd.table.dictionaries`)."""
+    written as dictionary arrays (:mod:`maintd.table.files.dictionaries`)."""
     return common_dictionaries(footers, dictionary_candidates(metadata))
 
 

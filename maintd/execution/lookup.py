@@ -12,7 +12,7 @@ feed need not open the many small DeltaFiles either). It is Paimon's ``lookup`` 
 maintenance rather than by the writer, so writers pay nothing.
 
 The file (a ``prior`` action with ``lookup`` set, protocol 5) answers for BaseFiles that stay live: the
-feed uses it in place of reading them for the keys it lists (:mod:`maintd.table.priors`, "BaseFile
+feed uses it in place of reading them for the keys it lists (:mod:`maintd.table.read.priors`, "BaseFile
 answers"). Its content depends only on files that never change, so it is right whether or not its commit
 lands; the commit conflicts with a concurrent one that removes any of its BaseFiles, and the log gives it a
 deletion time when a later commit removes one (docs/format.md, "Prior rows").
@@ -31,9 +31,9 @@ import pyarrow.compute as pc
 from maintd.execution.prior import PriorWriter, markers
 from maintd.execution.specs import TaskSpec
 from maintd.storage import Storage
-from maintd.table.actions import PriorRows
-from maintd.table.dictionaries import conform
-from maintd.table.files import read_rows_of_keys, rows_with_keys
+from maintd.table.files.datafiles import read_rows_of_keys, rows_with_keys
+from maintd.table.files.dictionaries import conform
+from maintd.table.log.actions import PriorRows
 
 
 class LookupWriter(PriorWriter):

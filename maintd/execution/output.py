@@ -33,8 +33,15 @@ from maintd.execution.inputs import KEY_INDEX, OWN_PAGE, constant_columns
 from maintd.execution.merge import key_at
 from maintd.execution.specs import TaskSpec
 from maintd.storage import Storage
-from maintd.table.actions import AddFile, FileKind
-from maintd.table.dictionaries import (
+from maintd.table.files.datafiles import (
+    WRITE_OPTIONS,
+    data_file_path,
+    file_schema,
+    packed_options,
+    stats_columns,
+    text_columns,
+)
+from maintd.table.files.dictionaries import (
     DICTIONARY_PAGE_LIMIT,
     arrow_schema_metadata,
     conform,
@@ -44,16 +51,9 @@ from maintd.table.dictionaries import (
     footer_entries,
     with_dictionaries,
 )
-from maintd.table.files import (
-    WRITE_OPTIONS,
-    data_file_path,
-    file_schema,
-    packed_options,
-    stats_columns,
-    text_columns,
-)
-from maintd.table.keyranges import Key
-from maintd.table.schema import OP_COLUMN, OP_DELETE
+from maintd.table.files.keyranges import Key
+from maintd.table.files.schema import OP_COLUMN, OP_DELETE
+from maintd.table.log.actions import AddFile, FileKind
 
 OUTPUT_OPTIONS: dict[str, Any] = {**WRITE_OPTIONS, "dictionary_pagesize_limit": DICTIONARY_PAGE_LIMIT,
                                    "data_page_size": OWN_PAGE}
@@ -81,7 +81,7 @@ def output_options(schema: pa.Schema, kind: FileKind, level: int | None, key_col
       dictionary-encoded: a dictionary of numbers, mostly distinct, is built and then dropped (on that file,
       17.3 against 22.8 ms to encode with dictionaries for every column, the same decoding time, 6.73
       against 6.53 MB; without any dictionary 15.8 ms and 7.14 MB). Its integer key and hidden columns
-      (:func:`maintd.table.files.delta_coded`) are ``DELTA_BINARY_PACKED`` and not compressed, as in
+      (:func:`maintd.table.files.datafiles.delta_coded`) are ``DELTA_BINARY_PACKED`` and not compressed, as in
       level-0 files: sorted keys, ops and versions pack into a few bits each, faster than LZ4 compresses
       them plain. On a 482 k-row clustering output of the benchmark's 25x workload (key, op and version
       columns): 8.6 against 12.3 ms to encode, 0.90 against 2.38 MB, and no slower to decode.
@@ -222,7 +222,7 @@ class OutputFile:
     each is written as a :func:`constant_column` (:func:`with_constants`).
 
     ``text``: the string and binary value columns that may be written as dictionaries
-    (:mod:`maintd.table.dictionaries`). The first row group decides which are (:func:`encode_text`: those
+    (:mod:`maintd.table.files.dictionaries`). The first row group decides which are (:func:`encode_text`: those
     of few distinct values; a merge of dictionary-read inputs hands them over as dictionary arrays, whose
     entries are only unified and compacted); the footer lists those whose every row group was.
 

@@ -9,7 +9,7 @@ are the keys the writers changed since the BaseFiles were written. So, in tables
 ``changes.prior.rows``, each compaction unit also writes a *prior-rows file*: for every key of its DeltaFile
 rows, the row its BaseFiles hold for that key, or a marker (the key, ``_maintd_op`` = delete, version 0)
 when they hold none, and every row version of the key in its DeltaFiles. The feed then reads that one file
-instead of the BaseFiles and the DeltaFiles (:mod:`maintd.table.changes`), as Paimon's changelog producers
+instead of the BaseFiles and the DeltaFiles (:mod:`maintd.table.read.changes`), as Paimon's changelog producers
 and Delta's change data files store what a later reader would have to recompute. Its cost is paid once, by
 the compaction: about twice the size of the changed rows.
 
@@ -33,10 +33,10 @@ from maintd.execution.inputs import constant_columns
 from maintd.execution.output import OutputFile, file_unique, output_options
 from maintd.execution.specs import TaskSpec
 from maintd.storage import Storage
-from maintd.table.actions import PriorRows
-from maintd.table.dictionaries import conform, dictionary_types
-from maintd.table.files import prior_file_path
-from maintd.table.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
+from maintd.table.files.datafiles import prior_file_path
+from maintd.table.files.dictionaries import conform, dictionary_types
+from maintd.table.files.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
+from maintd.table.log.actions import PriorRows
 
 PRIOR_PREFIX = "prior-"
 """How prior-rows file names start; the unit's token follows, as in its data files' names."""
@@ -51,7 +51,7 @@ class PriorWriter:
     file, even one whose key range holds none of the task's BaseFiles (every key gets a marker) or none of
     its DeltaFiles (the file is empty): it then answers for what its task names
     (:class:`~maintd.execution.specs.TaskPriors`). The feed uses a compaction's files as a whole record only
-    when every unit wrote one (:mod:`maintd.table.priors`). A unit whose versions do not separate so writes
+    when every unit wrote one (:mod:`maintd.table.read.priors`). A unit whose versions do not separate so writes
     nothing.
     """
 

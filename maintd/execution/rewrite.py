@@ -72,8 +72,8 @@ from maintd.execution.output import Outputs
 from maintd.execution.prior import PriorWriter
 from maintd.execution.specs import TaskResult, TaskSpec
 from maintd.storage import Storage, storage_for_uri
-from maintd.table.actions import AddFile
-from maintd.table.files import data_file_errors
+from maintd.table.files.datafiles import data_file_errors
+from maintd.table.log.actions import AddFile
 
 EXPANSION = 6
 """Estimated in-memory bytes (Arrow, plus the merge copy) per byte of compressed Parquet input: the cheap

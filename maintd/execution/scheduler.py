@@ -42,7 +42,7 @@ from maintd.execution.rewrite import run_pack
 from maintd.execution.spark import is_connect, run_pack_in_worker, ships_storage_options
 from maintd.execution.specs import ExecutionOptions, TaskResult, TaskSpec
 from maintd.storage import Storage, carry_storage
-from maintd.table.files import data_file_path
+from maintd.table.files.datafiles import data_file_path
 
 FILE_COST_BYTES = 64 << 10
 """Fixed cost of one input file, in bytes of input, when balancing packs (opening and decoding a small

@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from maintd.table.actions import AddFile, KeyValue, Metadata, PriorRows
-from maintd.table.keyranges import KeyRange
+from maintd.table.files.keyranges import KeyRange
+from maintd.table.log.actions import AddFile, KeyValue, Metadata, PriorRows
 
 TaskKind = Literal["cluster", "compact"]
 DEFAULT_TASK_MEMORY = 512 * 1024 * 1024

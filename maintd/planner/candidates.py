@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from maintd.planner.models import TaskKind
-from maintd.table.actions import AddFile
+from maintd.table.log.actions import AddFile
 
 MiB = 1024 * 1024
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from maintd.planner.candidates import Candidate, Skip
 from maintd.planner.policy import ClusteringPolicy, LevelPolicy
 from maintd.planner.stats import MS_PER_HOUR, BucketStats, hours
-from maintd.table.actions import AddFile
+from maintd.table.log.actions import AddFile
 from maintd.units import fmt_bytes, fmt_hours
 
 

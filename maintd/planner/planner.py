@@ -18,7 +18,7 @@ from maintd.planner.compaction import compaction_candidate
 from maintd.planner.models import BucketDecision, MaintenancePlan, PlanTask
 from maintd.planner.policy import Policy, RankingPolicy
 from maintd.planner.stats import MS_PER_HOUR, BucketStats, bucket_stats
-from maintd.table.snapshot import Snapshot
+from maintd.table.log.snapshot import Snapshot
 from maintd.units import fmt_bytes
 
 

@@ -1,6 +1,6 @@
 """Per-(partition, bucket) statistics of a snapshot: the only facts the planner decides from.
 
-Pure: built from a :class:`~maintd.table.snapshot.Snapshot` and ``now`` (epoch ms), nothing else.
+Pure: built from a :class:`~maintd.table.log.snapshot.Snapshot` and ``now`` (epoch ms), nothing else.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from maintd.errors import InvalidInputError
-from maintd.table.actions import AddFile
-from maintd.table.snapshot import PartitionKey, Snapshot, format_partition
+from maintd.table.log.actions import AddFile
+from maintd.table.log.snapshot import PartitionKey, Snapshot, format_partition
 
 MS_PER_HOUR = 3_600_000
 

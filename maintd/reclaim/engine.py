@@ -53,8 +53,9 @@ from maintd.reclaim.files import (
 )
 from maintd.reclaim.models import FileRef, ReclaimPlan, ReclaimReport
 from maintd.storage import FileInfo
-from maintd.table import Snapshot, Table, timeline
-from maintd.table.log import checkpoint_path, oldest_buildable, parse_log_name
+from maintd.table import Snapshot, Table
+from maintd.table.log import timeline
+from maintd.table.log.tablelog import checkpoint_path, oldest_buildable, parse_log_name
 
 StepHook = Callable[[str], None]
 """Called after each step and each deleted file with the step's name: ``plan`` (planned, nothing committed or

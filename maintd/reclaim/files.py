@@ -25,9 +25,9 @@ from urllib.parse import unquote
 from maintd.errors import InvalidInputError
 from maintd.reclaim.models import FileRef
 from maintd.storage import FileInfo
-from maintd.table.actions import PriorRows, RemoveFile
-from maintd.table.log import LAST_CHECKPOINT, LOG_DIR, RECLAIMED, checkpoint_path, parse_log_name
-from maintd.table.snapshot import Snapshot
+from maintd.table.log.actions import PriorRows, RemoveFile
+from maintd.table.log.snapshot import Snapshot
+from maintd.table.log.tablelog import LAST_CHECKPOINT, LOG_DIR, RECLAIMED, checkpoint_path, parse_log_name
 
 DATA_FILE_NAME = re.compile(r"(base|delta-L\d|prior)-[0-9a-f]{32}\.parquet")
 TEMP_PREFIX = ".tmp-"

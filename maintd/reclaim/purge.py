@@ -43,7 +43,7 @@ from maintd.reclaim.files import PartitionFilter
 from maintd.reclaim.models import ReclaimPlan, ReclaimReport
 from maintd.reclaim.retention import DEFAULT_ORPHAN_GRACE
 from maintd.table import Pin, Snapshot, Table
-from maintd.table.actions import PURGE_OPERATION
+from maintd.table.log.actions import PURGE_OPERATION
 from maintd.table.pins import who
 
 OPERATION = PURGE_OPERATION

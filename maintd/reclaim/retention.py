@@ -4,7 +4,7 @@ Every moment of the last ``acid.data.retain.hours`` before ``now`` stays readabl
 version ``R`` is the newest version committed at or before ``now - retain hours`` (the state of the table
 at that moment; Delta Lake's rule), and every version after it; ``0`` keeps the latest version only. The
 reader's ``VersionNotFoundError`` check computes ``R`` the same way
-(:func:`maintd.table.timeline.oldest_retained_version`).
+(:func:`maintd.table.log.timeline.oldest_retained_version`).
 The property is read from the latest version at each run, so a change takes effect at the next one.
 
 Pins (:mod:`maintd.table.pins`) hold history back: ``R`` is never newer than the oldest version a live pin
@@ -17,7 +17,7 @@ expired version that lands first makes that commit fail (:class:`~maintd.errors.
 then plans again and keeps the pinned version. A pin that comes later finds the version expired, or fails
 against the expire commit. Either way no pin is acknowledged for a version whose files are deleted. A run that
 expires no version and finds no expired pin commits nothing; expire commits themselves are no history (the
-version before one is retained with it, :func:`maintd.table.timeline.past_expire_commits`), so runs on an idle
+version before one is retained with it, :func:`maintd.table.log.timeline.past_expire_commits`), so runs on an idle
 table do not each add, and expire, one commit.
 
 DeltaFiles the current state still reads are live, never tombstones, so they are never reclaimed however
@@ -46,8 +46,9 @@ from maintd.reclaim.engine import (
 )
 from maintd.reclaim.files import PartitionFilter
 from maintd.reclaim.models import ReclaimPlan, ReclaimReport
-from maintd.table import Pin, Snapshot, Table, timeline
-from maintd.table.actions import EXPIRE_OPERATION
+from maintd.table import Pin, Snapshot, Table
+from maintd.table.log import timeline
+from maintd.table.log.actions import EXPIRE_OPERATION
 from maintd.table.pins import oldest_pinned
 
 DEFAULT_ORPHAN_GRACE = timedelta(hours=72)

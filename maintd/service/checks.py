@@ -8,7 +8,7 @@ every table whose last plan found nothing, the version it planned from and that 
 costs one look at the log and nothing else:
 
 - on a store that lists in lexical order (object stores), one LIST of the first names of ``_log/``, whose
-  first commit name is the newest version (:meth:`~maintd.table.log.TableLog.latest_version`);
+  first commit name is the newest version (:meth:`~maintd.table.log.tablelog.TableLog.latest_version`);
 - elsewhere (a local disk), versions are dense, so one ``stat`` of the commit after the version seen tells
   whether anything was committed since.
 
@@ -29,7 +29,7 @@ from typing import Any
 
 from maintd.service.records import CheckRecord, RunKind
 from maintd.storage import Storage, storage_for_uri
-from maintd.table.log import TableLog, commit_path
+from maintd.table.log.tablelog import TableLog, commit_path
 
 #: Why a check plans: the table was never planned by this replica, its log moved, or a time trigger is due.
 UNKNOWN, CHANGED, DUE = "unknown", "changed", "due"

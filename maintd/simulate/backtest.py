@@ -25,7 +25,7 @@ from maintd.simulate.report import DAY_MS, ScheduleSummary, to_datetime
 from maintd.simulate.schedule import Schedule
 from maintd.simulate.simulator import CandidatePolicy, Learned, learn
 from maintd.table import Table
-from maintd.table.actions import AddFile, CommitInfo, RemoveFile
+from maintd.table.log.actions import AddFile, CommitInfo, RemoveFile
 
 SLACK_MS = 1000
 """Real commits up to this long after a sample time count as at it: commits made at one instant are spread over

@@ -29,9 +29,9 @@ from maintd.planner import PlanTask, Policy, plan
 from maintd.simulate.pattern import HOUR_MS, BucketKey, WritePattern, WriterCommit
 from maintd.simulate.schedule import Schedule
 from maintd.simulate.sizes import OutputEstimate, SizeModel
-from maintd.table.actions import AddFile
-from maintd.table.properties import lookup_prior_rows, prior_rows
-from maintd.table.snapshot import PartitionKey, Snapshot, format_partition, partition_key
+from maintd.table.log.actions import AddFile
+from maintd.table.log.properties import lookup_prior_rows, prior_rows
+from maintd.table.log.snapshot import PartitionKey, Snapshot, format_partition, partition_key
 
 LEVELS = ("L0", "L1", "L2", "base")
 WRITE, MAINTAIN, RECLAIM, SAMPLE = range(4)

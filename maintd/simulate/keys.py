@@ -15,10 +15,10 @@ import pyarrow.parquet as pq
 
 from maintd.simulate.sizes import LAYOUTS, layout
 from maintd.table import Snapshot, Table
-from maintd.table.actions import AddFile
-from maintd.table.bucketing import key_hash
-from maintd.table.files import read_data_file
-from maintd.table.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
+from maintd.table.files.bucketing import key_hash
+from maintd.table.files.datafiles import read_data_file
+from maintd.table.files.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
+from maintd.table.log.actions import AddFile
 
 SAMPLE_BYTES = 64 * 1024 * 1024
 """Most data-file bytes whose key columns the key-overlap sample reads."""

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 from maintd.errors import InvalidInputError, VersionNotFoundError
 from maintd.table import Table
-from maintd.table.actions import Action, AddFile, CommitInfo, PriorRows, RemoveFile
-from maintd.table.snapshot import PartitionKey, Snapshot, format_partition, partition_key
+from maintd.table.log.actions import Action, AddFile, CommitInfo, PriorRows, RemoveFile
+from maintd.table.log.snapshot import PartitionKey, Snapshot, format_partition, partition_key
 
 HOUR_MS = 3_600_000
 BucketKey = tuple[PartitionKey, int]

@@ -30,7 +30,7 @@ from maintd.simulate.report import (
 from maintd.simulate.schedule import Schedule
 from maintd.simulate.sizes import SizeModel, learn_sizes
 from maintd.table import Snapshot, Table
-from maintd.table.actions import AddFile
+from maintd.table.log.actions import AddFile
 
 MAX_DAYS = 366
 MAX_REPLAYED_WRITES = 2_000_000

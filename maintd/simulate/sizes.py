@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from maintd.simulate.pattern import MergeObservation, WritePattern
-from maintd.table.actions import AddFile, FileKind
+from maintd.table.log.actions import AddFile, FileKind
 
 BKey = tuple[tuple[tuple[str, str | None], ...], int]
 LAYOUTS = ("L0", "merged", "base")

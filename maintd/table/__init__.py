@@ -1,9 +1,9 @@
 """The table format: log, snapshots, transactions, writers and the merge-on-read reader."""
 
-from maintd.table.actions import AddFile, CommitInfo, Metadata, Pin, Protocol, RemoveFile, Txn
-from maintd.table.retry import RetryPolicy
-from maintd.table.scan import TableScan
-from maintd.table.snapshot import Snapshot
+from maintd.table.log.actions import AddFile, CommitInfo, Metadata, Pin, Protocol, RemoveFile, Txn
+from maintd.table.log.retry import RetryPolicy
+from maintd.table.log.snapshot import Snapshot
+from maintd.table.read.scan import TableScan
 from maintd.table.table import CommitRecord, DataFileInfo, Table
 from maintd.table.transaction import Transaction
 

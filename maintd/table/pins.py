@@ -19,21 +19,27 @@ import os
 import socket
 import uuid
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import Any
+from typing import Protocol as TypingProtocol
 
 from maintd.errors import InvalidInputError, VersionNotFoundError
-from maintd.table import timeline
-from maintd.table.actions import PINS_VERSION, Pin, Protocol
-from maintd.table.snapshot import Snapshot
-from maintd.table.transaction import now_ms
-
-if TYPE_CHECKING:
-    from maintd.table.table import Table
+from maintd.table.log import timeline
+from maintd.table.log.actions import PINS_VERSION, Pin, Protocol
+from maintd.table.log.snapshot import Snapshot
+from maintd.table.log.timeline import now_ms
+from maintd.table.transaction import CommitTarget, Transaction
 
 PIN_OPERATION = "PIN"
 UNPIN_OPERATION = "UNPIN"
 MAX_TTL = timedelta(days=366)
 """A pin holds at most this long: a forgotten pin must not keep history forever."""
+
+
+class PinTarget(CommitTarget, TypingProtocol):
+    """What pinning needs of a table (:class:`maintd.table.Table` is one): a transaction on a given state."""
+
+    def new_transaction(self, operation: str, *, read_snapshot: Snapshot | None = None,
+                        isolation_level: Any = None) -> Transaction: ...
 
 
 def who() -> str:
@@ -51,7 +57,7 @@ def oldest_pinned(snapshot: Snapshot, at_ms: int) -> int | None:
     return live[0].version if live else None
 
 
-def pin_version(table: Table, version: int, ttl: timedelta, reason: str = "", *, user: str | None = None) -> Pin:
+def pin_version(table: PinTarget, version: int, ttl: timedelta, reason: str = "", *, user: str | None = None) -> Pin:
     """Pin ``version`` of ``table`` for ``ttl`` (see :meth:`maintd.table.Table.pin`)."""
     uri = table.uri
     if not isinstance(ttl, timedelta):
@@ -91,7 +97,7 @@ def pin_version(table: Table, version: int, ttl: timedelta, reason: str = "", *,
     return pin
 
 
-def unpin(table: Table, pin_id: str, *, reason: str = "released") -> int:
+def unpin(table: PinTarget, pin_id: str, *, reason: str = "released") -> int:
     """Remove pin ``pin_id``; returns the committed version (see :meth:`maintd.table.Table.unpin`)."""
     snap = table.snapshot()
     if pin_id not in snap.pins:

@@ -27,9 +27,19 @@ from maintd.errors import (
 )
 from maintd.storage import Storage, storage_for_uri
 from maintd.storage.discovery import enclosing_table, find_tables
-from maintd.table import evolution, interop, timeline
-from maintd.table import properties as props
-from maintd.table.actions import (
+from maintd.table.files import evolution
+from maintd.table.files.filters import parse_filter
+from maintd.table.files.schema import KEY_TYPES, OP_DELETE, OP_UPSERT, fields_from_arrow, parse_schema_spec
+from maintd.table.files.writer import (
+    TableLike,
+    check_partition_filter,
+    prepare_changes,
+    split_and_write,
+    to_arrow_table,
+)
+from maintd.table.log import properties as props
+from maintd.table.log import timeline
+from maintd.table.log.actions import (
     BASE_VERSION,
     LOOKUP_PRIORS_VERSION,
     PRIOR_ROWS_VERSION,
@@ -43,24 +53,17 @@ from maintd.table.actions import (
     Protocol,
     RemoveFile,
 )
-from maintd.table.changes import changed_files, incremental_changes
-from maintd.table.conflicts import ADD_COLUMNS
-from maintd.table.filters import parse_filter
-from maintd.table.landing import STORAGE_ERRORS
-from maintd.table.log import TableLog
-from maintd.table.reader import changes_between, read_snapshot
-from maintd.table.retry import DEFAULT_RETRY, Budget, RetryPolicy
-from maintd.table.scan import DEFAULT_BATCH_ROWS, TableScan, plan_scan
-from maintd.table.schema import KEY_TYPES, OP_DELETE, OP_UPSERT, fields_from_arrow, parse_schema_spec
-from maintd.table.snapshot import PartitionKey, Snapshot, SnapshotBuilder, partition_key
-from maintd.table.transaction import FRESH_BASE_SECONDS, StaleRead, Transaction, now_ms
-from maintd.table.writer import (
-    TableLike,
-    check_partition_filter,
-    prepare_changes,
-    split_and_write,
-    to_arrow_table,
-)
+from maintd.table.log.conflicts import ADD_COLUMNS
+from maintd.table.log.landing import STORAGE_ERRORS
+from maintd.table.log.retry import DEFAULT_RETRY, Budget, RetryPolicy
+from maintd.table.log.snapshot import PartitionKey, Snapshot, SnapshotBuilder, partition_key
+from maintd.table.log.tablelog import TableLog
+from maintd.table.log.timeline import now_ms
+from maintd.table.read import interop
+from maintd.table.read.changes import changed_files, incremental_changes
+from maintd.table.read.reader import changes_between, read_snapshot
+from maintd.table.read.scan import DEFAULT_BATCH_ROWS, TableScan, plan_scan
+from maintd.table.transaction import FRESH_BASE_SECONDS, StaleRead, Transaction
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,7 @@ class ChangeInputs:
     groups: set[tuple[PartitionKey, int]]
     """The (partition, bucket) groups whose rows the data-changing commits between touched."""
     changed: list[AddFile] | None
-    """Every file they added or removed (:func:`~maintd.table.changes.changed_files`); None if one removed was
+    """Every file they added or removed (:func:`~maintd.table.read.changes.changed_files`); None if one removed was
     never added (a damaged log: the feed then diffs two full reads)."""
 
 
@@ -212,7 +215,7 @@ class Table:
             return parse_schema_spec(schema)
         if isinstance(schema, pa.Schema):
             return fields_from_arrow(schema)
-        from maintd.table.schema import check_fields
+        from maintd.table.files.schema import check_fields
 
         return check_fields(schema)
 
@@ -266,7 +269,7 @@ class Table:
     def schema(self, version: int | None = None) -> pa.Schema:
         """The table's columns as an Arrow schema (key and partition columns not null) at ``version``
         (latest if None)."""
-        from maintd.table.schema import to_arrow
+        from maintd.table.files.schema import to_arrow
 
         return to_arrow(self.snapshot(self.resolve_version(version)).metadata.fields)
 
@@ -339,8 +342,8 @@ class Table:
                         isolation_level: Any = None) -> Transaction:
         return Transaction(self, operation, read_snapshot=read_snapshot, isolation_level=isolation_level)
 
-    def _after_commit(self, version: int, base: Snapshot, actions: Sequence[Action], *,
-                      published_after: float | None = None) -> None:
+    def committed(self, version: int, base: Snapshot, actions: Sequence[Action], *,
+                  published_after: float | None = None) -> None:
         """Cache the new snapshot and write a checkpoint every ``log.checkpoint.interval`` commits.
 
         ``published_after`` is a monotonic time before the publish of ``version`` began: the publish created
@@ -651,10 +654,10 @@ class Table:
     def scan(self, version: int | None = None, columns: Sequence[str] | None = None, filter: Any = None, *,
              as_of: datetime | int | float | str | None = None, split_bytes: int | None = None,
              batch_rows: int = DEFAULT_BATCH_ROWS) -> TableScan:
-        """A planned, re-readable scan of one version (see :mod:`maintd.table.scan`).
+        """A planned, re-readable scan of one version (see :mod:`maintd.table.read.scan`).
 
         ``filter`` is a string (``"region = 'eu' and id > 10"``) or pyarrow-style tuples
-        (:mod:`maintd.table.filters`); it prunes buckets and files, then filters the merged rows.
+        (:mod:`maintd.table.files.filters`); it prunes buckets and files, then filters the merged rows.
         A bucket whose files exceed ``split_bytes`` is read in key ranges of about that size.
         """
         snap = self.snapshot(self.resolve_version(version, as_of))

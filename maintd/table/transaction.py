@@ -4,10 +4,10 @@ The commit loop (as Delta Lake's ``doCommitRetryIteratively``, with the backoff 
 
 1. try to publish ``read_version + 1`` with put-if-absent (never when the commit it builds on was
    reclaimed meanwhile: that would publish into removed history);
-2. settle what the attempt did (:mod:`maintd.table.landing`): **landed**, **not landed**, or **unknown**,
+2. settle what the attempt did (:mod:`maintd.table.log.landing`): **landed**, **not landed**, or **unknown**,
    by finding this transaction's own id at that version in the table's history, never by assumption;
 3. if it did not land, wait (exponential backoff with jitter), read every commit since the last one
-   checked, and check this transaction against each (:mod:`maintd.table.conflicts`);
+   checked, and check this transaction against each (:mod:`maintd.table.log.conflicts`);
 4. retry at ``latest + 1``, until the attempts or the total time of the retry policy run out.
 
 Every error this raises after the first publish says which of the three it is: a
@@ -22,11 +22,12 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+from typing import Protocol as TypingProtocol
 
 from maintd.errors import CommitRetriesExhaustedError, InvalidInputError, TableReplacedError
-from maintd.table.actions import (
+from maintd.table.log.actions import (
     LOOKUP_PRIORS_VERSION,
     PRIOR_ROWS_VERSION,
     Action,
@@ -42,14 +43,13 @@ from maintd.table.actions import (
     Txn,
     Unpin,
 )
-from maintd.table.commitfile import format_for
-from maintd.table.conflicts import AlreadyCommitted, TxnFootprint, WinningCommit, check_winner, state_change
-from maintd.table.landing import STORAGE_ERRORS, Attempt
-from maintd.table.retry import Budget, RetryPolicy
-from maintd.table.snapshot import PartitionKey, Snapshot, partition_key
-
-if TYPE_CHECKING:
-    from maintd.table.table import Table
+from maintd.table.log.commitfile import format_for
+from maintd.table.log.conflicts import AlreadyCommitted, TxnFootprint, WinningCommit, check_winner, state_change
+from maintd.table.log.landing import STORAGE_ERRORS, Attempt
+from maintd.table.log.retry import Budget, RetryPolicy
+from maintd.table.log.snapshot import PartitionKey, Snapshot, partition_key
+from maintd.table.log.tablelog import TableLog
+from maintd.table.log.timeline import now_ms
 
 T = TypeVar("T")
 
@@ -74,8 +74,24 @@ class StaleRead(Exception):
     ever sees: so it stands outside the :class:`~maintd.errors.MaintdError` tree."""
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
+class CommitTarget(TypingProtocol):
+    """What a transaction needs of the table it commits to (:class:`maintd.table.Table` is one): its log, its
+    retry policy, its latest state, and a hook told of every commit that landed (to keep its cached state)."""
+
+    log: TableLog
+    retry_policy: RetryPolicy
+
+    @property
+    def uri(self) -> str: ...
+
+    def snapshot(self, version: int | None = None) -> Snapshot: ...
+
+    def reload(self) -> Snapshot: ...
+
+    def looked_up_within(self, version: int, seconds: float) -> bool: ...
+
+    def committed(self, version: int, base: Snapshot, actions: Sequence[Action], *,
+                  published_after: float | None = None) -> None: ...
 
 
 class Transaction:
@@ -85,7 +101,7 @@ class Transaction:
         UnsupportedProtocolError: (when built) the table needs a newer writer than this code.
     """
 
-    def __init__(self, table: Table, operation: str, *, read_snapshot: Snapshot | None = None,
+    def __init__(self, table: CommitTarget, operation: str, *, read_snapshot: Snapshot | None = None,
                  isolation_level: IsolationLevel | None = None, retry: RetryPolicy | None = None,
                  unconfirmed_read: bool = False) -> None:
         self.table = table
@@ -258,7 +274,7 @@ class Transaction:
             started = time.monotonic()
             if self._attempt(version, actions, latest, budget):
                 self._committed = version
-                self.table._after_commit(version, latest, actions, published_after=started)
+                self.table.committed(version, latest, actions, published_after=started)
                 return version
             if not budget.spent(self.attempts):
                 budget.pause(self.attempts)

@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from maintd import Table
-from maintd.table.actions import CommitInfo, Protocol
-from maintd.table.commitfile import encode_commit
-from maintd.table.log import commit_path
+from maintd.table.log.actions import CommitInfo, Protocol
+from maintd.table.log.commitfile import encode_commit
+from maintd.table.log.tablelog import commit_path
 
 
 def maintd(*args: str) -> subprocess.CompletedProcess[str]:

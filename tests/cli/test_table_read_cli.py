@@ -136,7 +136,7 @@ def test_history_lists_commits_newest_first(table_uri: str) -> None:
 
 def test_read_with_a_limit_reads_only_the_buckets_it_needs_and_says_how_many_rows_there_are(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import maintd.table.scan as scan
+    import maintd.table.read.scan as scan
 
     uri = str(tmp_path / "many")
     t = Table.create(uri, "id:int64!,v:string", primary_key="id", buckets=8)

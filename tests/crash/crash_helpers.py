@@ -36,8 +36,8 @@ from shapes import Shape, build
 
 from maintd import Table, VersionNotFoundError
 from maintd.storage.faulty import Fault, FaultPlan
-from maintd.table.reader import read_snapshot
-from maintd.table.timeline import commit_info
+from maintd.table.log.timeline import commit_info
+from maintd.table.read.reader import read_snapshot
 
 CLI = Path(__file__).with_name("crashing_cli.py")
 STEP = timedelta(hours=6)

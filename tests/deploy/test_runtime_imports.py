@@ -24,7 +24,7 @@ TOOL_EXTRAS = {"test", "bench", "mutation"}
 
 def optional_distributions() -> set[str]:
     """Distributions of the other extras (``duckdb``, ``polars``, ``plot``...): maintd imports them only when
-    asked for, and a missing one is an error naming the extra (``maintd.table.interop.require``)."""
+    asked for, and a missing one is an error naming the extra (``maintd.table.read.interop.require``)."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     return {normalize(re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0])
             for name, reqs in extras.items() if name not in RUNTIME_EXTRAS | TOOL_EXTRAS for req in reqs}

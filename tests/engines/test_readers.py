@@ -85,7 +85,7 @@ def test_polars_reads_what_read_returns_lazily_and_eagerly(layered: tuple[Table,
 def test_a_polars_query_reads_only_the_columns_it_needs(layered: tuple[Table, Any, dict[str, int]],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     table, _, _ = layered
-    from maintd.table import scan as scan_module
+    from maintd.table.read import scan as scan_module
 
     seen: list[tuple[str, ...]] = []
     real = scan_module.read_unit

@@ -13,7 +13,7 @@ import pytest
 from maintd import Table
 from maintd.engines.spark import MaintdDataSource
 from maintd.engines.spark.read import SnapshotReader, pushed_predicate
-from maintd.table.scan import ScanUnit
+from maintd.table.read.scan import ScanUnit
 
 from .helpers import by_key, kinds
 

@@ -17,7 +17,7 @@ from maintd.errors import (
 from maintd.execution import ExecutionOptions, IncrementalCommitter, PlanDoc, commit_rewrites, execute
 from maintd.execution.specs import TaskResult
 from maintd.storage import LocalStorage
-from maintd.table.actions import AddFile, RemoveFile
+from maintd.table.log.actions import AddFile, RemoveFile
 
 from .helpers import batch, make_table, plan_all, sorted_read
 

@@ -13,7 +13,7 @@ import pytest
 from maintd.execution import ExecutionOptions, commit_rewrites, execute, task_specs
 from maintd.execution import inputs as inputs_module
 from maintd.execution.rewrite import run_task
-from maintd.table.dictionaries import dictionary_columns
+from maintd.table.files.dictionaries import dictionary_columns
 
 from .helpers import Model, batch, make_table, plan_all, sorted_read
 
@@ -64,13 +64,13 @@ def test_an_input_that_does_not_list_the_column_makes_the_unit_read_it_plain_and
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file of an older maintd (no footer list) among new ones: the unit reads the column as plain strings, and
     its output, encoding them itself, lists it: the next merge reads a dictionary again."""
-    import maintd.table.writer as writer
+    import maintd.table.files.writer as writer
 
     table, model = make_table(tmp_path, commits=4, buckets=1)
     with monkeypatch.context() as m:  # a writer that stores no dictionary
         m.setattr(writer, "encode_batch", lambda t, columns: t)
         m.setattr(writer, "dictionary_types", lambda *a: [])
-        import maintd.table.files as files
+        import maintd.table.files.datafiles as files
 
         real = files.write_parquet
         m.setattr(files, "write_parquet", lambda data, sink, options, text=(), *a: real(data, sink, options, (), *a))

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maintd.execution.merge import merge_chunk, merge_streams, stable_order
-from maintd.table.merge import latest_rows, sort_by_key_version
+from maintd.table.files.merge import latest_rows, sort_by_key_version
 
 
 def _stream(t: pa.Table, batch: int) -> Iterator[pa.Table]:

@@ -30,7 +30,7 @@ from maintd.execution import (
 from maintd.execution import spark as spark_mod
 from maintd.execution.merge import in_version_order, merge_chunk
 from maintd.execution.specs import PlanDoc, PlanTaskDoc, TaskResult
-from maintd.table.merge import latest_rows, sort_by_key_version
+from maintd.table.files.merge import latest_rows, sort_by_key_version
 
 from .helpers import SCHEMA, Model, batch, make_table, plan_all, sorted_read
 

@@ -15,7 +15,7 @@ import pytest
 from maintd import Table
 from maintd.execution import ExecutionOptions, commit_rewrites, execute
 from maintd.execution.output import constant_column, with_constants
-from maintd.table.files import file_schema
+from maintd.table.files.datafiles import file_schema
 
 from .helpers import plan_all
 

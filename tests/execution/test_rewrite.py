@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from maintd.execution import ExecutionOptions, commit_rewrites, execute, run_task, task_specs
-from maintd.table.files import read_data_file
-from maintd.table.merge import latest_rows
-from maintd.table.reader import read_snapshot
+from maintd.table.files.datafiles import read_data_file
+from maintd.table.files.merge import latest_rows
+from maintd.table.read.reader import read_snapshot
 
 from .helpers import make_table, plan_all, sorted_read
 

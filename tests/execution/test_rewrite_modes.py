@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from maintd import Table
 from maintd.execution import ExecutionOptions, PlanDoc, PlanTaskDoc, commit_rewrites, run_plan
-from maintd.table.dictionaries import dictionary_columns
+from maintd.table.files.dictionaries import dictionary_columns
 
 SETTINGS = settings(max_examples=int(os.environ.get("MAINTD_MODES_EXAMPLES", "20")), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

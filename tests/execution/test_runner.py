@@ -128,9 +128,9 @@ def test_the_demo_calls_a_slower_read_slower(before: float, after: float, said: 
 
 
 def test_a_table_of_a_newer_protocol_is_reported_and_nothing_is_written_into_it(tmp_path: Path) -> None:
-    from maintd.table.actions import CommitInfo, Protocol
-    from maintd.table.commitfile import encode_commit
-    from maintd.table.log import commit_path
+    from maintd.table.log.actions import CommitInfo, Protocol
+    from maintd.table.log.commitfile import encode_commit
+    from maintd.table.log.tablelog import commit_path
 
     table, _ = make_table(tmp_path, commits=10)
     policy = tmp_path / "policy.yaml"

@@ -31,7 +31,7 @@ from shapes import Oracle, Shape, shapes
 from maintd import Table
 from maintd.execution import ExecutionOptions, run_plan
 from maintd.planner import default_policy, plan, with_overrides
-from maintd.table.snapshot import partition_key
+from maintd.table.log.snapshot import partition_key
 
 SETTINGS = settings(max_examples=int(os.environ.get("MAINTD_SHAPE_EXAMPLES", "8")), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

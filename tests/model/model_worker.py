@@ -47,10 +47,11 @@ from maintd.reclaim.engine import execute_plan
 from maintd.reclaim.retention import record_expiry
 from maintd.storage import storage_for_uri
 from maintd.storage.faulty import Fault, FaultPlan
-from maintd.table import landing, transaction
-from maintd.table.actions import AddFile
-from maintd.table.commitfile import commit_txn_id, decode_commit
-from maintd.table.log import parse_log_name
+from maintd.table import transaction
+from maintd.table.log import landing
+from maintd.table.log.actions import AddFile
+from maintd.table.log.commitfile import commit_txn_id, decode_commit
+from maintd.table.log.tablelog import parse_log_name
 
 RETRY = RetryPolicy(max_attempts=12, base_delay=0.002, max_delay=0.05, total_timeout=60)
 

@@ -8,8 +8,8 @@ from types import MappingProxyType
 from typing import Any
 
 from maintd.planner import Policy, default_policy, with_overrides
-from maintd.table.actions import AddFile, Field_, Metadata, Protocol
-from maintd.table.snapshot import Snapshot
+from maintd.table.log.actions import AddFile, Field_, Metadata, Protocol
+from maintd.table.log.snapshot import Snapshot
 
 NOW = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
 NOW_MS = int(NOW.timestamp() * 1000)

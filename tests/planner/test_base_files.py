@@ -5,7 +5,7 @@ from __future__ import annotations
 from planner_helpers import NOW, MiB, base, delta, snapshot
 
 from maintd.planner import Policy, plan, with_overrides
-from maintd.table.actions import AddFile
+from maintd.table.log.actions import AddFile
 
 
 def _base(i: int, lo: int, hi: int, size: int = 100 * MiB) -> AddFile:

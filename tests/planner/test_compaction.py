@@ -230,7 +230,7 @@ def test_retention_pressure_waits_while_pins_hold_the_history_it_would_free(quie
 
     from planner_helpers import NOW_MS
 
-    from maintd.table.actions import Pin
+    from maintd.table.log.actions import Pin
 
     pol = with_overrides(quiet, {"compaction": {"retention_pressure": True}})
     files = [base(0, compacted_h=30), delta(1, age_h=30)]

@@ -12,7 +12,7 @@ from planner_helpers import NOW, NOW_MS, MiB, base, delta, policy, snapshot
 from maintd.planner import Policy, plan, with_overrides
 from maintd.planner.compaction import rewrite_split
 from maintd.planner.stats import BucketStats
-from maintd.table.actions import AddFile
+from maintd.table.log.actions import AddFile
 
 TARGET = 100 * MiB
 

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from planner_helpers import HOUR, NOW, NOW_MS, MiB, snapshot
 
 from maintd.planner import MaintenancePlan, Policy, default_policy, plan, with_overrides
-from maintd.table.actions import AddFile
-from maintd.table.keyranges import overlaps
-from maintd.table.snapshot import Snapshot
+from maintd.table.files.keyranges import overlaps
+from maintd.table.log.actions import AddFile
+from maintd.table.log.snapshot import Snapshot
 
 STEP_MS = 7 * 60_000  # one commit every 7 minutes
 

@@ -16,7 +16,7 @@ import pytest
 from maintd import Table
 from maintd.reclaim import reclaim_table
 from maintd.storage import LocalStorage
-from maintd.table.log import checkpoint_path, commit_path
+from maintd.table.log.tablelog import checkpoint_path, commit_path
 
 NOW = datetime.now(UTC) + timedelta(hours=1)
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from maintd import InvalidInputError, PinConflictError, Table, VersionNotFoundError
 from maintd.cli import app
 from maintd.reclaim import held_by_pins, plan_reclamation, purge_table, reclaim_table
-from maintd.table.actions import EXPIRE_OPERATION
+from maintd.table.log.actions import EXPIRE_OPERATION
 
 HOUR = timedelta(hours=1)
 

@@ -10,8 +10,8 @@ import pytest
 
 from maintd import ConcurrentDeleteDeleteError, MetadataChangedError, Table, Transaction
 from maintd.reclaim import reclaim_table
-from maintd.table.log import TableLog, checkpoint_path, commit_path
-from maintd.table.writer import prepare_changes, split_and_write
+from maintd.table.files.writer import prepare_changes, split_and_write
+from maintd.table.log.tablelog import TableLog, checkpoint_path, commit_path
 
 
 def table_with_history(root: Path) -> Table:
@@ -209,9 +209,9 @@ def test_a_commit_left_in_removed_history_is_never_taken_for_the_latest_or_the_o
     retained version's). The latest version, and reclamation's oldest version, come from the unbroken run
     of commits ending at the latest."""
     from maintd.reclaim import plan_reclamation
-    from maintd.table.actions import CommitInfo
-    from maintd.table.commitfile import encode_commit
-    from maintd.table.log import LAST_CHECKPOINT
+    from maintd.table.log.actions import CommitInfo
+    from maintd.table.log.commitfile import encode_commit
+    from maintd.table.log.tablelog import LAST_CHECKPOINT
 
     table = table_with_history(tmp_path / "t")
     other = Table.open(table.uri)

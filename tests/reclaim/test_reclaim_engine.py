@@ -32,8 +32,8 @@ from maintd.reclaim.engine import (
 from maintd.reclaim.files import PartitionFilter
 from maintd.reclaim.models import FileRef, ReclaimPlan
 from maintd.storage import FileInfo, LocalStorage
-from maintd.table.actions import WRITER_VERSION, Protocol
-from maintd.table.log import checkpoint_path, commit_path
+from maintd.table.log.actions import WRITER_VERSION, Protocol
+from maintd.table.log.tablelog import checkpoint_path, commit_path
 
 NOW = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
 

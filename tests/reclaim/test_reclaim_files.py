@@ -17,7 +17,7 @@ from maintd.reclaim.files import (
     missing_live_files,
 )
 from maintd.storage import FileInfo
-from maintd.table.log import checkpoint_path, commit_path
+from maintd.table.log.tablelog import checkpoint_path, commit_path
 
 HEX = "0123456789abcdef" * 2
 HEX2 = "fedcba9876543210" * 2

@@ -20,7 +20,7 @@ from reclaim_helpers import History, build, data_files_on_disk, orphan, rows
 
 from maintd import Table
 from maintd.reclaim import reclaim_table
-from maintd.table.log import RECLAIMED, checkpoint_path, commit_path
+from maintd.table.log.tablelog import RECLAIMED, checkpoint_path, commit_path
 
 WORKER = Path(__file__).with_name("reclaim_worker.py")
 HOUR = timedelta(hours=1)

@@ -13,8 +13,8 @@ from reclaim_helpers import Clock, data_files_on_disk, local_time_zone, orphan
 from maintd import InvalidInputError, PinConflictError, Table
 from maintd.reclaim import engine, purge, purge_table
 from maintd.table import pins
-from maintd.table.actions import Unpin
-from maintd.table.timeline import to_epoch_ms
+from maintd.table.log.actions import Unpin
+from maintd.table.log.timeline import to_epoch_ms
 
 HOUR = timedelta(hours=1)
 

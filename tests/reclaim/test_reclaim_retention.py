@@ -18,9 +18,9 @@ from maintd.execution import execute
 from maintd.execution.commit import commit_rewrites
 from maintd.planner import load_policy_file, plan
 from maintd.reclaim import engine, plan_reclamation, reclaim_table, retention
-from maintd.table import timeline
-from maintd.table.log import checkpoint_path, commit_path
-from maintd.table.timeline import to_epoch_ms
+from maintd.table.log import timeline
+from maintd.table.log.tablelog import checkpoint_path, commit_path
+from maintd.table.log.timeline import to_epoch_ms
 
 HOUR = timedelta(hours=1)
 
@@ -174,7 +174,7 @@ def test_an_uncommitted_writers_files_survive_reclamation_and_then_commit(tmp_pa
     table = history.table
     snap = table.snapshot()
     txn = table.new_transaction("UPSERT", read_snapshot=snap)
-    from maintd.table.writer import prepare_changes, split_and_write
+    from maintd.table.files.writer import prepare_changes, split_and_write
 
     batch = prepare_changes(pa.table({"id": [77], "name": ["late"], "ds": ["b"]}), None, snap.metadata, table=table.uri)
     for add in split_and_write(table.storage, snap.metadata, batch):  # written, not committed yet

@@ -20,9 +20,9 @@ from maintd.reclaim import plan_reclamation, reclaim_table
 from maintd.reclaim.engine import execute_plan
 from maintd.storage import LocalStorage
 from maintd.storage.faulty import Fault, FaultPlan
-from maintd.table.checkpoint import decode_checkpoint
-from maintd.table.log import checkpoint_path
-from maintd.table.writer import prepare_changes, split_and_write
+from maintd.table.files.writer import prepare_changes, split_and_write
+from maintd.table.log.checkpoint import decode_checkpoint
+from maintd.table.log.tablelog import checkpoint_path
 
 HOUR = timedelta(hours=1)
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from maintd import Table
 from maintd.storage import LocalStorage
-from maintd.table.log import LAST_CHECKPOINT, RECLAIMED, TableLog
+from maintd.table.log.tablelog import LAST_CHECKPOINT, RECLAIMED, TableLog
 
 
 class SlowReads(LocalStorage):

@@ -14,7 +14,7 @@ from maintd.service.metrics import Metrics
 from maintd.service.records import RunKind
 from maintd.service.store import StateStore
 from maintd.settings import Settings
-from maintd.table.log import commit_path
+from maintd.table.log.tablelog import commit_path
 
 from .warehouse import Model, create, read_sorted, write
 

@@ -17,8 +17,8 @@ from maintd.simulate import RecordedRun, Schedule, schedule_from_runs, simulate
 from maintd.simulate.engine import SimTable, writer_times
 from maintd.simulate.pattern import BucketWrite, WritePattern, WriterCommit
 from maintd.simulate.sizes import Line, SizeModel, fit_line
-from maintd.table.actions import AddFile, Field_, Metadata, Protocol
-from maintd.table.snapshot import Snapshot
+from maintd.table.log.actions import AddFile, Field_, Metadata, Protocol
+from maintd.table.log.snapshot import Snapshot
 
 MIN = 60_000
 HOUR = 60 * MIN

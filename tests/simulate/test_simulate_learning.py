@@ -141,7 +141,7 @@ def test_a_layout_never_read_takes_the_overhead_of_its_nearest_layout(tmp_path: 
 
 def test_prior_rows_bytes_are_estimated_from_what_a_compaction_folds_and_none_without_a_basefile() -> None:
     from maintd.simulate.sizes import Line, SizeModel
-    from maintd.table.actions import AddFile
+    from maintd.table.log.actions import AddFile
 
     def f(kind: str, rows: int, nbytes: int, deletes: int = 0) -> AddFile:
         return AddFile.model_construct(path=f"{kind}-{rows}.parquet", partition={}, bucket=0, kind=kind,

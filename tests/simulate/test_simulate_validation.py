@@ -210,7 +210,7 @@ def test_prior_rows_files_are_predicted_as_history_reclaimed_with_their_basefile
 
 
 def test_prior_rows_bytes_of_hours_12_to_24_are_forecast_from_the_first_12(with_prior_rows: Maintained) -> None:
-    from maintd.table.actions import CommitInfo, PriorRows
+    from maintd.table.log.actions import CommitInfo, PriorRows
 
     table = Table.open(with_prior_rows.uri)
     cut_ms = int((with_prior_rows.start + timedelta(hours=12)).timestamp() * 1000)

@@ -10,7 +10,7 @@ import pytest
 
 from maintd import Table
 from maintd.storage import LocalStorage, storage_for_uri
-from maintd.table.log import LAST_CHECKPOINT, commit_path
+from maintd.table.log.tablelog import LAST_CHECKPOINT, commit_path
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from maintd.storage import (
     storage_for_uri,
 )
 from maintd.storage.faulty import Fault, FaultPlan
-from maintd.table.log import commit_path
+from maintd.table.log.tablelog import commit_path
 
 SCHEMA = "id:int64!,name:string"
 

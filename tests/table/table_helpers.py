@@ -19,10 +19,10 @@ from maintd import CommitConflictError, CommitRetriesExhaustedError, Table, Tran
 from maintd.execution import ExecutionOptions, run_plan
 from maintd.planner import default_policy, plan, with_overrides
 from maintd.storage import FileInfo, LocalStorage, storage_for_uri
-from maintd.table.files import read_data_file, write_data_file
-from maintd.table.log import parse_log_name
-from maintd.table.merge import latest_rows, sort_by_key_version
-from maintd.table.snapshot import PartitionKey, Snapshot
+from maintd.table.files.datafiles import read_data_file, write_data_file
+from maintd.table.files.merge import latest_rows, sort_by_key_version
+from maintd.table.log.snapshot import PartitionKey, Snapshot
+from maintd.table.log.tablelog import parse_log_name
 
 Key = tuple[Any, ...]
 Row = dict[str, Any]
@@ -349,7 +349,7 @@ class FailingAfterPublishStorage(LocalStorage):
 def feed_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The data files the feed reads: rows of keys (files live at the two versions), or whole (changed files)."""
     seen: list[str] = []
-    from maintd.table import changes as feed
+    from maintd.table.read import changes as feed
 
     rows_of_keys, whole = feed.read_rows_of_keys, feed.read_data_files
 

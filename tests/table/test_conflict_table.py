@@ -41,7 +41,7 @@ from maintd import (
     Table,
 )
 from maintd.execution import CommitOutcome, PlanDoc, PlanTaskDoc, commit_rewrites, execute
-from maintd.table.actions import (
+from maintd.table.log.actions import (
     AddFile,
     CommitInfo,
     Expire,
@@ -52,8 +52,8 @@ from maintd.table.actions import (
     RemoveFile,
     Txn,
 )
-from maintd.table.conflicts import AlreadyCommitted, TxnFootprint, WinningCommit, check_winner, state_change
-from maintd.table.snapshot import Snapshot
+from maintd.table.log.conflicts import AlreadyCommitted, TxnFootprint, WinningCommit, check_winner, state_change
+from maintd.table.log.snapshot import Snapshot
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "format.md"
 PART = {"ds": "p"}

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 from table_helpers import groups, rewrite_bucket
 
 from maintd import Table
-from maintd.table.dictionaries import dictionary_columns
+from maintd.table.files.dictionaries import dictionary_columns
 
 
 def _encodings(table: Table, path: str) -> dict[str, tuple[str, bool, bool]]:

@@ -1,4 +1,4 @@
-"""Text columns of few values, dictionary-encoded from the writer on (maintd/table/dictionaries.py)."""
+"""Text columns of few values, dictionary-encoded from the writer on (maintd/table/files/dictionaries.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maintd import Table
-from maintd.table.dictionaries import (
+from maintd.table.files.datafiles import level0_options, write_parquet
+from maintd.table.files.dictionaries import (
     DICTIONARY_KEY,
     DICTIONARY_PAGE_LIMIT,
     common_dictionaries,
@@ -25,7 +26,6 @@ from maintd.table.dictionaries import (
     encode_text,
     fits,
 )
-from maintd.table.files import level0_options, write_parquet
 
 
 def test_a_column_of_few_values_becomes_a_dictionary_and_one_of_many_does_not() -> None:

@@ -7,8 +7,8 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from maintd.table.actions import AddFile
-from maintd.table.keyranges import KeyRange, key_value, overlaps, sort_key, split_key_ranges
+from maintd.table.files.keyranges import KeyRange, key_value, overlaps, sort_key, split_key_ranges
+from maintd.table.log.actions import AddFile
 
 
 def _file(name: str, lo: int, hi: int, size: int, kind: str = "delta") -> AddFile:

@@ -20,7 +20,7 @@ from maintd.errors import StorageConfigError, StorageError
 from maintd.reclaim import reclaim_table
 from maintd.storage import configure_storage, storage_for_uri
 from maintd.storage.objectstore import listing_order
-from maintd.table.log import TableLog
+from maintd.table.log.tablelog import TableLog
 
 ROWS = [{"id": i, "v": f"row {i}"} for i in range(12)]
 

@@ -21,10 +21,10 @@ from table_helpers import feed_reads
 from maintd import InvalidInputError, Table
 from maintd.execution import ExecutionOptions, PlanDoc, PlanTaskDoc, commit_rewrites, run_plan
 from maintd.reclaim import reclaim_table
-from maintd.table.actions import LOOKUP_PRIORS_VERSION, PRIOR_ROWS_VERSION, PriorRows, action_to_json
-from maintd.table.checkpoint import decode_checkpoint, encode_checkpoint
-from maintd.table.priors import GroupPriors
-from maintd.table.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
+from maintd.table.files.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
+from maintd.table.log.actions import LOOKUP_PRIORS_VERSION, PRIOR_ROWS_VERSION, PriorRows, action_to_json
+from maintd.table.log.checkpoint import decode_checkpoint, encode_checkpoint
+from maintd.table.read.priors import GroupPriors
 
 LOOKUP = {"changes.prior.rows": "lookup"}
 
@@ -365,7 +365,7 @@ def test_a_lookup_in_large_row_groups_reads_them_one_at_a_time_and_finds_the_sam
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Row groups larger than the limit are read one at a time (a unit holds one decoded row group); what is
     found is the same."""
-    import maintd.table.files as files
+    import maintd.table.files.datafiles as files
 
     found = {}
     for name, limit in (("at once", files._KEYED_READ_BYTES), ("one at a time", 0)):

@@ -11,11 +11,11 @@ import pyarrow as pa
 import pytest
 
 from maintd import Table, UnsupportedProtocolError
-from maintd.table import checkpoint as checkpoint_module
-from maintd.table import commitfile
-from maintd.table.actions import Expire, Pin, Protocol, Unpin
-from maintd.table.checkpoint import decode_checkpoint, encode_checkpoint
-from maintd.table.log import checkpoint_path, commit_path
+from maintd.table.log import checkpoint as checkpoint_module
+from maintd.table.log import commitfile
+from maintd.table.log.actions import Expire, Pin, Protocol, Unpin
+from maintd.table.log.checkpoint import decode_checkpoint, encode_checkpoint
+from maintd.table.log.tablelog import checkpoint_path, commit_path
 
 
 def table_of(root: Path) -> Table:
@@ -90,7 +90,7 @@ def test_unpin_of_a_pin_already_removed_changes_nothing(tmp_path: Path) -> None:
     table = table_of(tmp_path / "t")
     pin = table.pin(1, timedelta(hours=1))
     snap = table.snapshot()
-    from maintd.table.snapshot import SnapshotBuilder
+    from maintd.table.log.snapshot import SnapshotBuilder
 
     builder = SnapshotBuilder.from_snapshot(snap)
     builder.apply(snap.version + 1, [Unpin(id=pin.id), Unpin(id=pin.id)])

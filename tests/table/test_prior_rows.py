@@ -37,11 +37,11 @@ from maintd.execution.prior import PriorWriter
 from maintd.reclaim import reclaim_table
 from maintd.reclaim.engine import list_files
 from maintd.reclaim.files import PartitionFilter, expired_data_files, find_orphans
-from maintd.table.actions import PRIOR_ROWS_VERSION, PriorRows
-from maintd.table.checkpoint import decode_checkpoint, encode_checkpoint
-from maintd.table.log import commit_path
-from maintd.table.priors import GroupPriors
-from maintd.table.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
+from maintd.table.files.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
+from maintd.table.log.actions import PRIOR_ROWS_VERSION, PriorRows
+from maintd.table.log.checkpoint import decode_checkpoint, encode_checkpoint
+from maintd.table.log.tablelog import commit_path
+from maintd.table.read.priors import GroupPriors
 
 PRIOR = {"changes.prior.rows": "true"}
 

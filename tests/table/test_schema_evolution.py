@@ -11,12 +11,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-import maintd.table.checkpoint as checkpoint_module
-import maintd.table.commitfile as commitfile_module
-import maintd.table.snapshot as snapshot_module
+import maintd.table.log.checkpoint as checkpoint_module
+import maintd.table.log.commitfile as commitfile_module
+import maintd.table.log.snapshot as snapshot_module
 from maintd import MetadataChangedError, SchemaEvolutionError, SchemaMismatchError, Table, UnsupportedProtocolError
-from maintd.table.actions import Field_
-from maintd.table.evolution import add_columns, parse_columns_spec
+from maintd.table.files.evolution import add_columns, parse_columns_spec
+from maintd.table.log.actions import Field_
 
 SCHEMA = "id:int64!,region:string!,name:string"
 
@@ -181,7 +181,7 @@ def test_a_blind_write_prepared_on_the_old_schema_lands_over_a_concurrent_additi
     writer = Table.open(t.uri)
     snap = writer.snapshot()
     txn = writer.new_transaction("UPSERT", read_snapshot=snap)
-    from maintd.table.writer import prepare_changes, split_and_write
+    from maintd.table.files.writer import prepare_changes, split_and_write
 
     batch = prepare_changes(pa.table({"id": [10], "region": ["eu"], "name": ["old"], "a": [1]}), None,
                             snap.metadata, table=t.uri)

@@ -22,7 +22,7 @@ from maintd import (
     TableExistsError,
     TableNotFoundError,
 )
-from maintd.table.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
+from maintd.table.files.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
 
 SCHEMA = "id:int64!,name:string,ds:string"
 

@@ -20,7 +20,7 @@ from maintd import (
     SchemaMismatchError,
     Table,
 )
-from maintd.table.log import checkpoint_path, commit_path
+from maintd.table.log.tablelog import checkpoint_path, commit_path
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string()), ("amount", pa.float64()),
                     ("ds", pa.string())])

@@ -16,7 +16,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from maintd.table.bucketing import bucket_of, key_hash
+from maintd.table.files.bucketing import bucket_of, key_hash
 
 U64 = (1 << 64) - 1
 DOC = Path(__file__).resolve().parents[2] / "docs" / "format.md"

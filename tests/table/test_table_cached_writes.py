@@ -13,7 +13,7 @@ import pytest
 
 from maintd import Table
 from maintd.table import table as table_module
-from maintd.table.log import TableLog
+from maintd.table.log.tablelog import TableLog
 
 SCHEMA = "id:int64!,name:string"
 

@@ -81,7 +81,7 @@ def test_changes_read_only_the_row_groups_of_changed_keys(tmp_path: Any, monkeyp
     """A change to a few keys of a compacted bucket reads the row groups whose key statistics enclose a
     changed key, never the whole file through the reader; only the changed files themselves (every row of
     which is a changed row) are read whole."""
-    import maintd.table.files as files
+    import maintd.table.files.datafiles as files
 
     table = Table.create(str(tmp_path / "t"), SCHEMA, primary_key="id", partition_by="ds", buckets=1)
     table.upsert(pa.table({"id": list(range(1000)), "ds": ["d1"] * 1000, "name": ["a"] * 1000,
@@ -106,8 +106,8 @@ def test_changes_read_only_the_row_groups_of_changed_keys(tmp_path: Any, monkeyp
             full_reads.extend(f.path for f in fs)
         return real_many(storage, metadata, fs, columns, threads)
 
-    monkeypatch.setattr("maintd.table.changes.read_data_files", spy_many)
-    monkeypatch.setattr("maintd.table.reader.read_data_file", spy)
+    monkeypatch.setattr("maintd.table.read.changes.read_data_files", spy_many)
+    monkeypatch.setattr("maintd.table.read.reader.read_data_file", spy)
     got = sorted_rows(table.changes(start, end), KEYS)
     assert [(r["id"], r["_change"]) for r in got] == [(5, "update"), (2000, "insert")]
     assert full_reads == changed, "the change feed read a whole file other than the changed one"
@@ -119,7 +119,7 @@ def test_rows_of_keys_across_many_row_groups_equal_a_filter(tmp_path: Any) -> No
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from maintd.table.files import read_rows_of_keys
+    from maintd.table.files.datafiles import read_rows_of_keys
 
     table = Table.create(str(tmp_path / "t"), "id:int64!,name:string", primary_key="id", buckets=1)
     table.upsert(pa.table({"id": list(range(1000)), "name": [str(i) for i in range(1000)]}))
@@ -147,7 +147,7 @@ def test_rows_of_keys_skip_row_groups_and_files_by_key_statistics(tmp_path: Any,
     import pyarrow.parquet as pq
 
     from maintd.errors import DataFileMissingError
-    from maintd.table.files import read_rows_of_keys
+    from maintd.table.files.datafiles import read_rows_of_keys
 
     table = Table.create(str(tmp_path / "t"), "a:string!,b:int64!,v:double", primary_key=["a", "b"], buckets=1)
     a = [f"k{i:04d}" for i in range(500) for _ in range(2)]

@@ -21,7 +21,7 @@ from table_helpers import data_files_on_disk
 
 from maintd import CorruptLogError, DataFileMissingError, DataFileSchemaError, Table
 from maintd.reclaim import reclaim_table
-from maintd.table.log import LAST_CHECKPOINT, checkpoint_path, commit_path
+from maintd.table.log.tablelog import LAST_CHECKPOINT, checkpoint_path, commit_path
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -22,8 +22,8 @@ from freezegun import freeze_time
 
 from maintd import Table
 from maintd.reclaim import reclaim_table
-from maintd.table.actions import Protocol, action_from_dict
-from maintd.table.log import checkpoint_path, commit_path
+from maintd.table.log.actions import Protocol, action_from_dict
+from maintd.table.log.tablelog import checkpoint_path, commit_path
 
 FIXTURES = Path(__file__).with_name("fixtures")
 

@@ -20,8 +20,8 @@ import pytest
 from maintd import Table
 from maintd.errors import TableReplacedError
 from maintd.storage import storage_for_uri
-from maintd.table.landing import Attempt
-from maintd.table.log import LOG_DIR, parse_log_name
+from maintd.table.log.landing import Attempt
+from maintd.table.log.tablelog import LOG_DIR, parse_log_name
 
 SCHEMA = "id:int64!,v:string"
 

@@ -20,9 +20,9 @@ from table_helpers import data_files_on_disk
 from maintd import CorruptLogError, PathOutsideTableError, Table, UnsupportedProtocolError
 from maintd.reclaim import reclaim_table
 from maintd.storage import LocalStorage
-from maintd.table.actions import AddFile, CommitInfo, Protocol, RemoveFile, action_to_json
-from maintd.table.commitfile import decode_commit, encode_commit
-from maintd.table.log import commit_path
+from maintd.table.log.actions import AddFile, CommitInfo, Protocol, RemoveFile, action_to_json
+from maintd.table.log.commitfile import decode_commit, encode_commit
+from maintd.table.log.tablelog import commit_path
 
 SCHEMA = "id:int64!,name:string"
 

@@ -14,7 +14,8 @@ import pytest
 from table_helpers import CountingStorage, OrderedStorage, groups, rewrite_bucket
 
 from maintd import Table, TableNotFoundError
-from maintd.table.log import (
+from maintd.table.log.snapshot import Snapshot, SnapshotBuilder
+from maintd.table.log.tablelog import (
     LAST_CHECKPOINT,
     U64_MAX,
     TableLog,
@@ -22,7 +23,6 @@ from maintd.table.log import (
     commit_path,
     parse_log_name,
 )
-from maintd.table.snapshot import Snapshot, SnapshotBuilder
 
 
 def test_commit_names_count_down_from_u64_max_in_twenty_digits() -> None:

@@ -20,8 +20,9 @@ from table_helpers import CountingStorage, OrderedStorage
 
 from maintd import CorruptLogError, Table, TableNotFoundError, UnsupportedProtocolError, VersionNotFoundError
 from maintd.storage import FileInfo, LocalStorage
-from maintd.table.actions import READER_VERSION, WRITER_VERSION, CommitInfo, Protocol, RemoveFile
-from maintd.table.log import (
+from maintd.table.log.actions import READER_VERSION, WRITER_VERSION, CommitInfo, Protocol, RemoveFile
+from maintd.table.log.snapshot import SnapshotBuilder
+from maintd.table.log.tablelog import (
     LAST_CHECKPOINT,
     LOG_DIR,
     TableLog,
@@ -30,7 +31,6 @@ from maintd.table.log import (
     oldest_buildable,
     parse_log_name,
 )
-from maintd.table.snapshot import SnapshotBuilder
 
 
 def _log(root: Path, commits: range | list[int] = (), checkpoints: range | list[int] = (), *,

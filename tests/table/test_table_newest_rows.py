@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maintd import Table
-from maintd.table import reader
-from maintd.table.merge import first_of_each_key_hashed, latest_rows
-from maintd.table.schema import OP_COLUMN, OP_DELETE, OP_UPSERT, VERSION_COLUMN
+from maintd.table.files.merge import first_of_each_key_hashed, latest_rows
+from maintd.table.files.schema import OP_COLUMN, OP_DELETE, OP_UPSERT, VERSION_COLUMN
+from maintd.table.read import reader
 
 ROWS = st.lists(st.tuples(st.integers(0, 12), st.booleans()), max_size=60)
 

@@ -16,10 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from maintd import InvalidInputError, Table
-from maintd.table import reader
-from maintd.table.actions import AddFile, Metadata
-from maintd.table.files import file_schema, write_data_file
-from maintd.table.reader import (
+from maintd.table.files.datafiles import file_schema, write_data_file
+from maintd.table.files.schema import OP_COLUMN, VERSION_COLUMN
+from maintd.table.log.actions import AddFile, Metadata
+from maintd.table.read import reader
+from maintd.table.read.reader import (
     CHANGE_COLUMN,
     CHANGE_VERSION_COLUMN,
     changes_between,
@@ -29,7 +30,6 @@ from maintd.table.reader import (
     read_snapshot,
     state_schema,
 )
-from maintd.table.schema import OP_COLUMN, VERSION_COLUMN
 
 SCHEMA = "id:int64!,ds:string!,name:string"
 UPSERT, DELETE = 0, 1
@@ -195,7 +195,7 @@ def test_writers_and_merged_files_together_give_the_newest_row_of_each_key(tmp_p
 @pytest.mark.parametrize(("count", "threads"), [(7, 1), (8, 4)])
 def test_many_files_of_a_bucket_are_read_on_threads_a_few_on_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                    count: int, threads: int) -> None:
-    import maintd.table.files as files_mod
+    import maintd.table.files.datafiles as files_mod
 
     table = new_table(tmp_path / "t")
     files = [write(table, [(i, f"n{v}"), (100 + v, "x")], version=v) for v, i in enumerate(range(count), start=1)]

@@ -19,7 +19,7 @@ from test_table_processes import appending_while_properties_change_and_maintenan
 from maintd import Table, TableNotFoundError, VersionNotFoundError
 from maintd.storage.objectstore import ObjectStoreStorage
 from maintd.table import table as table_module
-from maintd.table.log import commit_path
+from maintd.table.log.tablelog import commit_path
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("ds", pa.string()), ("name", pa.string())])
 

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from maintd import InvalidInputError, Table
 from maintd.table import AddFile
-from maintd.table.bucketing import bucket_of
-from maintd.table.ranges import KeyRange, split_key_ranges
+from maintd.table.files.bucketing import bucket_of
+from maintd.table.files.ranges import KeyRange, split_key_ranges
 
 HERE = Path(__file__).parent
 SCHEMA = "id:int64!,region:string!,name:string,amount:float64"

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from maintd import Table, UnsupportedProtocolError
-from maintd.table.actions import READER_VERSION, WRITER_VERSION, Protocol, RemoveFile
-from maintd.table.snapshot import (
+from maintd.table.log.actions import READER_VERSION, WRITER_VERSION, Protocol, RemoveFile
+from maintd.table.log.snapshot import (
     TXN_RECORDS_MAX,
     TXN_WINDOW_MS,
     SnapshotBuilder,

@@ -11,7 +11,7 @@ import pytest
 from freezegun import freeze_time
 
 from maintd import InvalidInputError, Table, VersionNotFoundError
-from maintd.table.log import commit_path
+from maintd.table.log.tablelog import commit_path
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from table_helpers import FailingAfterPublishStorage
 
-import maintd.table.retry as retry
+import maintd.table.log.retry as retry
 import maintd.table.transaction as transaction
 from maintd import (
     CommitRetriesExhaustedError,
@@ -27,7 +27,7 @@ from maintd import (
     UnsupportedProtocolError,
 )
 from maintd.storage import LocalStorage
-from maintd.table.actions import (
+from maintd.table.log.actions import (
     READER_VERSION,
     WRITER_VERSION,
     AddFile,
@@ -40,8 +40,8 @@ from maintd.table.actions import (
     Txn,
     Unpin,
 )
-from maintd.table.log import commit_path
-from maintd.table.snapshot import Snapshot
+from maintd.table.log.snapshot import Snapshot
+from maintd.table.log.tablelog import commit_path
 from maintd.table.transaction import StaleRead, Transaction
 
 

@@ -17,7 +17,7 @@ from loguru import logger
 from maintd.engines.spark.source import SOURCE_NAME
 from maintd.errors import InvalidInputError, TableExistsError, TableNotFoundError
 from maintd.storage import storage_for_uri
-from maintd.table.log import TableLog
+from maintd.table.log.tablelog import TableLog
 
 _MODES = {"errorifexists": "errorifexists", "error": "errorifexists", "default": "errorifexists",
           "ignore": "ignore", "append": "append", "overwrite": "overwrite"}

@@ -4,7 +4,7 @@ Spark plans a Python data source in a Python worker on the driver: the reader is
 (``DataSource.reader``), pickled *before* ``partitions()`` runs, and shipped with every task. So a
 reader holds only what its tasks need (the table URI, the version, the metadata, the columns and
 the filter), never a snapshot; ``partitions()`` loads the snapshot, plans the scan
-(:func:`maintd.table.scan.plan_scan`) and returns one Spark partition per unit (a (partition,
+(:func:`maintd.table.read.scan.plan_scan`) and returns one Spark partition per unit (a (partition,
 bucket), or a key range of a large bucket) carrying that unit's ``add`` actions. An executor
 opens nothing but those files: no log replay, no listing.
 
@@ -26,11 +26,11 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from maintd.engines.spark.carry import carried_storage
 from maintd.storage import executor_storage
 from maintd.table import Snapshot, Table
-from maintd.table.actions import Metadata, Protocol
-from maintd.table.filters import Predicate, RowFilter, typed
-from maintd.table.reader import CHANGE_COLUMN, CHANGE_VERSION_COLUMN
-from maintd.table.scan import ChangeUnit, ScanPlan, ScanUnit, plan_changes, plan_scan, read_change_unit, read_unit
-from maintd.table.schema import TYPES, to_arrow
+from maintd.table.files.filters import Predicate, RowFilter, typed
+from maintd.table.files.schema import TYPES, to_arrow
+from maintd.table.log.actions import Metadata, Protocol
+from maintd.table.read.reader import CHANGE_COLUMN, CHANGE_VERSION_COLUMN
+from maintd.table.read.scan import ChangeUnit, ScanPlan, ScanUnit, plan_changes, plan_scan, read_change_unit, read_unit
 
 BATCH_ROWS = 65_536
 _PUSHABLE = {"EqualTo": "=", "EqualNullSafe": "=", "GreaterThan": ">", "GreaterThanOrEqual": ">=",

@@ -60,11 +60,12 @@ from maintd.errors import (
     TableNotFoundError,
     VersionNotFoundError,
 )
-from maintd.table import Metadata, Table, timeline
-from maintd.table.actions import Field_
-from maintd.table.evolution import add_columns
-from maintd.table.filters import parse_filter
-from maintd.table.reader import CHANGE_COLUMN, CHANGE_VERSION_COLUMN
+from maintd.table import Metadata, Table
+from maintd.table.files.evolution import add_columns
+from maintd.table.files.filters import parse_filter
+from maintd.table.log import timeline
+from maintd.table.log.actions import Field_
+from maintd.table.read.reader import CHANGE_COLUMN, CHANGE_VERSION_COLUMN
 
 SOURCE_NAME = "maintd"
 

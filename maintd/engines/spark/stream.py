@@ -32,8 +32,8 @@ from maintd.engines.spark.carry import carried_storage
 from maintd.engines.spark.read import BATCH_ROWS, change_schema
 from maintd.storage import executor_storage
 from maintd.table import AddFile, Snapshot, Table
-from maintd.table.actions import Metadata, Protocol
-from maintd.table.scan import ChangeUnit, plan_changes, read_change_unit
+from maintd.table.log.actions import Metadata, Protocol
+from maintd.table.read.scan import ChangeUnit, plan_changes, read_change_unit
 
 
 @dataclass(frozen=True)

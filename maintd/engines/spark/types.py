@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from pyspark.sql import types as T
 
 from maintd.errors import InvalidInputError, PrimaryKeyError, SchemaMismatchError
-from maintd.table.actions import Field_, Metadata
+from maintd.table.log.actions import Field_, Metadata
 
 SPARK_TYPES: dict[str, T.DataType] = {
     "bool": T.BooleanType(),

@@ -5,7 +5,7 @@ and version, the DataFrame's schema checked against it (:func:`~maintd.engines.s
 the operation column, and for an overwrite the partitions it replaces. Each Spark task then
 validates its whole input (keys present and not null, values castable, rows inside ``replaceWhere``)
 *before* it writes, splits it by (partition, bucket) and writes one level-0 file per group with the
-table's own writer (:func:`maintd.table.writer.split_and_write`), and returns only the ``add``
+table's own writer (:func:`maintd.table.files.writer.split_and_write`), and returns only the ``add``
 actions. The driver commits them in one transaction.
 
 Keys across tasks. Within a task the last row of a key wins, as in ``Table.upsert``. Two tasks
@@ -53,13 +53,13 @@ from maintd.errors import (
 )
 from maintd.storage import CarriedStorage, Storage, executor_storage, storage_for_uri
 from maintd.table import AddFile, Metadata, Snapshot, Table
-from maintd.table.actions import SCHEMA_EVOLUTION_VERSION, Field_
-from maintd.table.evolution import add_columns
-from maintd.table.files import read_data_file
-from maintd.table.filters import RowFilter
-from maintd.table.schema import OP_DELETE, OP_UPSERT, to_arrow
-from maintd.table.snapshot import PartitionKey, partition_key
-from maintd.table.writer import prepare_changes, split_and_write
+from maintd.table.files.datafiles import read_data_file
+from maintd.table.files.evolution import add_columns
+from maintd.table.files.filters import RowFilter
+from maintd.table.files.schema import OP_DELETE, OP_UPSERT, to_arrow
+from maintd.table.files.writer import prepare_changes, split_and_write
+from maintd.table.log.actions import SCHEMA_EVOLUTION_VERSION, Field_
+from maintd.table.log.snapshot import PartitionKey, partition_key
 
 STREAM_APP_PREFIX = "spark-query-"
 

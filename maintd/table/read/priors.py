@@ -41,17 +41,17 @@ import pyarrow.parquet as pq
 from loguru import logger
 
 from maintd.storage import Storage
-from maintd.table.actions import AddFile, Metadata, PriorRows
-from maintd.table.evolution import added_columns, fill_missing
-from maintd.table.files import file_schema, rows_with_keys
-from maintd.table.lazy import lazy_module
-from maintd.table.merge import latest_rows
-from maintd.table.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
+from maintd.table.files.datafiles import file_schema, rows_with_keys
+from maintd.table.files.evolution import added_columns, fill_missing
+from maintd.table.files.lazy import lazy_module
+from maintd.table.files.merge import latest_rows
+from maintd.table.files.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
+from maintd.table.log.actions import AddFile, Metadata, PriorRows
 
 if TYPE_CHECKING:
     import pyarrow.compute as pc
 else:
-    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.lazy
+    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.files.lazy
 
 
 @dataclass(frozen=True)

@@ -10,18 +10,18 @@ import pyarrow as pa
 
 from maintd.errors import InvalidInputError, MaintdError, PrimaryKeyError, StorageError
 from maintd.storage import Storage
-from maintd.table.actions import AddFile, Metadata
-from maintd.table.bucketing import bucket_of
-from maintd.table.dictionaries import dictionary_types, encode_batch
-from maintd.table.files import file_schema, write_data_files
-from maintd.table.lazy import lazy_module
-from maintd.table.merge import first_of_each_key
-from maintd.table.schema import OP_COLUMN, OP_DELETE, OP_UPSERT, conform
+from maintd.table.files.bucketing import bucket_of
+from maintd.table.files.datafiles import file_schema, write_data_files
+from maintd.table.files.dictionaries import dictionary_types, encode_batch
+from maintd.table.files.lazy import lazy_module
+from maintd.table.files.merge import first_of_each_key
+from maintd.table.files.schema import OP_COLUMN, OP_DELETE, OP_UPSERT, conform
+from maintd.table.log.actions import AddFile, Metadata
 
 if TYPE_CHECKING:
     import pyarrow.compute as pc
 else:
-    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.lazy
+    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.files.lazy
 
 TableLike = Any
 """A ``pyarrow.Table``, a ``pandas.DataFrame``, a list of row dicts, or (for deletes) a list of keys."""

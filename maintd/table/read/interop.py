@@ -1,4 +1,4 @@
-"""DuckDB, Polars and pandas over a :class:`~maintd.table.scan.TableScan`.
+"""DuckDB, Polars and pandas over a :class:`~maintd.table.read.scan.TableScan`.
 
 Each adapter hands the engine the scan's Arrow stream, so rows arrive bucket by bucket and the
 engine decides how much of them to hold: a DuckDB aggregate keeps only its state. DuckDB and Polars
@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from maintd.table.scan import TableScan
+from maintd.table.read.scan import TableScan
 
 
 def require(module: str, extra: str) -> ModuleType:

@@ -10,8 +10,8 @@ from typing import TypeVar
 from urllib.parse import quote
 
 from maintd.errors import UnsupportedProtocolError
-from maintd.table import properties as props
-from maintd.table.actions import (
+from maintd.table.log import properties as props
+from maintd.table.log.actions import (
     FEATURES,
     LOOKUP_PRIORS_VERSION,
     PRIOR_ROWS_VERSION,

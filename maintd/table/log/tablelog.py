@@ -18,10 +18,10 @@ from loguru import logger
 
 from maintd.errors import CorruptLogError, TableNotFoundError, UnsupportedProtocolError, VersionNotFoundError
 from maintd.storage import Storage
-from maintd.table.actions import Action
-from maintd.table.checkpoint import decode_checkpoint, encode_checkpoint
-from maintd.table.commitfile import commit_txn_id, decode_commit, decode_commit_txn_id, encode_commit
-from maintd.table.snapshot import Snapshot, SnapshotBuilder
+from maintd.table.log.actions import Action
+from maintd.table.log.checkpoint import decode_checkpoint, encode_checkpoint
+from maintd.table.log.commitfile import commit_txn_id, decode_commit, decode_commit_txn_id, encode_commit
+from maintd.table.log.snapshot import Snapshot, SnapshotBuilder
 
 LOG_DIR = "_log"
 U64_MAX = 18446744073709551615

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from maintd.table.lazy import lazy_module
-from maintd.table.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
+from maintd.table.files.lazy import lazy_module
+from maintd.table.files.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
 
 if TYPE_CHECKING:
     import pyarrow.compute as pc
 else:
-    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.lazy
+    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.files.lazy
 
 
 def sort_by_key_version(t: pa.Table, keys: Sequence[str], *, newest_first: bool) -> pa.Table:

@@ -207,7 +207,7 @@ class PriorRows(_Action):
     A *looked-up* file (``lookup``, protocol 5) is written by a clustering instead, for the keys of the
     DeltaFiles it merges: it holds the rows BaseFiles ``of`` hold for them (or markers) and every row of those
     DeltaFiles, and it is added while ``of`` stay live. Its ``deletion_time`` is 0 until a commit removes one of ``of``;
-    from then on it is that commit's time (set as the log is read: :class:`~maintd.table.snapshot.
+    from then on it is that commit's time (set as the log is read: :class:`~maintd.table.log.snapshot.
     SnapshotBuilder`), so it too is deleted with its BaseFiles.
     """
 

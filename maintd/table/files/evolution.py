@@ -16,8 +16,8 @@ from collections.abc import Iterable, Sequence
 import pyarrow as pa
 
 from maintd.errors import SchemaEvolutionError
-from maintd.table.actions import Field_, Metadata
-from maintd.table.schema import TYPES, arrow_type_name, check_fields, type_name
+from maintd.table.files.schema import TYPES, arrow_type_name, check_fields, type_name
+from maintd.table.log.actions import Field_, Metadata
 
 _INSTEAD = ("create a new table with the schema you want and copy the rows into it (maintd changes a schema "
             "only by adding nullable columns)")

@@ -3,12 +3,12 @@
 ``Table.read()`` materialises the merged table; an engine reading a large table needs the rows as a
 stream whose memory does not grow with the table. A scan is therefore planned (:func:`plan_scan`,
 pure: a snapshot and a filter in, a :class:`ScanPlan` out) as *units*: one per (partition, bucket),
-or one per key range of a bucket whose files exceed ``split_bytes`` (:mod:`maintd.table.ranges`).
+or one per key range of a bucket whose files exceed ``split_bytes`` (:mod:`maintd.table.files.ranges`).
 A unit is the smallest input the "greatest version wins" merge is exact on, so each is read, merged,
 filtered and emitted on its own (:func:`read_unit`), and memory is bounded by one unit's merge.
 
 The same plan serves every reader: :class:`TableScan` streams it in this process (``Table.to_batches``
-and the DuckDB, Polars and pandas adapters of :mod:`maintd.table.interop`), and the Spark data source
+and the DuckDB, Polars and pandas adapters of :mod:`maintd.table.read.interop`), and the Spark data source
 (:mod:`maintd.engines.spark`) ships one unit per Spark partition to its executors.
 """
 
@@ -24,13 +24,11 @@ import pyarrow.parquet as pq
 
 from maintd.errors import InvalidInputError
 from maintd.storage import Storage
-from maintd.table.actions import AddFile, Metadata, PriorRows
-from maintd.table.changes import incremental_changes
-from maintd.table.evolution import added_columns, fill_missing
-from maintd.table.files import file_schema, read_data_file, with_hidden_columns
-from maintd.table.filters import RowFilter
-from maintd.table.merge import latest_rows
-from maintd.table.ranges import (
+from maintd.table.files.datafiles import file_schema, read_data_file, with_hidden_columns
+from maintd.table.files.evolution import added_columns, fill_missing
+from maintd.table.files.filters import RowFilter
+from maintd.table.files.merge import latest_rows
+from maintd.table.files.ranges import (
     KeyRange,
     buckets_for,
     file_in_range,
@@ -40,9 +38,11 @@ from maintd.table.ranges import (
     partition_may_match,
     split_key_ranges,
 )
-from maintd.table.reader import changes_between
-from maintd.table.schema import HIDDEN_COLUMNS, to_arrow
-from maintd.table.snapshot import Snapshot, by_group, format_partition, partition_key
+from maintd.table.files.schema import HIDDEN_COLUMNS, to_arrow
+from maintd.table.log.actions import AddFile, Metadata, PriorRows
+from maintd.table.log.snapshot import Snapshot, by_group, format_partition, partition_key
+from maintd.table.read.changes import incremental_changes
+from maintd.table.read.reader import changes_between
 
 DEFAULT_SPLIT_BYTES = 256 << 20
 """A bucket whose files hold more bytes than this is read in key ranges of about this size."""

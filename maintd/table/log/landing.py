@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING
 from loguru import logger
 
 from maintd.errors import CommitStateUnknownError, StorageError, VersionNotFoundError
-from maintd.table.actions import Action
-from maintd.table.retry import Budget, RetryPolicy
-from maintd.table.snapshot import Snapshot
+from maintd.table.log.actions import Action
+from maintd.table.log.retry import Budget, RetryPolicy
+from maintd.table.log.snapshot import Snapshot
 
 if TYPE_CHECKING:
-    from maintd.table.log import TableLog
+    from maintd.table.log.tablelog import TableLog
 
 STORAGE_ERRORS = (OSError, StorageError)
 """What a storage raises when an operation failed (or, for a publish, may have applied)."""

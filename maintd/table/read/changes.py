@@ -9,16 +9,16 @@ row of it (an upsert or a delete in a level-0 file) or took away a file holding 
    group's files at ``start`` and at ``end`` (a file whose key range holds no changed key is skipped, and
    of the others only the row groups whose key statistics enclose a changed key are decoded; a file live
    at both versions is read once) and merged, greatest version per key;
-3. the two small states are diffed exactly as the full diff does (:func:`maintd.table.reader.diff_states`).
+3. the two small states are diffed exactly as the full diff does (:func:`maintd.table.read.reader.diff_states`).
 
 In tables with ``changes.prior.rows``, the *prior-rows files* of later compactions stand in for the data
-files (:mod:`maintd.table.priors`): when one compaction's files hold every row a group needs, steps 1 and 2
+files (:mod:`maintd.table.read.priors`): when one compaction's files hold every row a group needs, steps 1 and 2
 read those files only; otherwise they stand in for the BaseFiles they answer for. Changes that reach every
 row group of a BaseFile then cost the changed rows rather than a decode of the bucket, and a range of many
 small commits costs one file per compaction unit rather than one per commit.
 
 Maintenance commits (``data_change=false``) move rows between files without changing any: their files
-are read for step 2 only. The result equals :func:`maintd.table.reader.changes_between` over the touched
+are read for step 2 only. The result equals :func:`maintd.table.read.reader.changes_between` over the touched
 groups (the property tests check this on random histories), at the cost of the changed rows.
 """
 
@@ -30,13 +30,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 
 from maintd.storage import Storage
-from maintd.table.actions import AddFile, Metadata, PriorRows
-from maintd.table.files import read_data_files, read_rows_of_keys, rows_with_keys, with_hidden_columns
-from maintd.table.merge import latest_rows
-from maintd.table.priors import GroupPriors, Held, record_states
-from maintd.table.reader import diff_states, key_columns, state_schema
-from maintd.table.schema import OP_COLUMN, VERSION_COLUMN
-from maintd.table.snapshot import PartitionKey, Snapshot, by_group
+from maintd.table.files.datafiles import read_data_files, read_rows_of_keys, rows_with_keys, with_hidden_columns
+from maintd.table.files.merge import latest_rows
+from maintd.table.files.schema import OP_COLUMN, VERSION_COLUMN
+from maintd.table.log.actions import AddFile, Metadata, PriorRows
+from maintd.table.log.snapshot import PartitionKey, Snapshot, by_group
+from maintd.table.read.priors import GroupPriors, Held, record_states
+from maintd.table.read.reader import diff_states, key_columns, state_schema
 
 Group = tuple[PartitionKey, int]
 _THREADS = 4

@@ -11,19 +11,19 @@ import numpy as np
 import pyarrow as pa
 
 from maintd.storage import Storage
-from maintd.table.actions import AddFile, Metadata
-from maintd.table.evolution import fill_missing
-from maintd.table.files import read_data_file, read_data_files, read_runs_of_files, with_hidden_columns
-from maintd.table.keyranges import sort_key
-from maintd.table.lazy import lazy_module
-from maintd.table.merge import first_of_each_key_hashed, latest_rows
-from maintd.table.schema import HIDDEN_COLUMNS, OP_COLUMN, VERSION_COLUMN, to_arrow
-from maintd.table.snapshot import PartitionKey, Snapshot
+from maintd.table.files.datafiles import read_data_file, read_data_files, read_runs_of_files, with_hidden_columns
+from maintd.table.files.evolution import fill_missing
+from maintd.table.files.keyranges import sort_key
+from maintd.table.files.lazy import lazy_module
+from maintd.table.files.merge import first_of_each_key_hashed, latest_rows
+from maintd.table.files.schema import HIDDEN_COLUMNS, OP_COLUMN, VERSION_COLUMN, to_arrow
+from maintd.table.log.actions import AddFile, Metadata
+from maintd.table.log.snapshot import PartitionKey, Snapshot
 
 if TYPE_CHECKING:
     import pyarrow.compute as pc
 else:
-    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.lazy
+    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.files.lazy
 
 CHANGE_COLUMN = "_change"
 CHANGE_VERSION_COLUMN = "_change_version"

@@ -29,8 +29,7 @@ import pyarrow.parquet as pq
 from maintd.errors import DataFileMissingError, DataFileSchemaError
 from maintd.storage import Storage
 from maintd.storage.threads import SharedThreads
-from maintd.table.actions import AddFile, Field_, FileKind, KeyValue, Metadata
-from maintd.table.dictionaries import (
+from maintd.table.files.dictionaries import (
     DICTIONARY_PAGE_LIMIT,
     conform,
     dictionary_types,
@@ -40,16 +39,17 @@ from maintd.table.dictionaries import (
     footer_entries,
     with_dictionaries,
 )
-from maintd.table.evolution import added_columns, fill_missing
-from maintd.table.keyranges import key_value
-from maintd.table.lazy import lazy_module
-from maintd.table.schema import OP_COLUMN, OP_DELETE, OP_UPSERT, VERSION_COLUMN, to_arrow
-from maintd.table.snapshot import partition_path
+from maintd.table.files.evolution import added_columns, fill_missing
+from maintd.table.files.keyranges import key_value
+from maintd.table.files.lazy import lazy_module
+from maintd.table.files.schema import OP_COLUMN, OP_DELETE, OP_UPSERT, VERSION_COLUMN, to_arrow
+from maintd.table.log.actions import AddFile, Field_, FileKind, KeyValue, Metadata
+from maintd.table.log.snapshot import partition_path
 
 if TYPE_CHECKING:
     import pyarrow.compute as pc
 else:
-    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.lazy
+    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.files.lazy
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -283,8 +283,8 @@ def write_parquet(data: pa.Table, sink: Any, options: Mapping[str, Any], text: S
     ``schema`` (default: ``data``'s, its dictionaries as plain columns).
 
     A text column that comes as a dictionary array (a writer's batch encoded before it was split,
-    :func:`~maintd.table.dictionaries.encode_batch`) is written as it is; a plain one is encoded here
-    (:func:`~maintd.table.dictionaries.encode_text`). ``shared``: what the files of one batch share (their
+    :func:`~maintd.table.files.dictionaries.encode_batch`) is written as it is; a plain one is encoded here
+    (:func:`~maintd.table.files.dictionaries.encode_text`). ``shared``: what the files of one batch share (their
     writer's options and schema, the footer entries in its metadata), worked out for the first of them: a
     streaming writer's commit writes a hundred files of a hundred rows, where every 10 us per file is a
     millisecond per commit.

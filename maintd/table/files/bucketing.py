@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from maintd.table.lazy import lazy_module
+from maintd.table.files.lazy import lazy_module
 
 if TYPE_CHECKING:
     import pyarrow.compute as pc
 else:
-    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.lazy
+    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.files.lazy
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)

@@ -9,13 +9,19 @@ offset) is UTC, as every time in the log is (:func:`to_epoch_ms`); aware ones ar
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 from maintd.errors import InvalidInputError, VersionNotFoundError
-from maintd.table.actions import EXPIRE_OPERATION, CommitInfo
-from maintd.table.log import TableLog
+from maintd.table.log.actions import EXPIRE_OPERATION, CommitInfo
+from maintd.table.log.tablelog import TableLog
 
 HOUR_MS = 3_600_000
+
+
+def now_ms() -> int:
+    """The wall clock in epoch milliseconds: the clock commit times are taken from."""
+    return int(time.time() * 1000)
 
 
 def to_epoch_ms(t: datetime | int | float | str) -> int:
@@ -50,7 +56,7 @@ def oldest_available(log: TableLog, latest: int) -> int:
     """The oldest version whose commit file exists (log reclamation removes the older ones).
 
     A binary search, for readers (a few ``stat`` calls); reclamation, which lists the log anyway, uses
-    :func:`maintd.table.log.oldest_buildable`, which no commit left in removed history can mislead.
+    :func:`maintd.table.log.tablelog.oldest_buildable`, which no commit left in removed history can mislead.
     """
     if log.commit_exists(0):
         return 0

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import pyarrow as pa
 
 from maintd.errors import InvalidInputError, SchemaMismatchError
-from maintd.table.actions import Field_
+from maintd.table.log.actions import Field_
 
 #: Row version of each row, in files written by merges (level >= 1 DeltaFiles and BaseFiles).
 VERSION_COLUMN = "_maintd_version"

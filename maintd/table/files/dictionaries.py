@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from maintd.table.lazy import lazy_module
+from maintd.table.files.lazy import lazy_module
 
 if TYPE_CHECKING:
     import pyarrow.compute as pc

@@ -13,7 +13,7 @@ Every data file is sorted by primary key and its ``add`` action records the firs
   partition columns skips (partition, bucket) groups, equalities on every primary-key column name
   the only buckets the keys hash to, and comparisons on the leading key column skip files whose key
   bounds exclude them. A skipped file can hide a newer version of a key the filter excludes, so
-  readers apply the same predicates to the merged rows (:mod:`maintd.table.scan` does).
+  readers apply the same predicates to the merged rows (:mod:`maintd.table.read.scan` does).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from maintd.table.actions import AddFile, KeyValue, Metadata
-from maintd.table.bucketing import bucket_of
-from maintd.table.filters import Predicate, RowFilter
-from maintd.table.schema import TYPES
+from maintd.table.files.bucketing import bucket_of
+from maintd.table.files.filters import Predicate, RowFilter
+from maintd.table.files.schema import TYPES
+from maintd.table.log.actions import AddFile, KeyValue, Metadata
 
 MAX_KEY_COMBINATIONS = 4096
 """Beyond this many candidate keys, a filter's key equalities do not prune buckets (hashing them costs more)."""
@@ -189,7 +189,7 @@ def buckets_for(row_filter: RowFilter | None, metadata: Metadata) -> set[int] | 
     """The buckets that can hold a row the filter accepts, or None when that is every bucket.
 
     Known only when each conjunction pins every primary-key column with ``=`` or ``in``: the
-    candidate keys are hashed as writers hash them (:mod:`maintd.table.bucketing`).
+    candidate keys are hashed as writers hash them (:mod:`maintd.table.files.bucketing`).
     """
     if row_filter is None:
         return None

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from maintd.table.actions import AddFile, KeyValue
+from maintd.table.log.actions import AddFile, KeyValue
 
 Key = tuple[KeyValue, ...]
 """A primary key as stored in ``key_min``/``key_max``."""

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from maintd.errors import CorruptLogError, UnsupportedProtocolError
-from maintd.table.actions import Action, CommitInfo, Protocol, action_from_dict, action_to_json
+from maintd.table.log.actions import Action, CommitInfo, Protocol, action_from_dict, action_to_json
 
 FORMAT = 6
 """The newest commit file format this code reads and writes (3: as 2, in tables of protocol 3, which may hold

@@ -9,7 +9,7 @@ key-value metadata holds (docs/format.md, "Checkpoints"):
 * ``version``, ``timestamp``: the version it holds and that version's commit time;
 * ``format`` (2, or the protocol in tables of protocol 3 or 4), ``actions`` (the row count) and ``sha256`` (of
   the rows joined by ``\\n``): a damaged or cut checkpoint fails the check and loading falls back to an older one
-  (:mod:`maintd.table.log`);
+  (:mod:`maintd.table.log.tablelog`);
 * ``txns``: ``{"from": v0, "records": [[txn_id, commit_time], ...]}``, the transaction id of every version
   from ``v0`` to ``version``. This is what answers "did my commit land at v?" once commit ``v`` is gone or
   was replaced: a checkpoint recording another transaction at ``v`` proves that a commit published there
@@ -27,9 +27,9 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from maintd.table.actions import Expire, RemoveFile, Txn, action_to_json
-from maintd.table.commitfile import Where, decode_lines
-from maintd.table.snapshot import Snapshot, SnapshotBuilder
+from maintd.table.log.actions import Expire, RemoveFile, Txn, action_to_json
+from maintd.table.log.commitfile import Where, decode_lines
+from maintd.table.log.snapshot import Snapshot, SnapshotBuilder
 
 FORMAT = 6
 """The newest checkpoint format: 3 for tables of protocol 3 (which may hold pins and expire records; older

@@ -5,7 +5,7 @@ A filter is an OR of ANDs of simple predicates (``column op value``), the form p
 opaque ``pyarrow.compute.Expression`` because readers *look into it*: predicates on partition
 columns skip whole (partition, bucket) groups, equalities on every primary-key column name the
 only buckets that can hold the key, and ranges on the leading key column skip files by their
-``key_min`` / ``key_max`` (:mod:`maintd.table.scan`). Rows are filtered after the merge, so a
+``key_min`` / ``key_max`` (:mod:`maintd.table.read.scan`). Rows are filtered after the merge, so a
 predicate on a value column never resurrects an older version of a row.
 
 Accepted forms (:func:`parse_filter`)::
@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from maintd.errors import InvalidInputError
-from maintd.table.actions import Metadata
-from maintd.table.lazy import lazy_module
-from maintd.table.schema import TYPES
+from maintd.table.files.lazy import lazy_module
+from maintd.table.files.schema import TYPES
+from maintd.table.log.actions import Metadata
 
 if TYPE_CHECKING:
     import pyarrow.compute as pc
 else:
-    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.lazy
+    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.files.lazy
 
 COMPARISONS = ("=", "!=", "<", "<=", ">", ">=")
 OPERATORS = (*COMPARISONS, "in", "not in", "is null", "is not null")

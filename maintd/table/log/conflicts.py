@@ -39,7 +39,7 @@ from maintd.errors import (
     PinConflictError,
     ProtocolChangedError,
 )
-from maintd.table.actions import (
+from maintd.table.log.actions import (
     Action,
     AddFile,
     CommitInfo,
@@ -51,7 +51,7 @@ from maintd.table.actions import (
     Txn,
     expired_by,
 )
-from maintd.table.snapshot import PartitionKey, Snapshot, partition_key
+from maintd.table.log.snapshot import PartitionKey, Snapshot, partition_key
 
 ADD_COLUMNS = "ADD COLUMNS"
 """The operation of a commit that only adds nullable columns to the schema (``Table.add_columns``). A data write
