@@ -36,24 +36,24 @@ class Table(_FormatTable):
     def maintain(self, policy: str | os.PathLike[str] | None = None, dry_run: bool = False, *,
                  settings: Settings | None = None, spark: Any = None, use_spark: bool = True,
                  now: datetime | None = None) -> TableRunSummary:
-        """Plan, execute and commit maintenance of this table (clustering and compaction), as ``maintd run``.
+        """Plan, execute and commit maintenance (clustering, compaction) of this table, as ``maintd run``.
 
         Args:
             policy: a policy YAML file; None: the settings' ``policy.path``, else the packaged policy.
-            dry_run: plan only; the summary's ``planned`` lists the tasks, nothing is written.
+            dry_run: plan only (the summary's ``planned`` lists the tasks); nothing is written.
             settings: the settings; None loads them as the CLI does.
-            spark: a SparkSession to run the rewrites on; None creates one only for a plan too large to run
-                in this process (``spark.maintd.inProcess.maxInputBytes``), as the CLI does.
-            use_spark: False runs every rewrite in this process's threads, whatever its size.
-            now: the planner's clock (ages of files and triggers); default: now.
+            spark: a SparkSession for the rewrites; None creates one only for a plan above
+                ``spark.maintd.inProcess.maxInputBytes``.
+            use_spark: False runs every rewrite in this process's threads, whatever the plan's size.
+            now: the planner's clock (default: now).
 
         Returns:
-            The run's summary: ``status`` (``ok``, ``nothing``, ``dry-run``, ``partial``, ``failed``), the tasks
-            planned and committed, files and bytes before and after, the versions committed.
+            The run's summary: ``status`` (``ok``, ``nothing``, ``dry-run``, ``partial``, ``failed``), tasks
+            planned and committed, files and bytes before and after, versions committed.
 
         Raises:
-            TaskExecutionError: the run failed or only partly committed (the summary is its ``summary``
-                attribute; what did commit stays committed). The message names the failures.
+            TaskExecutionError: the run failed or only partly committed (see its ``summary``); what committed
+                stays.
         """
         chosen = self._settings(settings)
         runner = Runner(chosen, policy_path=None if policy is None else os.fspath(policy), spark=spark,

@@ -1,59 +1,28 @@
 """PySpark's worker daemon, with workers that acknowledge at once, collect garbage cheaply and, if asked,
 start with maintd loaded (``spark.python.daemon.module``).
 
-Why: the JVM writes a task to its Python worker in several small writes over loopback TCP with Nagle's
-algorithm on, and the worker's kernel delays its acknowledgement of the first one by up to 40 ms (delayed
-ACK), so the JVM holds the rest back that long: about 40 ms of every Python task, whatever the task does
-(``bench/bench_spark_workers.py``; docs/benchmarks.md). A receiver that sets ``TCP_QUICKACK`` before each
-read acknowledges at once; Linux clears the flag again by itself, so it is set before every read, one
-system call per buffer fill (64 KiB).
+This module is PySpark's own daemon (:mod:`pyspark.daemon`) with three changes:
 
-Why the garbage: a reused worker runs a full ``gc.collect()`` after every task, which walks every object
-the worker holds; once a task has imported maintd and pyarrow that is about 50,000 objects and 25-50 ms,
-again before every task, while the next task waits. After a task that imported modules, the worker collects
-once more and freezes what survives (``gc.freeze``: module contents, long-lived state), so the collections
-after later tasks walk only what those tasks allocated. Garbage is never frozen (the collection runs first);
-what a frozen object leaves behind is still freed by reference counting, and only a reference cycle among
-objects frozen while alive would outlive its use.
+* the worker's input stream reads through :class:`QuickAckReader`, which sets ``TCP_QUICKACK`` before every
+  read, so the kernel's delayed acknowledgement does not hold back the JVM's next write of a task (over a Unix
+  domain socket the stream is PySpark's);
+* after a task that imported modules, :func:`freeze_after_imports` collects and freezes what survives
+  (``gc.freeze``), so the collection PySpark runs after every task walks only what tasks allocate;
+* with ``MAINTD_WORKER_PRELOAD=1`` in the executors' environment, :func:`preload` imports what maintd's tasks
+  import before the first fork, so every worker starts with it loaded (a failed preload is reported on
+  standard error and the workers import for themselves).
 
-Why the preload, and why it is off unless asked for (``MAINTD_WORKER_PRELOAD=1`` in the executors'
-environment, ``spark.executorEnv.MAINTD_WORKER_PRELOAD``): Spark closes a Python worker idle for a minute,
-so a daemon whose runs are minutes apart gets new workers for every run, and each imports maintd, pyarrow
-and (through pyarrow's first conversion of a numpy array) pandas on its first task, about 0.6 s before and
-inside its first unit. With the preload this module first imports all of that
-(:func:`maintd.execution.spark.preload_worker`), collects and freezes it, then forks its workers as
-PySpark's daemon does: each starts with maintd loaded, its pages shared with the daemon's. The price: the
-fork leaves the workers without jemalloc's background thread (below), and a warm worker then merges about
-15% slower on two busy cores, which a Spark task that starts with fresh workers does not pay; a plan of
-several tasks per core pays it on every task after the first (docs/benchmarks.md has both measurements). A
-preload that fails is reported on standard error and the workers import for themselves.
+Importing the module changes nothing and starts no thread (it loads only the standard library and
+:mod:`pyspark.daemon`); run as ``python -m maintd.pyspark_daemon`` it puts its :func:`worker` in PySpark's
+daemon loop. The fork after the preload is safe: the only other thread is jemalloc's background thread, which
+jemalloc stops around a fork. Forked workers lack that thread, so
+:func:`maintd.execution.spark.run_pack_in_worker` returns Arrow's freed memory after each task.
 
-Forking after the preload is safe because it leaves one thread besides the daemon's: the background
-thread of the jemalloc that pyarrow loads (numpy's OpenBLAS starts none: ``OPENBLAS_NUM_THREADS`` is 1 in
-the daemon, which no maintd task needs more of). jemalloc takes its locks around a fork and starts no
-background thread in the child, so such a worker's allocator purges freed pages as it allocates rather
-than while it idles; :func:`maintd.execution.spark.run_pack_in_worker` returns what Arrow freed at the end of
-every Spark task for that reason. Arrow creates its thread pools on first use, which the preload does not reach.
+It is opt-in (``spark.worker_daemon: true``) because it replaces a private function of PySpark's.
+:func:`incompatibility` checks the running pyspark for what the module relies on; when it differs, PySpark's
+own daemon runs and a warning says why.
 
-This module is PySpark's own daemon (:mod:`pyspark.daemon`: forking, authentication, worker reuse, the
-flush-failure handling) with those changes: :func:`preload` runs before the first fork (if asked), the worker's
-input stream reads through :class:`QuickAckReader` (over TCP on Linux; over a Unix domain socket,
-``spark.python.unix.domain.socket.enabled``, it is PySpark's), and :func:`freeze_after_imports` runs after
-each task. Importing the module changes nothing; run as Spark runs a daemon module
-(``python -m maintd.pyspark_daemon``) it puts its :func:`worker` in PySpark's daemon loop.
-
-At import it loads nothing but the standard library and :mod:`pyspark.daemon`, and lives at the top of the
-package for that reason: importing it (tests, the daemon's own start) must not start threads; only the
-preload, run as the daemon, loads the rest, and only what is safe to fork (above).
-Executors need maintd installed for it, as for maintd's tasks. It is off by default, because it replaces a
-private function of PySpark's: ``spark.worker_daemon: true`` sets it in the sessions maintd builds
-(:func:`maintd.execution.spark.spark_session`), not when code is shipped with ``spark.submit.pyFiles``, and a
-``spark.python.daemon.module`` in the ``spark.conf`` settings (``pyspark.daemon``, say) replaces it. At the
-session's start :func:`incompatibility` checks the running pyspark for what this module relies on (the
-signatures of ``pyspark.daemon.worker`` and ``manager``, and the worker opening its input with
-``os.fdopen``); when it differs, PySpark's own daemon runs and a warning says why. Run as the daemon on an
-executor whose pyspark differs from the driver's, it makes the same check and runs PySpark's daemon
-unchanged, with a line on standard error.
+docs/architecture.md ("Spark modes") gives the reasons; docs/benchmarks.md ("Maintenance") the measurements.
 """
 
 from __future__ import annotations

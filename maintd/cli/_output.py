@@ -47,8 +47,9 @@ a damaged table, a task that failed). Running it again may succeed."""
 
 def exit_code_for(exc: BaseException) -> int:
     """:data:`BAD_INPUT` for an error the caller must fix (bad input, a missing table or one already there, a
-    version not retained, a table that needs a newer maintd, a bad policy or setting, a confirmation not given),
-    :data:`FAILED_WORK` for any other (storage or state store failing, a damaged table, a failed task or commit)."""
+    version not retained, a table that needs a newer maintd, a bad policy or setting, a missing confirmation).
+    :data:`FAILED_WORK` for any other (storage or state store failing, a damaged table, a failed task or commit).
+    """
     from maintd.errors import (
         ConfigError,
         ConfirmationRequiredError,

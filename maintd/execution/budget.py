@@ -1,27 +1,23 @@
 """The daemon-wide maintenance budget: token buckets for bytes read, bytes written and object-store requests.
 
-Maintenance shares its storage with the workload it maintains (PostgreSQL's autovacuum has a cost budget for
-the same reason), so one :class:`Budget` per daemon caps what all its runs move per second. Units run in child
-processes and on Spark executors, which share no memory with the daemon, so the budget is spent where they are
-*released*: the driver admits each pack of units (:func:`maintd.execution.scheduler.run_units`) against the
-pack's planned input bytes, its estimated output bytes and its estimated requests (:func:`unit_cost`) before it
-dispatches it, and settles the estimate against what the units report when they end (bytes read and written,
-files written). Packs are sized to fit within a burst (:meth:`Budget.max_pack_bytes`); a single unit larger
-than a burst is admitted when its bucket is full and leaves the bucket in debt, which the following admissions
-wait out. So the bytes *released* in any window of T seconds are at most ``rate * T + max(burst, largest
-unit)``; the bytes actually moved in that window also include what packs released before it still read, at
-most one pack per slot.
+One :class:`Budget` per daemon caps what all its runs move per second, since maintenance shares its storage with
+the workload it maintains. The budget is spent where units are *released*: the driver admits each pack
+(:func:`maintd.execution.scheduler.run_units`) against its planned input bytes, estimated output bytes and
+estimated requests (:func:`unit_cost`) before dispatching it, and settles the estimate against what the units
+report when they end. Packs are sized within a burst (:meth:`Budget.max_pack_bytes`); a single unit larger than
+a burst is admitted when its bucket is full and leaves it in debt. So the bytes released in any window of T
+seconds are at most ``rate * T + max(burst, largest unit)``.
 
-The driver's own requests (listings, log reads, commits, reclamation's deletes) pass through the storage
-layer's request gate (:mod:`maintd.storage.requests`), which this budget serves before any waiting pack.
+The driver's own requests (listings, log reads, commits, deletes) pass the storage layer's request gate
+(:mod:`maintd.storage.requests`), which this budget serves before any waiting pack.
 
-Runs waiting for the budget queue in one line, unhealthiest table first (``priority``: the table's distance
-from its targets, :func:`maintd.planner.health.distance_from_targets`), then in arrival order: while the
-budget binds, tokens go to the tables that need them most, and a large pack is not starved by smaller ones.
+Runs waiting for the budget queue unhealthiest table first (``priority``:
+:func:`maintd.planner.health.distance_from_targets`), then in arrival order, so a large pack is not starved by
+smaller ones.
 
-Written here rather than taken from a rate-limit library: pyrate-limiter and ``limits`` keep one entry per unit
-of weight (a 64 MiB acquire would be 64 million list entries), refuse a weight above the limit and read the
-wall clock themselves; aiolimiter is for asyncio. None can settle an estimate against the actual cost.
+Written here because the rate-limit libraries (pyrate-limiter, ``limits``, aiolimiter) keep an entry per unit of
+weight, refuse weights above the limit, read the wall clock themselves or need asyncio, and none settles an
+estimate against the actual cost. docs/policies.md ("Budget") describes the settings and the bound.
 """
 
 from __future__ import annotations

@@ -1,24 +1,21 @@
 """Commit rewrites to the table's log (``data_change=false``): all at once, or in groups as tasks finish.
 
-Maintenance never blocks or fails a writer: it reads at the plan's read version and commits at
-snapshot isolation (appends by writers never conflict with it, :mod:`maintd.table.log.conflicts`). Only a
-concurrent removal of one of its inputs conflicts (``ConcurrentDeleteDeleteError``, which names the
-paths); the tasks that read those paths are dropped and the others are committed in a fresh
-transaction at the same read version, which is checked again against every winning commit.
+Maintenance commits at snapshot isolation at the plan's read version, so writers' appends never conflict with
+it (:mod:`maintd.table.log.conflicts`). Only a concurrent removal of an input conflicts
+(``ConcurrentDeleteDeleteError``, naming the paths): the tasks that read those paths are dropped and the others
+committed in a fresh transaction at the same read version.
 
-**Groups.** :class:`IncrementalCommitter` commits finished plan tasks in groups while the run goes on:
-a group is committed once it holds ``max_tasks`` tasks or its first task has waited
-``interval_seconds``, so a long run lands its progress, and a failed or conflicting task costs only
-itself. The groups of one run remove disjoint inputs, so they never conflict with each other.
+**Groups.** :class:`IncrementalCommitter` commits finished plan tasks in groups while the run goes on: a group
+is committed once it holds ``max_tasks`` tasks or its first task has waited ``interval_seconds``. The groups of
+one run remove disjoint inputs, so they never conflict with each other.
 
-**Clean-up.** Files written by tasks that do not land are deleted only when the commit certainly did
-not land: a conflict, or the retry budget exhausted (the transaction raises those only once it has
-settled that no attempt landed, :mod:`maintd.table.log.landing`), or when they were never part of a commit
-attempt (a failed task's other key ranges, tasks finishing after the run was abandoned). When the outcome
-is unknown (:class:`~maintd.errors.CommitStateUnknownError`: the storage failed while publishing and kept
-failing), or after any other error, they are left for orphan cleanup, as pyiceberg does: the commit may
-have landed and may reference them. A commit that certainly failed, or whose outcome is unknown,
-abandons the run: the tasks not yet committed are not committed.
+**Clean-up.** Files of tasks that do not land are deleted only when the commit certainly did not land (a
+conflict, the retry budget exhausted: :mod:`maintd.table.log.landing`) or they were never part of a commit
+attempt. When the outcome is unknown (:class:`~maintd.errors.CommitStateUnknownError`), or after any other
+error, they are left for orphan cleanup: the commit may have landed. A commit that certainly failed, or whose
+outcome is unknown, abandons the run.
+
+docs/architecture.md ("Plan, execute, commit") gives the reasons.
 """
 
 from __future__ import annotations

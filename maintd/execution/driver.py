@@ -1,9 +1,9 @@
 """Executing a plan: units on Spark (or local processes), results combined per plan task, committed in groups.
 
-:func:`run_plan` is the whole of execution for one plan: it resolves the plan's inputs at the read
-version, splits large compactions into key ranges (:mod:`maintd.execution.units`), runs the units as
-Spark tasks that follow the cluster (:mod:`maintd.execution.scheduler`), combines each plan task's
-units once the last one reports, and (with ``commit=True``) hands finished tasks to an
+:func:`run_plan` is the whole of execution for one plan. It resolves the plan's inputs at the read
+version, splits large compactions into key ranges (:mod:`maintd.execution.units`) and runs the units as
+Spark tasks that follow the cluster (:mod:`maintd.execution.scheduler`). It combines each plan task's
+units once the last one reports and (with ``commit=True``) hands finished tasks to an
 :class:`~maintd.execution.commit.IncrementalCommitter`, which lands them in groups while the run goes
 on. A commit that fails for good stops the run: nothing more starts and running Spark jobs are cancelled.
 """

@@ -50,12 +50,9 @@ def constant_columns(metadata: Metadata) -> tuple[str, ...]:
     """The partition columns a unit leaves out of the rows it merges: those not in the primary key.
 
     A unit rewrites one bucket of one partition, so its partition columns hold one value in every row of
-    every input: they are not read (a constant string column cost a unit of the 25x clustering benchmark
-    7 ms to decode, 2 ms to reorder and 7 ms to hash into a dictionary again, of 127 ms).
-    :func:`partition_constants` reads their value once; the outputs write it back
-    (:mod:`maintd.execution.output`). A partition column that is part of the primary key is read and merged
-    like the key's other columns: keys are compared, sorted, split into ranges, looked up and recorded
-    (``key_min``, the key index) as whole primary-key tuples.
+    every input: they are not read. :func:`partition_constants` reads their value once; the outputs write it
+    back (:mod:`maintd.execution.output`). A partition column that is part of the primary key is read and
+    merged like the key's other columns, since keys are handled as whole primary-key tuples.
     """
     return tuple(c for c in metadata.partition_by if c not in metadata.primary_key)
 
@@ -132,7 +129,7 @@ class Fetched:
     def reader(self, dictionaries: frozenset[str] | None = None) -> pq.ParquetReader:
         """A reader of the file with ``dictionaries`` read as dictionary arrays (None: as opened at the fetch):
         the one opened at the fetch when it was opened so (the common case), else a new one, given the parsed
-        footer (5 to 7 us a file)."""
+        footer."""
         if dictionaries is None or dictionaries == self._dictionaries:
             return self._opened
         reader = pq.ParquetReader()
@@ -157,8 +154,8 @@ def fetch_all(storage: Storage, files: Sequence[AddFile], threads: int, candidat
     (:attr:`Storage.parallel_reads`), one after the other on a local disk.
 
     Readers are opened with the ``candidates`` the first file lists as dictionaries read as such: a unit's files
-    list the same columns but in a table's transition from files that list none, and a reader opened again once
-    the unit has chosen costs 5 to 7 us, a tenth of the decode of a file of a few hundred rows.
+    list the same columns except while a table moves from files that list none, and only then is a reader
+    opened again (:meth:`Fetched.reader`).
 
     A local file is read with plain ``open`` (no pathlib), at the path :meth:`Storage.full_paths` checked.
     """
@@ -257,8 +254,8 @@ def read_all(metadata: Metadata, files: Sequence[AddFile], data: Sequence[Fetche
         columns = None if level0 and not constant else [
             reader.column_name_idx(c) for c in layout.present(f, reader.metadata.schema.names)]
         t = reader.read_all(column_indices=columns, use_threads=False).replace_schema_metadata(None)
-        with lock:  # a freshly decoded table shares no buffers: their sum is its size (nbytes looks for
-            decoded[0] += t.get_total_buffer_size()  # shared ones, 15 us a small file against 0.6)
+        with lock:  # a freshly decoded table shares no buffers: their sum is its size (cheaper than
+            decoded[0] += t.get_total_buffer_size()  # nbytes, which looks for shared ones)
         t = restrict(t, keys, key_range)
         return t if level0 else layout.unify(with_hidden_columns(t, f))
 

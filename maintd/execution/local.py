@@ -1,36 +1,26 @@
 """Small plans on this machine: one process per pack, forked by the standard library's fork server.
 
-A plan below ``in_process_max_bytes`` runs here rather than as Spark jobs (a Spark job's fixed cost is most of a
-small rewrite). Its units are mostly Arrow's native code, but a unit of many small files makes thousands of short
-calls, and the Python between them holds the GIL: two processes took 0.68x the time of two threads of one process
-on the benchmark's full compaction of 3,200 small files, and as long on its clustering (docs/benchmarks.md). And
-only a process can be killed: a unit that hangs (a stuck read, a worker stopped with SIGSTOP) in a thread would
-hold its run, and the table's lease, for good.
+A plan below ``in_process_max_bytes`` runs here rather than as Spark jobs. Each pack runs in a
+``multiprocessing`` process of the ``forkserver`` context, started for the pack and gone when it is done;
+nothing idles between runs but the fork server, which has imported what a unit needs (:data:`PRELOAD`).
+Processes because units of small files hold the GIL between short Arrow calls and only a process can be
+killed; forked from the server, a child copies no lock of this process's threads. A script that runs plans in
+process keeps its work under ``if __name__ == "__main__":``.
 
-**Processes.** Each pack runs in a ``multiprocessing`` process of the ``forkserver`` context, started for the pack
-and gone when it is done: nothing idles between runs but the fork server itself, which has imported what a unit
-needs (:data:`PRELOAD`) so that a process starts in milliseconds, where a spawned interpreter pays about 0.4 s of
-imports (measured in docs/benchmarks.md). Forked from the fork server, not from this process, a child copies no
-lock of the daemon's threads (scheduler, database, Arrow). As with every ``multiprocessing`` program, a script
-that runs plans in process must keep its work under ``if __name__ == "__main__":`` (the fork server imports the
-main module once, and a child started during that import fails with the standard library's own message).
+**What a child inherits.** :func:`start_fork_server` starts the server with the environment of
+:func:`~maintd.redaction.child_environment` (no state-store credentials), after logging has taken over fd 2,
+so what a child writes there is redacted. The daemon starts it before its threads; a library caller at its
+first run in process.
 
-**What a child inherits.** The fork server is started by :func:`start_fork_server` with the environment that
-:func:`~maintd.redaction.child_environment` gives (no state-store credentials), and after logging has taken over
-fd 2, so that what a child writes there is redacted and, in JSON mode, made JSON like any other child's line. The
-daemon starts it with itself, before its threads; a library caller gets it at its first run in process.
+**Timeouts.** A pack has :func:`pack_timeout` seconds. A child still running then is killed, as is one that
+dies; either way the pack runs once more in a new process and the lost attempt's files are deleted
+(:func:`maintd.execution.scheduler.remove_attempts`). A second loss fails the pack's units.
 
-**Timeouts.** A pack has :func:`pack_timeout` seconds (``spark.maintd.task.timeout``, else derived from its input
-size). A child still running then is killed (SIGKILL also ends a stopped process); so is a child that dies (killed
-for memory, a crash in native code). Either way the pack runs once more in a new process, as Spark runs a task
-again in a new attempt, and the files of the lost attempt are deleted when the pack's result is accepted
-(:func:`maintd.execution.scheduler.remove_attempts`). A second loss fails the pack's units (logged as an error),
-and the table's run ends ``failed`` or ``partial``; the next run plans them again.
+**Threads** (``spark.maintd.inProcess.workers=threads``, and tables whose storage only this process knows:
+:func:`processes_can_open`) run packs here (:class:`~maintd.execution.scheduler.LocalBackend`); a hung unit
+there is reported failed at its timeout and its thread left to end on its own.
 
-**Threads** (``spark.maintd.inProcess.workers=threads``, and tables whose storage is registered in this process
-only, which a child would not find: :func:`processes_can_open`) run packs in this process
-(:class:`~maintd.execution.scheduler.LocalBackend`); a thread cannot be killed, so a hung unit there is reported
-failed at its timeout and its thread left to end on its own.
+docs/architecture.md ("Plan, execute, commit": small plans in process, timeouts) gives the reasons.
 """
 
 from __future__ import annotations
@@ -63,7 +53,7 @@ ATTEMPTS = 2
 TIMEOUT_BASE_SECONDS = 300.0
 TIMEOUT_SECONDS_PER_MIB = 1.0
 """The default timeout of a pack: 5 minutes plus a second per MiB of its input (1 MiB/s, far below any disk or
-object store; a 64 MiB plan in process ends in about a second on two cores)."""
+object store)."""
 
 _LOCK = threading.Lock()
 _started = False

@@ -1,26 +1,20 @@
 """Looked-up prior rows: what a clustering stores for the change feed in ``changes.prior.rows=lookup`` tables.
 
-A compaction stores the prior rows of the keys it folds (:mod:`maintd.execution.prior`), but compactions
-are rare: a bucket is compacted when its DeltaFiles grow to a share of its BaseFiles, or once a day. Until
-then the feed over the newest commits must read, for every key they changed, its row in the BaseFiles, and
-changes spread over the keys put such a key in every row group: a decode of the bucket per feed. Clusterings
-run soon after the writers' commits (level 0 -> 1, within the hour by default) and read exactly the
-changed rows. So a clustering of such a table also looks the keys of the DeltaFiles it merges up in the
-bucket's live BaseFiles, once, and stores what it finds: the BaseFile row of each key, or a marker (the
-key, ``_maintd_op`` = delete, version 0) when they hold none, and beside them every row it merges (so the
-feed need not open the many small DeltaFiles either). It is Paimon's ``lookup`` changelog producer, run by
-maintenance rather than by the writer, so writers pay nothing.
+Compactions are rare, so until the next one the feed over the newest commits would decode the BaseFiles of
+every changed bucket. A clustering of such a table therefore also looks the keys of the DeltaFiles it merges up
+in the bucket's live BaseFiles, once, and stores what it finds: the BaseFile row of each key, or a marker (the
+key, ``_maintd_op`` = delete, version 0) when they hold none, and every row it merges. It is Paimon's ``lookup``
+changelog producer, run by maintenance rather than by the writer, so writers pay nothing.
 
-The file (a ``prior`` action with ``lookup`` set, protocol 5) answers for BaseFiles that stay live: the
-feed uses it in place of reading them for the keys it lists (:mod:`maintd.table.read.priors`, "BaseFile
-answers"). Its content depends only on files that never change, so it is right whether or not its commit
-lands; the commit conflicts with a concurrent one that removes any of its BaseFiles, and the log gives it a
-deletion time when a later commit removes one (docs/format.md, "Prior rows").
+The file (a ``prior`` action with ``lookup`` set, protocol 5) answers for BaseFiles that stay live
+(:mod:`maintd.table.read.priors`). Its content depends only on files that never change, so it is right whether
+or not its commit lands; the commit conflicts with a concurrent removal of any of its BaseFiles.
 
-The clustering's chunks pass by as it merges them: their rows are written as they pass, and their keys
-kept (one copy of the key columns, deduplicated per chunk). At the end each BaseFile whose key range holds
-one of them is read, only the row groups whose key statistics enclose one (a row group at a time in a large
-file), and the rows of those keys kept.
+The clustering's chunks are written as they pass and their keys kept (one copy of the key columns,
+deduplicated per chunk). At the end each BaseFile whose key range holds one of them is read, only the row
+groups whose key statistics enclose one, and the rows of those keys kept.
+
+docs/format.md ("Looked-up prior rows") specifies the file and its lifetime.
 """
 
 from __future__ import annotations

@@ -3,22 +3,19 @@
 Every data file is sorted by primary key, so a task never needs a whole bucket in memory: it merges
 *streams* of sorted tables (one per input file, or per spilled run) chunk by chunk.
 
-**The k-way merge** (:func:`merge_streams`) keeps a buffer of rows per stream and repeatedly takes,
-from every buffer, the rows whose key is below the *frontier*: the smallest last buffered key among the
-streams not yet exhausted. Those rows are complete (every stream's unread rows are at or above its own
-last buffered key), so every version of a key is taken in one step, and steps are gathered into
-chunks of about ``chunk_bytes``. Keys compare as whole primary-key tuples, so a composite key whose
-first column barely varies still cuts into small chunks. A cut point is a binary search (numpy's
-``searchsorted`` for one integer key), so a step costs O(k log B) for k streams of B buffered rows;
-buffers are refilled once they are half empty, so in the common case (every stream spans the same
-keys) a step emits about half of everything buffered, and at least the frontier stream's buffer in
-any case: the total is linear in the rows, whatever the number of streams.
+**The k-way merge** (:func:`merge_streams`) keeps a buffer of rows per stream and repeatedly takes, from
+every buffer, the rows whose key is below the *frontier*: the smallest last buffered key among the streams
+not yet exhausted. Those rows are complete, so every version of a key is taken in one step; steps are
+gathered into chunks of about ``chunk_bytes``. Keys compare as whole primary-key tuples. A cut point is a
+binary search and buffers are refilled once half empty, so a step costs O(k log B) for k streams of B
+buffered rows and the total is linear in the rows, whatever the number of streams.
 
 **The merge of a chunk** (:func:`merge_chunk`) sorts by (key, version) and, for compaction, keeps the
-last row of each key. The pieces of a chunk are presorted runs, one per stream, in the streams' order:
-when the streams' version ranges do not overlap and come in version order, a *stable* sort on the key
-alone gives (key, version) order; for one integer key that is a sort of packed (key, row) words
-(:func:`stable_order`). Otherwise Arrow's sort on (key, version) is used.
+last row of each key. The pieces of a chunk are presorted runs in the streams' order: when the streams'
+version ranges do not overlap and come in version order, a *stable* sort on the key alone gives (key,
+version) order (for one integer key, :func:`stable_order`); otherwise Arrow sorts on (key, version).
+
+docs/architecture.md ("Memory") places the merge within a unit's memory budget.
 """
 
 from __future__ import annotations
@@ -226,9 +223,8 @@ def stable_order(k: np.ndarray) -> np.ndarray:
     When the span of ``k`` leaves room for a row number in 63 bits, each value is packed with its row
     number into one word, ``(value - min) << bits | row``: the words are distinct and sort in exactly the
     stable order of ``k``, so numpy's unstable sort of plain integers (vectorised: x86-simd-sort where the
-    processor has AVX-512 or AVX2) sorts them in place and the low bits are the indices. On the 482 k keys of
-    a clustering unit of the benchmark's 25x workload (50 presorted runs) that is 2.7 against 9.2-9.4 ms for
-    timsort (``np.argsort(kind="stable")``), which remains the way for wider spans: it merges presorted
+    processor has AVX-512 or AVX2) sorts them in place and the low bits are the indices (docs/benchmarks.md
+    compares it with timsort). Wider spans use timsort (``np.argsort(kind="stable")``), which merges presorted
     runs in O(n log runs).
     """
     n = len(k)

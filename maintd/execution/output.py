@@ -66,28 +66,16 @@ def output_options(schema: pa.Schema, kind: FileKind, level: int | None, key_col
                    constant: Sequence[str] = ()) -> dict[str, Any]:
     """:data:`OUTPUT_OPTIONS` for an output file of ``kind`` and ``level``.
 
-    * A DeltaFile keeps statistics for its key columns and hidden columns only. The statistics of its
-      other columns can never prune it: a row there may be hidden by a newer version of its key in another
-      file, which a filter on a value cannot see, so a reader must merge before it filters on them
-      (maintd's scans prune DeltaFiles by key only). Computing them cost 13% of the encoding of a
-      clustering output (a 238 k-row level-1 file: 30.5 against 34.9 ms), for the same file size.
-    * A level-1 DeltaFile is compressed with LZ4, as level-0 files are; level 2 and BaseFiles keep zstd.
-      Level 1 is rewritten soon (into level 2 or a BaseFile), so the time to write and read it counts
-      more than its size, as in the per-level compression of LSM stores (RocksDB's
-      ``compression_per_level``, Paimon's ``file.compression.per.level``). On the same 238 k-row file,
-      snappy against zstd: encoding 26.0 against 30.7 ms, decoding 11.7 against 16.8 ms, 3.52 against
-      2.77 MB; LZ4 against snappy on a 193 k-row file of 10 columns: encoding 41.2 against 42.0 ms,
-      decoding 10.4 against 12.8 ms, 8.11 against 7.96 MB. Its string and binary columns only are
-      dictionary-encoded: a dictionary of numbers, mostly distinct, is built and then dropped (on that file,
-      17.3 against 22.8 ms to encode with dictionaries for every column, the same decoding time, 6.73
-      against 6.53 MB; without any dictionary 15.8 ms and 7.14 MB). Its integer key and hidden columns
-      (:func:`maintd.table.files.datafiles.delta_coded`) are ``DELTA_BINARY_PACKED`` and not compressed, as in
-      level-0 files: sorted keys, ops and versions pack into a few bits each, faster than LZ4 compresses
-      them plain. On a 482 k-row clustering output of the benchmark's 25x workload (key, op and version
-      columns): 8.6 against 12.3 ms to encode, 0.90 against 2.38 MB, and no slower to decode.
-    * ``constant`` columns (the partition columns, :class:`Outputs`) come as dictionary arrays of one
-      value: dictionary-encoded (stored as given) at every level.
-    * BaseFiles, one version per key and long-lived, keep every column's statistics and zstd.
+    * DeltaFiles keep statistics of their key and hidden columns only: no reader may prune a DeltaFile on
+      another column, since a newer version of a key in another file can hide the matching row.
+    * A level-1 DeltaFile is rewritten soon, so it is written as level-0 files are (per-level compression):
+      LZ4, dictionaries for string, binary and ``constant`` columns only, integer key and hidden columns
+      packed (:func:`maintd.table.files.datafiles.delta_coded`).
+    * ``constant`` columns (the partition columns, :class:`Outputs`) are dictionary arrays of one value,
+      stored as given at every level.
+    * Level-2 DeltaFiles keep zstd; BaseFiles, long-lived, keep every column's statistics and zstd.
+
+    docs/design.md ("Data file encoding") gives the reasons.
     """
     if kind == "base":
         return OUTPUT_OPTIONS
@@ -188,8 +176,7 @@ def constant_column(value: pa.Array, rows: int) -> pa.DictionaryArray:
     """``rows`` rows of the one value of ``value`` (an array of one row; null or not), dictionary-encoded.
 
     The Parquet writer stores a dictionary array's dictionary and indices as they are: a constant column
-    costs it nothing, where a plain one is hashed value by value (7 ms for the 482 k rows of a clustering
-    output of the benchmark's 25x workload).
+    costs it nothing, where a plain one is hashed value by value.
     """
     if value.null_count:  # null indices into an empty dictionary (the writer takes no null in a dictionary)
         return pa.DictionaryArray.from_arrays(pa.nulls(rows, pa.int32()), value.slice(0, 0))
@@ -222,14 +209,12 @@ class OutputFile:
     each is written as a :func:`constant_column` (:func:`with_constants`).
 
     ``text``: the string and binary value columns that may be written as dictionaries
-    (:mod:`maintd.table.files.dictionaries`). The first row group decides which are (:func:`encode_text`: those
-    of few distinct values; a merge of dictionary-read inputs hands them over as dictionary arrays, whose
-    entries are only unified and compacted); the footer lists those whose every row group was.
+    (:mod:`maintd.table.files.dictionaries`); the first row group decides which (:func:`encode_text`), and the
+    footer lists those whose every row group was.
 
-    The file is written from its writer schema (constants and chosen text columns dictionary-typed), and
-    its footer says ``schema``: the Parquet schema is the same either way (a dictionary-typed string column is
-    a string column), and Arrow readers are told ``schema`` through :func:`arrow_schema_metadata`, so a reader
-    cannot tell it from a file written from ``schema`` itself.
+    The file is written from its writer schema (constants and chosen text columns dictionary-typed) and its
+    footer says ``schema`` (:func:`arrow_schema_metadata`): readers cannot tell it from a file written from
+    ``schema`` itself.
     """
 
     def __init__(self, storage: Storage, path: str, schema: pa.Schema, options: dict[str, Any],

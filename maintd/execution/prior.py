@@ -1,23 +1,18 @@
 """Prior rows: what a compaction unit stores, beside its BaseFiles, for the change feed.
 
-The change feed of (a, b] needs, for every key a commit in between wrote, the key's row at ``a`` and at
-``b``. A key's row at a version is in that version's DeltaFiles (many small files, each read whole) or in
-its BaseFiles, which hold every key of the bucket: changes spread over the keys put a changed key in every
-row group, so reading those few rows costs a decode of the whole bucket. A compaction has exactly those rows
-at hand: it merges the BaseFiles it rewrites with every DeltaFile of the bucket, and the DeltaFiles' keys
-are the keys the writers changed since the BaseFiles were written. So, in tables with
-``changes.prior.rows``, each compaction unit also writes a *prior-rows file*: for every key of its DeltaFile
-rows, the row its BaseFiles hold for that key, or a marker (the key, ``_maintd_op`` = delete, version 0)
-when they hold none, and every row version of the key in its DeltaFiles. The feed then reads that one file
-instead of the BaseFiles and the DeltaFiles (:mod:`maintd.table.read.changes`), as Paimon's changelog producers
-and Delta's change data files store what a later reader would have to recompute. Its cost is paid once, by
-the compaction: about twice the size of the changed rows.
+The change feed of (a, b] needs, for every key a commit in between wrote, the key's row at ``a`` and at ``b``;
+in BaseFiles, reading those few rows costs a decode of the whole bucket. A compaction has exactly those rows at
+hand. So, in tables with ``changes.prior.rows``, each compaction unit also writes a *prior-rows file*: for every
+key of its DeltaFile rows, the row its BaseFiles hold for that key, or a marker (the key, ``_maintd_op`` =
+delete, version 0) when they hold none, and every row version of the key in its DeltaFiles. The feed then reads
+that one file instead (:mod:`maintd.table.read.changes`).
 
 The file is an answer about the BaseFiles' content, which never changes, so it is right whether or not its
 commit lands; its commit names it (a ``prior`` action, protocol 4) so that reclamation deletes it with its
-BaseFiles and orphan cleanup knows it. A unit that merges through spilled runs keeps every row version in
-its runs (:mod:`maintd.execution.rewrite`), so its last pass sees BaseFile and DeltaFile rows apart, as a
-streamed or in-memory merge does.
+BaseFiles. A unit that merges through spilled runs keeps every row version in its runs
+(:mod:`maintd.execution.rewrite`), so its last pass tells BaseFile and DeltaFile rows apart.
+
+docs/format.md ("Prior rows") specifies the file and how the feed uses it; docs/design.md ("Prior rows") why.
 """
 
 from __future__ import annotations
@@ -46,12 +41,10 @@ class PriorWriter:
     """The prior-rows file of one compaction unit, fed the unit's unmerged chunks as they pass.
 
     ``below``: the greatest version any of the unit's BaseFiles holds; every DeltaFile row is newer (a
-    compaction takes every DeltaFile of its bucket, so the DeltaFiles left afterwards were all committed
-    after it read). Every unit of a task that reads BaseFiles and DeltaFiles (``spec.prior_rows``) writes a
-    file, even one whose key range holds none of the task's BaseFiles (every key gets a marker) or none of
-    its DeltaFiles (the file is empty): it then answers for what its task names
-    (:class:`~maintd.execution.specs.TaskPriors`). The feed uses a compaction's files as a whole record only
-    when every unit wrote one (:mod:`maintd.table.read.priors`). A unit whose versions do not separate so writes
+    compaction takes every DeltaFile of its bucket). Every unit of a task that reads BaseFiles and DeltaFiles
+    (``spec.prior_rows``) writes a file, even one whose key range holds none of the task's BaseFiles or none of
+    its DeltaFiles: it then answers for what its task names (:class:`~maintd.execution.specs.TaskPriors`), so
+    that the feed can use the task's files as a whole record. A unit whose versions do not separate so writes
     nothing.
     """
 

@@ -1,4 +1,4 @@
-"""The rewrite of one unit inside a Spark task (or a local thread): pyarrow only, no Spark.
+"""The rewrite of one unit inside a Spark task (or in process): pyarrow only, no Spark.
 
 A unit reads its input files restricted to its key range, merges them and writes its output files:
 
@@ -10,29 +10,20 @@ A unit reads its input files restricted to its key range, merges them and writes
 Several units may share one Spark task (a *pack*, :func:`run_pack_json`): each is still rewritten,
 reported and, on failure, cleaned up on its own.
 
-**Memory.** A unit stays within ``task_memory_bytes`` (the budget counts rows, read buffers and merge
-copies; the worker's own interpreter and libraries come on top), whatever the size of its inputs:
+**Memory.** A unit stays within ``task_memory_bytes`` (rows, read buffers and merge copies; the worker's
+interpreter and libraries come on top), whatever the size of its inputs, in one of three modes:
 
-* *memory*: inputs whose estimated decoded size (and its merged copy) fits the budget are fetched
-  whole, decoded in parallel threads and merged in one step: the fast path of the small-file case. The
-  estimate is checked against the fetched files' footers before decoding, and the decoded size is
-  measured while decoding (a dictionary-encoded column decodes to more than its footer says): past
-  the limit the unit streams instead;
-* *stream*: otherwise each input is streamed in bounded record batches through a k-way merge
-  (:func:`maintd.execution.merge.merge_streams`) in chunks of a bounded number of bytes;
-* *spill*: when even the open readers of all inputs would not fit (many inputs), the inputs are merged
-  in groups into sorted runs on local disk (``SPARK_LOCAL_DIRS``, else the temporary directory), and
-  the runs are merged in turn, as an external merge sort does. A compaction's runs keep their delete
-  rows, which must still hide older rows of other runs; a compaction that stores prior rows keeps every
-  row version in its runs (its last pass needs a changed key's BaseFile row and all of its DeltaFile
-  rows, :mod:`maintd.execution.prior`), so its runs are as large as their inputs' rows.
+* *memory*: inputs whose estimated decoded size fits are fetched whole and merged in one step (checked
+  against the footers and while decoding: past the limit the unit streams instead);
+* *stream*: each input is streamed in bounded record batches through a k-way merge
+  (:func:`maintd.execution.merge.merge_streams`);
+* *spill*: when even the open readers of all inputs would not fit, groups of inputs are merged into sorted
+  runs on local disk (``SPARK_LOCAL_DIRS``, else the temporary directory), then the runs are merged. A
+  compaction's runs keep their delete rows; one that stores prior rows keeps every row version
+  (:mod:`maintd.execution.prior`).
 
-The shares of the budget (open readers, buffers, one chunk, its merged copy, the writer's row group)
-are fixed below and leave about a quarter for the allocator and Python objects; ``bench/bench_memory.py``
-measures the peak RSS of a worker against the budget. Text columns every input lists as dictionary-encoded
-are read as dictionary arrays (:func:`maintd.execution.inputs.unit_dictionaries`): smaller than the plain
-strings the estimates assume, and a chunk's merged dictionary is at most the union of its inputs' (64 KiB per
-input and row group at most, within the page each open reader is counted for).
+The shares of the budget are fixed below and leave about a quarter for the allocator and Python objects.
+docs/architecture.md ("Memory") explains the modes and the shares.
 """
 
 from __future__ import annotations
@@ -137,11 +128,9 @@ class _Unsynced:
 
     Each finished unit's files are synced (:meth:`Storage.make_durable_many`: the files in parallel, then
     their directories) on a background thread while the next unit of the pack computes: a sync waits on the
-    disk, not the processor, so the pack's syncs cost it only the last unit's, where syncing all of them at
-    the end cost a pack of four clustering units of the 25x benchmark 21 ms (and syncing each file as it is
-    closed, before the next unit starts, 0.07 s of 0.69 s earlier). No result leaves the pack before
-    :meth:`settle` has waited for every sync. A unit whose files cannot be made durable is reported as
-    failed and its files deleted: no commit may name them.
+    disk, not the processor, so the pack waits only for the last unit's syncs. No result leaves the pack
+    before :meth:`settle` has waited for every sync. A unit whose files cannot be made durable is reported
+    as failed and its files deleted: no commit may name them.
     """
 
     def __init__(self) -> None:

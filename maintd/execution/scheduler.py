@@ -1,25 +1,22 @@
 """Running units as Spark tasks that follow the cluster, with results as each Spark task finishes.
 
-**Packs.** Units are packed into Spark tasks of about ``task_input_bytes`` of input each (balanced by
-input bytes plus a fixed cost per file, biggest first), and into at least one Spark task per core the
-cluster has when the run starts: so a large run has as many Spark tasks as its input calls for (which
-is what dynamic allocation scales on), and a small one still uses every core while paying the fixed
-cost of a Python Spark task (scheduling, the worker's set-up) once per core rather than once per bucket.
+**Packs.** Units are packed into Spark tasks of about ``task_input_bytes`` of input each (balanced by input
+bytes plus a fixed cost per file, biggest first), and into at least one Spark task per core the cluster has
+when the run starts: a large run has as many Spark tasks as its input calls for, and a small one still uses
+every core while paying a Python Spark task's fixed cost once per core rather than once per bucket.
 
-**Jobs.** Each pack runs as its own Spark job (one task), submitted from a driver thread, with about
-two Spark tasks in flight per core the cluster has *now*: the limit is read again every time a job
-ends, so executors that join (dynamic allocation, a node added) get work and executors that leave
-do not hold any back. A job's results reach the driver when its task ends, so the commit step can
-land finished buckets while the run goes on, and a job that fails (a task out of retries) loses only
-its own pack. Each job has a job group of its own, so an abandoned run cancels what is still running and a
-job still running after its timeout (:func:`~maintd.execution.local.pack_timeout`: ``spark.maintd.task.timeout``,
-else derived from its input) is cancelled alone: Spark kills its tasks and their Python workers (a worker stopped
-with SIGSTOP too), the job runs once more, and a second timeout fails its units.
+**Jobs.** Each pack runs as its own Spark job (one task), submitted from a driver thread, with about two Spark
+tasks in flight per core the cluster has *now* (read again whenever a job ends), so executors that join get
+work and executors that leave hold none back. A job's results reach the driver when its task ends, and a job
+that fails loses only its own pack. Each job has a job group of its own: an abandoned run cancels what still
+runs, and a job still running after :func:`~maintd.execution.local.pack_timeout` is cancelled alone and runs
+once more; a second timeout fails its units.
 
-**Attempts.** Spark retries a failed task (a killed Python worker, a lost executor) in a new attempt,
-which writes under its own file names (:mod:`maintd.execution.output`). When a pack's job ends, the
-files of any attempt other than the one whose result was accepted are deleted: no commit ever
-references them. What cannot be listed or deleted then is left to orphan cleanup.
+**Attempts.** Spark retries a failed task in a new attempt, which writes under its own file names. When a
+pack's job ends, the files of every attempt but the accepted one are deleted (:func:`remove_attempts`); what
+cannot be listed or deleted is left to orphan cleanup.
+
+docs/architecture.md ("Plan, execute, commit") gives the reasons.
 """
 
 from __future__ import annotations
@@ -45,8 +42,8 @@ from maintd.storage import Storage, carry_storage
 from maintd.table.files.datafiles import data_file_path
 
 FILE_COST_BYTES = 64 << 10
-"""Fixed cost of one input file, in bytes of input, when balancing packs (opening and decoding a small
-file costs about as much as reading 64 KiB)."""
+"""Fixed cost of one input file, in bytes of input, when balancing packs: opening and decoding a small file
+counts as much as reading 64 KiB."""
 MAX_JOBS = 64
 """Spark jobs in flight at once (driver threads); with more slots than that a job carries several packs."""
 TICK_SECONDS = 1.0
@@ -262,13 +259,11 @@ def run_units(specs: Sequence[TaskSpec], backend: Backend, options: ExecutionOpt
         options: ``task_input_bytes`` sizes the packs.
         on_result: called in the calling thread with each unit's result.
         on_tick: called at least every second; returns the seconds until it wants to be called again.
-        stop: when true, no further pack is started and running ones are cancelled; their units are
-            reported as failed.
+        stop: when true, no further pack starts and running ones are cancelled (their units fail).
         storage: the table's storage, to delete the files of attempts whose result was not accepted.
-        budget: the daemon's budget (:mod:`maintd.execution.budget`): packs are sized within its bursts and each
-            is released only once admitted; what they spent is settled as they end. None: no budget.
-        priority: the place of this run's packs in the budget's line (higher first: the table's distance from
-            its targets).
+        budget: the daemon's budget (:mod:`maintd.execution.budget`): packs fit its bursts and start once
+            admitted. None: no budget.
+        priority: the place of this run's packs in the budget's line (higher first).
     """
     if not specs:
         return 0

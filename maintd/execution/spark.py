@@ -5,32 +5,23 @@ maintd runs on the session the user runs it with:
 * **an existing session** (a notebook, an application embedding maintd, a test): used as it is;
 * **under** ``spark-submit`` (``jobs/maintenance_job.py``): the session the submission configured,
   master and deploy settings included; maintd's own ``spark`` settings do not override any of them;
-* **otherwise** maintd builds one from its ``spark`` settings: ``master`` (``local[*]``,
-  ``spark://host:7077``, ``k8s://https://...``) or ``remote`` (Spark Connect), ``app_name``,
-  ``driver_memory`` and ``conf``. A local master without a failure count gets one (``local[*]`` runs
-  as ``local[N,F]`` with N the CPUs of the container's quota, :func:`maintd.execution.cpus.usable_cpus`,
-  and F = ``spark.task.maxFailures``, default 4), because Spark retries nothing in local mode otherwise,
-  and a killed Python worker would fail the run.
+* **otherwise** maintd builds one from its ``spark`` settings (``master`` or ``remote``, ``app_name``,
+  ``driver_memory``, ``conf``). A local master without a failure count gets ``spark.task.maxFailures``
+  (default 4), since Spark retries nothing in plain local mode, and ``local[*]`` counts the CPUs of the
+  container's quota (:func:`maintd.execution.cpus.usable_cpus`).
 
-**Where work runs** (:func:`runs_small_plans_in_process`): in a session maintd builds itself with a local
-master, a plan of at most ``spark.maintd.inProcess.maxInputBytes`` runs without a Spark job, in this process
-(:func:`maintd.execution.driver.runs_in_process`). Every other session (``spark-submit``, one the caller
-gives, one maintd builds on a cluster master or Spark Connect) runs every plan as Spark jobs on its cluster,
-whatever the size: work submitted to a cluster never runs in the driver's container.
+**Where work runs** (:func:`runs_small_plans_in_process`): only in a session maintd builds itself with a local
+master may a plan of at most ``spark.maintd.inProcess.maxInputBytes`` run without a Spark job, in this process.
+Every other session runs every plan as Spark jobs on its cluster, whatever the size.
 
-**What executors are given.** Only the task specs and, by default, the storage options of the table
-that are not credentials (endpoint, region...): executors use their own credentials (environment,
-instance role, workload identity). ``spark.ship_storage_options`` (or the Spark conf
-``spark.maintd.storage.shipOptions=true``) ships the driver's credentials in the tasks, hidden in every
-``repr``; a local master's Python workers (this process's children) get them without asking. A session
-maintd builds with a local master runs its Python workers with this interpreter
-(``spark.pyspark.python``); on a cluster master the executors' interpreter is theirs to choose
-(``PYSPARK_PYTHON`` or ``spark.pyspark.python`` naming the path on the executors).
+**What executors are given.** The task specs and, by default, the table's storage options that are not
+credentials: executors use their own. ``spark.ship_storage_options`` (or ``spark.maintd.storage.shipOptions``)
+ships the driver's credentials in the tasks, hidden in every ``repr``; a local master's Python workers get them
+without asking and run this interpreter, while a cluster's executors run the one ``PYSPARK_PYTHON`` names there.
+Executors need maintd installed (the Docker image has it).
 
-Execution options of maintd itself are read from ``spark.conf`` of the settings in every mode
-(``spark.maintd.task.memory``, ``...readThreads``, ``...inputBytes``, ``...packThreads``).
-
-Executors need maintd installed (the Docker image has it; elsewhere ship it with ``--py-files``).
+Execution options of maintd itself are read from ``spark.conf`` of the settings in every mode.
+docs/architecture.md ("Spark modes") gives the reasons.
 """
 
 from __future__ import annotations
@@ -95,8 +86,8 @@ _DEFAULT_CONF = {
     "spark.sql.shuffle.partitions": "16",
     "spark.python.worker.reuse": "true",
     # Arrow allocates from jemalloc in the Python workers: with the release after every merged chunk it
-    # hands freed memory back promptly, where mimalloc (pyarrow's default) kept up to twice a small budget
-    # (bench/bench_memory.py). The variable must be set before the worker first allocates.
+    # hands freed memory back promptly, where mimalloc (pyarrow's default) kept well above a small budget
+    # (docs/architecture.md, "Memory"). The variable must be set before the worker first allocates.
     "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
 }
 DAEMON_MODULE_CONF = "spark.python.daemon.module"
@@ -111,11 +102,9 @@ DRIVER_JAVA_OPTIONS_CONF = "spark.driver.extraJavaOptions"
 DRIVER_JIT_OPTION = "-XX:TieredStopAtLevel=1"
 """The driver JVM of a session maintd builds compiles with the client compiler (C1) only. maintd's driver
 schedules Python tasks and reads their small results; it runs no query of its own, so the server compiler's
-faster code gains it little, while its compilations kept coming for runs on end: on the 25x benchmark's
-clustering plan (8 units, 2 cores) the JVM's compiler threads took 137 ms of CPU per execution, beside the Python
-workers (the whole JVM 0.10-0.145 s against 0.055-0.07 s with C1 only, and the plan 0.39-0.44 against
-0.37-0.39 s, bench/bench_spark_workers.py --variants default,c2). Options of the user's that choose a tiered
-level themselves are left alone."""
+faster code gains it little, while its compilations take CPU from the Python workers run after run
+(docs/architecture.md, "Spark modes"). Options of the user's that choose a tiered level themselves are left
+alone."""
 _LOCAL = re.compile(r"local(?:\[(\*|\d+)\])?")
 _ANY_LOCAL = re.compile(r"local(?:\[[^\]]*\])?")
 
@@ -374,12 +363,11 @@ def preload_worker() -> None:
     """Import what a maintd task imports, in the PySpark daemon before it forks its workers (when
     ``MAINTD_WORKER_PRELOAD=1``, :mod:`maintd.pyspark_daemon`).
 
-    Spark closes a Python worker idle for a minute, so a daemon whose runs are minutes apart starts its
-    workers again for every run, and each paid about 0.35 s of imports before its first task and 0.25 s
-    more inside its first unit: pyarrow's first conversion of anything not Arrow (``pa.array`` of a numpy
-    array) imports pandas, if installed, to recognise pandas objects (about 300 modules). Forked from a
-    daemon that has them, a worker starts with all of it (:mod:`maintd.pyspark_daemon` says why the fork is
-    safe). Runs nothing of Arrow's but that one conversion: no thread pool exists before the fork.
+    Spark closes a Python worker idle for a minute, so a daemon whose runs are minutes apart starts new workers
+    for every run, and each imports maintd and pyarrow, and in its first unit pandas (pyarrow's first conversion
+    of a numpy array, ``pa.array``, imports it to recognise pandas objects). Forked from a daemon that has them,
+    a worker starts with all of it. Runs nothing of Arrow's but that one conversion: no thread pool exists
+    before the fork.
     """
     import importlib
 
@@ -413,9 +401,9 @@ def freeze_zip_caches() -> None:
 
     A PySpark worker calls ``importlib.invalidate_caches()`` before each task, and on Python 3.11
     every ``zipimporter`` then re-reads its whole archive directory. A worker's path holds Spark's
-    ``pyspark.zip`` (one importer per imported subpackage) and the spark-core jar (5,000 entries):
-    about 0.2 s of CPU per Spark task, more than a small bucket's whole rewrite. These archives do
-    not change while the worker lives; archives added later (``addPyFile``) keep the normal behaviour.
+    ``pyspark.zip`` (one importer per imported subpackage) and the spark-core jar (thousands of entries),
+    more work than a small bucket's whole rewrite. These archives do not change while the worker lives;
+    archives added later (``addPyFile``) keep the normal behaviour.
     Only done inside a Spark task (a no-op in the driver); idempotent.
     """
     import zipimport

@@ -88,8 +88,7 @@ class ExecutionOptions(_Model):
     """Inputs of a unit fetched at once: reads wait on storage (an object store's latency), not on a core."""
     decode_threads: int = Field(default=1, ge=1)
     """Threads that decode a unit's fetched inputs. One: a run already has at least one Spark task per core,
-    so each core decodes its own unit; more threads per unit only contend for the cores and the GIL (the
-    400 small files of the clustering benchmark decoded in 0.08 s on one thread, 0.13 s on four)."""
+    so each core decodes its own unit; more threads per unit only contend for the cores and the GIL."""
     task_input_bytes: int = Field(default=DEFAULT_TASK_INPUT_BYTES, ge=1)
     """Input bytes of one Spark task (large compactions split into key ranges of this size, small plan tasks
     packed up to it); a run has at least one Spark task per executor core when it has enough units."""
@@ -100,10 +99,9 @@ class ExecutionOptions(_Model):
     threads, ``in_process_workers``) of the process that planned it (the daemon, ``maintd run``), not as Spark
     jobs, and starts no Spark session for it; 0: every run on Spark.
 
-    Every Spark job costs a fixed time before any work (a local session: about 0.15 s for one empty job per
-    core; a cluster with dynamic allocation: seconds while executors start), which is most of a small
-    rewrite. 64 MiB of small files take about half a second on two cores in process (docs/benchmarks.md).
-    Units run in process with the same memory budget per unit as on Spark, ``in_process_threads`` at once."""
+    Every Spark job costs a fixed time before any work (more on a cluster whose executors start on demand),
+    which is most of a small rewrite (docs/benchmarks.md, "Maintenance"). Units run in process with the same
+    memory budget per unit as on Spark, ``in_process_threads`` at once."""
     in_process_threads: int = Field(default=0, ge=0)
     """Units at once when a run executes in process (child processes or threads, ``in_process_workers``); 0: one
     per CPU this process may run on, within its container's CPU quota (:func:`maintd.execution.cpus.usable_cpus`)."""
@@ -130,13 +128,17 @@ class ExecutionOptions(_Model):
     :func:`maintd.execution.spark.freeze_zip_caches`)."""
     faults: dict[str, str] = Field(default_factory=dict)
     """Plan task id (``<task id>#<unit>`` for one key range of it, ``*`` for every task) -> fault, for tests of
-    failure handling: ``after_first_chunk``
-    (raise after output was written), ``kill_once:<dir>`` (the first attempt to claim ``<dir>`` kills its
-    own Python worker after writing output), ``hold_once:<dir>`` (the first attempt to claim ``<dir>``
-    writes output, records its pid in ``<dir>/held`` and waits until ``<dir>/release`` exists), ``stop_once:<dir>``
-    (the first attempt to claim ``<dir>`` writes output, records its pid in ``<dir>/stopped`` and stops its own
-    process with SIGSTOP), ``stop:<dir>`` (every attempt does so, recording its pid in ``<dir>/stopped-<pid>``),
-    ``kill`` (every attempt kills its own process after writing output)."""
+    failure handling:
+
+    * ``after_first_chunk``: raise after output was written;
+    * ``kill_once:<dir>``: the first attempt to claim ``<dir>`` kills its own Python worker after writing output;
+    * ``hold_once:<dir>``: the first attempt to claim ``<dir>`` writes output, records its pid in ``<dir>/held``
+      and waits until ``<dir>/release`` exists;
+    * ``stop_once:<dir>``: the first attempt to claim ``<dir>`` writes output, records its pid in
+      ``<dir>/stopped`` and stops its own process with SIGSTOP;
+    * ``stop:<dir>``: every attempt does so, recording its pid in ``<dir>/stopped-<pid>``;
+    * ``kill``: every attempt kills its own process after writing output.
+    """
 
     def fault_of(self, task_id: str, unit: int = 0) -> str | None:
         return self.faults.get(f"{task_id}#{unit}") or self.faults.get(task_id) or self.faults.get("*")
@@ -148,9 +150,8 @@ class TaskPriors(_Model):
 
     Such a unit still writes a prior-rows file (every unit of the task must, for the feed to use their files as
     a whole record), and a file names at least one BaseFile and one DeltaFile (docs/format.md, "Prior rows").
-    A file of the task that the unit was not given holds no row in the unit's key range (the unit would have
-    been given it otherwise), so the unit's file answers for it truly: none of its keys is in those BaseFiles
-    (each gets a marker), and every row of that DeltaFile in its range (none) is in the file.
+    A file of the task the unit was not given holds no row in its key range, so the unit's file answers for
+    it truly.
     """
 
     bases: tuple[str, ...] = Field(min_length=1)

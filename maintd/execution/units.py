@@ -60,9 +60,7 @@ def task_specs(plan: PlanDoc, snapshot: Snapshot, options: ExecutionOptions | No
 
     Raises:
         InvalidInputError: the snapshot is not the plan's read version, an input is not live in it or lies
-            outside its task's partition and bucket, or two tasks share an id. Results and commits are
-            matched to tasks by id, and a task's outputs go to its partition and bucket: either mistake in
-            a plan would drop rows.
+            outside its task's partition and bucket, or two tasks share an id (either would drop rows).
     """
     opts = options or ExecutionOptions()
     if snapshot.version != plan.read_version:

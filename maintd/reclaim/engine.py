@@ -1,29 +1,24 @@
 """Plan and carry out one reclamation: checkpoint, then log, then data files, then orphans, then the watermark.
 
-The order is what keeps every retained version readable at every moment, including after a crash
-between any two steps (docs/reclamation.md, "Why it is safe"):
+The order keeps every retained version readable at every moment, including after a crash between any two steps:
 
-1. a checkpoint at the oldest retained version ``R`` is written first, so ``R`` stays reconstructible
-   once the commits before it are gone;
-2. the checkpoints before ``R`` are deleted, then the commits before ``R`` oldest first (the remaining ones
-   stay one unbroken range): from now on no version before ``R`` can be loaded, so no reader can start
-   reading a file that step 3 deletes (the failure of Paimon #6978 and Hudi #8584);
-3. the data files removed at or before ``R`` are deleted: no version from ``R`` on holds them;
+1. a checkpoint at the oldest retained version ``R`` is written first and must read back, so ``R`` stays
+   reconstructible once the commits before it are gone;
+2. the checkpoints and then the commits before ``R`` are deleted, oldest first: from then on no version before
+   ``R`` can be loaded, so no reader can start reading a file that step 3 deletes;
+3. the data files removed at or before ``R`` are deleted;
 4. orphans older than the grace are deleted, after a last check against the newest snapshot;
-5. the watermark ``_log/_reclaimed`` records that the data files of every tombstone up to ``R`` are gone,
-   so later checkpoints leave those tombstones out.
+5. the watermark ``_log/_reclaimed`` records that the data files of every tombstone up to ``R`` are gone.
 
 Every step is idempotent; a run that stops anywhere is finished by the next one. A log file that cannot be
-deleted stops the log step there (what is left of the log must stay one unbroken range of commits) and the
-data step is left to the next run.
+deleted stops the log step there (the log stays one unbroken range) and leaves the data step to the next run.
 
-A damaged table is never reclaimed: a log that fails its check stops the plan before anything is deleted
-(:class:`~maintd.errors.CorruptLogError`), and so does a live data file missing from storage
-(:class:`~maintd.errors.DataFileMissingError`) or a protocol this code cannot write. So does a listing that
-shows a commit newer than the snapshot the plan was made from: the lookup of the latest version was wrong (a
-store that does not list in lexical order), and everything the snapshot does not reference would look like
-an orphan. The checkpoint at ``R`` must read back (its check passes) before any commit it replaces goes; a
-damaged one is replaced from the commits first, and if that fails nothing of the log is deleted.
+A damaged table is never reclaimed: a log that fails its check (:class:`~maintd.errors.CorruptLogError`), a
+live data file missing from storage (:class:`~maintd.errors.DataFileMissingError`), a protocol this code
+cannot write, or a listing that shows a commit newer than the planned snapshot stops the plan before anything
+is deleted.
+
+docs/reclamation.md ("What is deleted, in which order", "Why it is safe") gives the reasons.
 """
 
 from __future__ import annotations

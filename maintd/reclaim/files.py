@@ -4,9 +4,9 @@ Three kinds of file are deleted, each for its own reason:
 
 * **log files** (``log``): commits and checkpoints of versions older than the oldest retained version;
 * **data files** (``data``): files removed by a commit at or before the oldest retained version, so no
-  retained version reads them (they are tombstones of the latest snapshot), and the prior-rows files of
-  those of them that were BaseFiles (with the deletion time of the commit that removed them, so they go at
-  the same time; a looked-up one whose BaseFiles are all live has none, and stays);
+  retained version reads them (they are tombstones of the latest snapshot). Prior-rows files go with their
+  BaseFiles (they carry the deletion time of the commit that removed them; a looked-up one whose BaseFiles
+  are all live has none, and stays);
 * **orphans** (``orphan``): files no log entry references (a writer or a job that crashed before its
   commit landed), once older than the grace period, because an in-flight writer's files look the same.
 

@@ -73,24 +73,22 @@ def purge_table(table: Table, *, now: datetime | None = None, partitions: Iterab
                 orphan_grace: timedelta = DEFAULT_ORPHAN_GRACE, dry_run: bool = False,
                 force_short_grace: bool = False, user: str | None = None,
                 on_step: StepHook | None = None, force_unpin: bool = False) -> ReclaimReport:
-    """PURGE ``table``: record an audit commit, then delete all history before it (see the module docstring).
+    """PURGE ``table``: record an audit commit, then delete all history before it.
 
     Args:
-        table: the table.
-        now: the time the orphan grace is measured against (default: the clock).
-        partitions: limit the deletion of data files and orphans to these partitions (column -> value).
-        orphan_grace: unreferenced files younger than this are kept (at least 1 hour unless forced).
-        dry_run: report what would be deleted; commit and delete nothing.
+        now: the clock of the orphan grace (default: now).
+        partitions: delete only these partitions' data files and orphans.
+        orphan_grace: unreferenced files younger than this stay (at least 1 hour unless forced).
+        dry_run: only report what would be deleted.
         force_short_grace: allow a grace below 1 hour (only when no writer runs).
-        user: who runs it, for the audit commit (default: ``$MAINTD_USER`` or the OS user, at the host).
-        on_step: called after each step and each deleted file.
-        force_unpin: drop pinned versions too, removing their pins in the audit commit.
+        user: who runs it (default: ``$MAINTD_USER``, else the OS user at the host).
+        on_step: called after each step and deleted file.
+        force_unpin: drop pinned versions and their pins too.
 
     Raises:
-        InvalidInputError: a partition filter naming a column that is not a partition column, or a
-            short grace without ``force_short_grace``.
-        InvalidInputError: live pins exist and ``force_unpin`` is not given (naming them); nothing changed.
-        CommitConflictError: a concurrent metadata change or pin; nothing was deleted, run it again.
+        InvalidInputError: a filter on a non-partition column, an unforced short grace, or live pins
+            without ``force_unpin``; nothing changed.
+        CommitConflictError: a concurrent metadata change or pin; nothing deleted.
     """
     started = time.monotonic()
     check_grace(orphan_grace, force_short_grace)

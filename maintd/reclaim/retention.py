@@ -1,28 +1,24 @@
 """Reclamation by ``acid.data.retain.hours``: expire old versions, delete what no retained version needs.
 
-Every moment of the last ``acid.data.retain.hours`` before ``now`` stays readable, so the oldest retained
-version ``R`` is the newest version committed at or before ``now - retain hours`` (the state of the table
-at that moment; Delta Lake's rule), and every version after it; ``0`` keeps the latest version only. The
-reader's ``VersionNotFoundError`` check computes ``R`` the same way
-(:func:`maintd.table.log.timeline.oldest_retained_version`).
-The property is read from the latest version at each run, so a change takes effect at the next one.
+Every moment of the last ``acid.data.retain.hours`` before ``now`` stays readable: the oldest retained version
+``R`` is the newest version committed at or before ``now - retain hours`` (Delta Lake's rule), and every version
+after it stays; ``0`` keeps the latest version only. The reader's ``VersionNotFoundError`` check computes ``R``
+the same way (:func:`maintd.table.log.timeline.oldest_retained_version`). The property is read from the latest
+version at each run.
 
 Pins (:mod:`maintd.table.pins`) hold history back: ``R`` is never newer than the oldest version a live pin
-holds at ``now``, so that version, every version after it and every file they read stay. Pins whose TTL
-passed by ``now`` are ignored, and removed by the run's expire commit.
+holds at ``now``. Pins whose TTL passed are ignored, and removed by the run's expire commit.
 
-Before it deletes anything, a run commits what it expires (an ``EXPIRE`` commit: an ``expire`` action, or in
-tables below protocol 3 its ``commit_info`` parameters) on top of the state it planned from. A pin of an
-expired version that lands first makes that commit fail (:class:`~maintd.errors.PinConflictError`); the run
-then plans again and keeps the pinned version. A pin that comes later finds the version expired, or fails
-against the expire commit. Either way no pin is acknowledged for a version whose files are deleted. A run that
-expires no version and finds no expired pin commits nothing; expire commits themselves are no history (the
-version before one is retained with it, :func:`maintd.table.log.timeline.past_expire_commits`), so runs on an idle
-table do not each add, and expire, one commit.
+Before it deletes anything, a run commits what it expires (an ``EXPIRE`` commit) on top of the state it
+planned from, so a pin of an expired version that lands first makes it fail
+(:class:`~maintd.errors.PinConflictError`) and the run plans again: no pin is acknowledged for a version whose
+files are deleted. A run with nothing to expire commits nothing, and expire commits are no history
+(:func:`maintd.table.log.timeline.past_expire_commits`), so runs on an idle table add no commits.
 
-DeltaFiles the current state still reads are live, never tombstones, so they are never reclaimed however
-old they are; only a compaction (which the planner schedules under retention pressure) or an overwrite
-frees them.
+DeltaFiles the current state still reads are never reclaimed however old they are; only a compaction (which
+the planner schedules under retention pressure) or an overwrite frees them.
+
+docs/reclamation.md ("Retention") gives the rules.
 """
 
 from __future__ import annotations

@@ -1,41 +1,27 @@
 """The daemon loop: periodic passes over the tables this replica owns, cheap checks, bounded concurrency,
 leases, backoff, graceful stop.
 
-APScheduler 3 runs two periodic *passes* (maintenance and reclamation, each with jitter,
-``max_instances=1`` and coalescing of missed runs) and the renewal of this replica's row and leases. A
-pass reads the enabled tables and their backoff in one query, keeps those this replica owns (the live
-replicas split the tables by rendezvous hashing, :mod:`maintd.service.replicas`, so a table is checked
-once per interval however many replicas run) and that are not backing off after failures.
+APScheduler 3 runs two periodic *passes* (maintenance and reclamation, with jitter, ``max_instances=1`` and
+coalescing) and the renewal of this replica's row and leases. A pass reads the enabled tables in one query
+and keeps those this replica owns (:mod:`maintd.service.replicas`) that are not backing off. A table with an
+interval the daemon tuned (:mod:`maintd.service.tuning`) is checked on that interval (:func:`due`); passes
+then run as often as the shortest one, no more often than ``scheduler.min_maintenance_interval_seconds``.
 
-A table with a check interval the daemon tuned (:mod:`maintd.service.tuning`) is checked on its own interval
-instead of ``scheduler.maintenance_interval_seconds``: the pass reads the tuned intervals with the schedule (the
-rows that have one: a second light query, not one per table), runs as often as the shortest among the
-tables this replica owns (no more often than ``scheduler.min_maintenance_interval_seconds``), and skips a
-table whose own interval is not over by its next pass (:func:`due`). Without tuned intervals every pass
-checks every table, as the pass then comes once per global interval.
+A maintenance pass first *checks* each table (one look at its log, :mod:`maintd.service.checks`); only tables
+that changed, or whose time triggers are due, are queued. Queued runs start under the table's lease in a
+bounded thread pool. A reclamation pass queues every table. The per-table work is injected (``maintain``,
+``reclaim``, ``check``), so the loop is tested without Spark.
 
-A maintenance pass first *checks* each of them in the pass's own thread: ``check`` is one look at the
-table's log (:mod:`maintd.service.checks`), and a table that has not changed since a plan that found
-nothing, and whose time triggers are not due, is done with. Only the others are queued; queued runs are
-started, each under the table's lease, in a bounded thread pool. A reclamation pass queues every table.
-The per-table work is injected (``maintain``, ``reclaim``, ``check``), so the loop is tested without Spark.
+A run that finds nothing writes no row; one that did something, failed or was refused is recorded with one
+summary line (:mod:`maintd.service.run_log`).
 
-Runs are recorded only when they have something to show: a run that finds nothing to do writes no row
-(its check is counted in memory and written onto the table's row once per pass, in place), so the store
-grows with the work done. A run that did something, failed or was refused is recorded with one summary
-line (:mod:`maintd.service.run_log`); every record logged while it runs carries its table and run id.
-A pass ends with one INFO line that sums it up.
+A failing run gets a retry time (exponential backoff), never stopping the others. On SIGTERM the daemon
+takes no new work, lets runs finish for the grace period, records the rest as abandoned (commits are atomic)
+and frees its leases. While ``blocked`` names a reason (the Spark driver is gone,
+:mod:`maintd.service.spark_driver`) no run starts, and a run that fails meanwhile is recorded abandoned, not
+failed: the table is not at fault.
 
-A failing run is recorded with a retry time (exponential backoff, per table and run kind) and never
-stops the others: a table whose maintenance fails is still reclaimed, and the other way round. On
-SIGTERM the daemon takes no new work, lets in-flight runs finish for the grace period, then records
-the rest as abandoned and releases its leases. A run that did not finish did not commit: commits are
-atomic in the table's log, so abandoning is always safe. A run whose end cannot be recorded because the
-store is unreachable is closed as abandoned, with its summary line, as soon as the store answers again.
-
-While ``blocked`` names a reason (the Spark driver is gone, see :mod:`maintd.service.spark_driver`) no
-run starts, and a run that fails meanwhile is recorded abandoned rather than failed: the table is not
-at fault and must not wait out a backoff once the daemon is restarted.
+docs/architecture.md ("The daemon") gives the reasons.
 """
 
 from __future__ import annotations
@@ -121,21 +107,19 @@ class Daemon:
     """Maintains the tables of a warehouse until stopped.
 
     Args:
-        settings: the settings (scheduler, store, warehouse groups are used).
+        settings: the settings.
         store: the state store.
-        maintain: runs maintenance of one table (plan, execute, commit).
+        maintain: runs maintenance of one table.
         reclaim: runs reclamation of one table.
-        discover: returns the table URIs found under the warehouse roots (None: only explicit tables).
+        discover: the table URIs under the warehouse roots (None: explicit tables only).
         metrics: where to publish metrics.
         holder: this daemon's lease holder id.
-        blocked: returns why no run can start now (None: runs may start).
-        check: the cheap look that tells whether a table must be planned (None: every pass runs every table).
-        keep: keeps the targets of the tables this replica owns, given their URIs (measure, re-tune; see
-            :mod:`maintd.service.tuning`); run every ``tuning.measure_interval_seconds`` while ``tuning.enabled``.
-        clock: monotonic seconds, when each table was last checked (tests move it instead of waiting).
-        budget: the daemon's maintenance budget; while it binds, queued tables start unhealthiest first.
-        targets: the declared targets of the tables planned so far, by URI: how far each is from its own
-            targets orders the queue while the budget binds (None: every table against the default score).
+        blocked: why no run can start now (None: runs may start).
+        check: tells whether a table must be planned (None: every pass runs every table).
+        keep: keeps the targets of the given owned tables (:mod:`maintd.service.tuning`).
+        clock: monotonic seconds (tests move it).
+        budget: the maintenance budget; while it binds, queued tables start unhealthiest first.
+        targets: declared targets by URI, ordering the queue while the budget binds (None: default score).
     """
 
     def __init__(

@@ -71,20 +71,18 @@ class TableJobs:
     """Maintenance, reclamation and discovery for one daemon.
 
     Args:
-        settings: the daemon's settings (policy, reclaim, warehouse, store groups are used).
+        settings: the daemon's settings.
         store: the state store, for the lease check before a commit (None: no check).
-        metrics: where the outcome of every run is published.
-        holder: the lease holder id; None skips the lease check.
-        spark: a SparkSession to run on; None rewrites in process (small tables, tests), or in a session
-            created when first needed if ``use_spark`` or ``session``.
-        clock: the wall clock, as an aware UTC datetime (planning ages and reclamation retention use it).
-        use_spark: create a session when a table has work and ``spark`` is None (default: only with ``spark`` or
-            ``session``).
-        session: where a run that needs Spark gets its session, held for the run (the daemon's
-            :meth:`~maintd.service.spark_driver.SparkDriver.session_for_run`: started on demand, stopped when idle).
+        metrics: where run outcomes are published.
+        holder: the lease holder id (None: no lease check).
+        spark: a SparkSession to run on (None: in process, or see ``use_spark`` and ``session``).
+        clock: the wall clock, an aware UTC datetime.
+        use_spark: create a session when a table has work and ``spark`` is None.
+        session: where a run that needs Spark gets its session, held for the run
+            (:meth:`~maintd.service.spark_driver.SparkDriver.session_for_run`).
         policy_path: the policy file, instead of ``settings.policy.path``.
-        progress: also called with (table, stage) as a run moves on.
-        budget: the daemon's maintenance budget, shared by every run (None: unlimited).
+        progress: called with (table, stage) as a run moves on.
+        budget: the maintenance budget shared by every run (None: unlimited).
     """
 
     def __init__(

@@ -1,29 +1,21 @@
 """Logging with loguru: readable text on a terminal, JSON lines in Kubernetes, never a password.
 
-Secrets are removed twice, because either layer alone misses something: a *patcher* redacts the
-message and the ``extra`` values of every record (so every sink, including ones added later, gets
-clean records), and the sink itself redacts the final text, which also covers tracebacks (loguru
-formats exceptions inside the sink, after patchers ran) and the JSON serialisation.
+Secrets are removed twice, because either layer alone misses something: a *patcher* redacts the message and
+the ``extra`` values of every record (so every sink, even one added later, gets clean records), and the sink
+redacts the final text, which also covers tracebacks (formatted after patchers ran) and the JSON
+serialisation. Records of the standard :mod:`logging` module (APScheduler, SQLAlchemy, py4j) are forwarded to
+loguru for the same format and redaction.
 
-Records of the standard :mod:`logging` module (APScheduler, SQLAlchemy, py4j) are forwarded to
-loguru so that they get the same format and the same redaction.
+Every command configures logging this way (the daemon and ``maintd run`` from the ``logging`` settings, the
+others at WARNING). loguru's ``diagnose`` mode, which prints local variables (database URLs among them) in
+tracebacks, is off everywhere, and ``LOGURU_DIAGNOSE=NO`` is set for child processes. A
+:class:`~maintd.errors.MaintdError` is logged without its traceback; unexpected errors keep theirs.
 
-Every command of the CLI configures logging this way (the daemon and ``maintd run`` from the
-``logging`` settings, the others at WARNING), never with loguru's defaults: loguru's ``diagnose`` mode
-prints the values of local variables in tracebacks, database URLs with their passwords among them, so
-it is off everywhere (``LOGURU_DIAGNOSE=NO`` is also set for processes started from maintd's, such as
-Spark's Python workers). A record of a :class:`~maintd.errors.MaintdError` (an expected error: a missing
-table, a bad policy) is written without its traceback; its message says what is wrong. Unexpected
-errors keep theirs.
-
-The daemon and ``maintd run`` also own the process's standard error (``own_stderr``): file descriptor 2
-becomes a pipe read by a thread, which redacts every line (a child may print a secret maintd knows: the
-JVM's own errors quote URLs), and in JSON mode passes JSON lines through and turns every other line into a
-JSON record (level WARNING, ``extra.source = "stderr"``); in text mode it writes each line as it came.
-Everything a child process writes there (the Spark driver's JVM and its Python workers, whose log4j2
-lines are JSON already in JSON mode, see :mod:`maintd.service.jvm_logging`; the JVM's own start-up
-warnings; a worker's crash) therefore reaches the log collector redacted, and as JSON in JSON mode.
-maintd's own records bypass the pipe, so none is lost when the process exits.
+The daemon and ``maintd run`` also own the process's standard error (``own_stderr``): fd 2 becomes a pipe
+read by a thread, which redacts every line and, in JSON mode, passes JSON lines through and wraps every other
+line in a JSON record (level WARNING, ``extra.source = "stderr"``). So whatever a child process writes there
+(the Spark driver's JVM and its Python workers, :mod:`maintd.service.jvm_logging`) reaches the log collector
+redacted. maintd's own records bypass the pipe, so none is lost when the process exits.
 """
 
 from __future__ import annotations

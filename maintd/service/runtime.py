@@ -1,13 +1,13 @@
 """``maintd daemon`` put together: store, HTTP endpoint, SparkSession, daemon loop, signals, shutdown.
 
-Start order is chosen for Kubernetes probes: signal handlers first (a SIGTERM during start-up still
-ends in a clean exit 0), then the fork server that runs small plans in child processes (before any thread
-reads the environment, see :mod:`maintd.execution.local`), then the state store (its schema upgraded), then
-the HTTP endpoint (``/readyz`` says 503 until the state store answers), then the scheduler. No JVM starts
+Start order is chosen for Kubernetes probes. Signal handlers come first, so a SIGTERM during start-up still
+ends in a clean exit 0; then the fork server that runs small plans in child processes (before any thread
+reads the environment, see :mod:`maintd.execution.local`); then the state store (its schema upgraded); then
+the HTTP endpoint (``/readyz`` says 503 until the state store answers); then the scheduler. No JVM starts
 with the daemon: the SparkSession is started by the first plan that needs Spark and stopped when idle
 (:mod:`maintd.service.spark_driver`). Shutdown runs in reverse, every step even if one before it failed: the
-daemon drains (see :meth:`Daemon.stop`), then Spark stops if it runs (not when its driver is gone already),
-which also cancels the jobs of runs abandoned after the grace period, then the endpoint closes, then the store.
+daemon drains (see :meth:`Daemon.stop`); Spark stops if it runs (not when its driver is gone already), which
+also cancels the jobs of runs abandoned after the grace period; then the endpoint closes, then the store.
 
 When the Spark driver's JVM dies, ``/healthz`` fails so that Kubernetes restarts the container (see
 :mod:`maintd.service.spark_driver`).

@@ -1,32 +1,23 @@
 """The daemon's SparkSession: started when a plan first needs it, watched, stopped when idle, and stopped safely.
 
-**Started on demand.** A daemon whose plans all run in process (:func:`maintd.execution.driver.runs_in_process`)
-never starts a JVM: the session is built by the first run that needs Spark (:meth:`SparkDriver.session_for_run`),
-and ``/readyz`` does not wait for one. A run that needs it while it starts waits; a start that fails (no Java,
-an unreachable cluster manager) fails that run with :class:`~maintd.errors.ConfigError` naming the setting to
-check, makes ``/readyz`` answer 503 with the reason, and the next run that needs Spark tries again.
+**Started on demand.** A daemon whose plans all run in process never starts a JVM: the first run that needs
+Spark builds the session (:meth:`SparkDriver.session_for_run`), and ``/readyz`` does not wait for one. A start
+that fails (no Java, an unreachable cluster manager) fails that run with :class:`~maintd.errors.ConfigError`
+naming the setting to check and makes ``/readyz`` answer 503; the next run that needs Spark tries again. The
+session starts in a thread of its own, so a SIGTERM meanwhile stops the daemon at once.
 
-**Stopped when idle.** A session maintd built, whose driver JVM this process launched, is stopped once no run has
-used it for ``spark.idle_stop_seconds`` (default 10 minutes): the JVM and its Python workers exit, and their memory
-(about 470 MiB with ``local[2]``, docs/benchmarks.md) goes back to the machine; the next run that needs Spark
-starts a new one. PySpark keeps the launched JVM's gateway in class attributes of ``SparkContext`` and stops only
-the context, so :func:`stop_jvm` closes the gateway and its process itself and forgets them, as PySpark's launch
-expects of a process without a JVM.
+**Stopped when idle.** A session whose driver JVM this process launched is stopped once no run has used it for
+``spark.idle_stop_seconds``: PySpark stops only the context, so :func:`stop_jvm` also closes the gateway and its
+JVM, whose memory and Python workers go back to the machine.
 
-**Lost.** When the driver's JVM dies (OOM-killed, crashed) a PySpark session cannot be repaired in place: every
-call fails with ``ConnectionRefusedError`` and PySpark keeps the dead gateway in class attributes. The daemon
-therefore does not try to rebuild it. It *fails liveness*: :meth:`SparkDriver.lost` names the cause, ``/healthz``
-answers 503 with it (so Kubernetes restarts the container, with its own back-off when it keeps happening), the
-daemon starts no new run (a run would only fail and put its table into backoff), and runs that were in flight
-are recorded abandoned, not failed. A SIGTERM in that state still shuts down cleanly: a dead driver is not
-stopped again.
+**Lost.** A PySpark session whose driver JVM died cannot be repaired in place, so the daemon *fails liveness*:
+:meth:`SparkDriver.lost` names the cause, ``/healthz`` answers 503 (Kubernetes restarts the container), no new
+run starts, and runs in flight are recorded abandoned, not failed. A SIGTERM then still shuts down cleanly.
 
-The session is started in a thread of its own so that a SIGTERM while the JVM starts (which can take long, or
-hang on an unreachable cluster manager) stops the daemon at once; a JVM launched meanwhile exits by itself with
-the process (PySpark's gateway ends when its parent's pipe closes).
+Spark Connect (``spark.remote``) has no local driver JVM: a server outage fails ``/readyz``, never
+``/healthz``, and the session is never stopped for idleness.
 
-Spark Connect (``spark.remote``) has no local driver JVM: a server outage makes ``/readyz`` fail, never
-``/healthz``, since restarting maintd would not bring the server back; it is never stopped for idleness.
+docs/architecture.md ("Spark modes") gives the reasons.
 """
 
 from __future__ import annotations

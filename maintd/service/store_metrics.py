@@ -1,46 +1,23 @@
 """The gauges whose one source of truth is the state store, read at every scrape.
 
-With several replicas, a gauge set by the replica that last maintained a table goes stale on the others:
-two replicas reported 95 and 48 level-1 files of one table at the same moment. So the state of a table
-(layout, backlog, last success) is written to the table's row in the store by whichever replica ran it,
-and every replica's ``/metrics`` reads those rows when scraped. All replicas therefore serve the same
-value; aggregate them with ``max by (table, ...)`` (or scrape one replica), never ``sum``.
+With several replicas, a gauge set by the replica that last maintained a table would go stale on the others.
+So the state of a table (layout, backlog, pins, layout measures, last success, failures) is written to the
+table's row in the store by whichever replica ran it, and every replica's ``/metrics`` reads those rows when
+scraped: all replicas serve the same value (aggregate them with ``max by``, never ``sum``). Counters and
+histograms stay per replica.
 
-Gauges served from the store:
+Served from the store: the per-table gauges (``maintd_table_*``, ``maintd_backlog_*``,
+``maintd_last_success_timestamp_seconds``); the fleet-wide gauge histograms of the layout measures
+(``maintd_fleet_*``, a few numbers a table extracted by the database); ``maintd_tables``,
+``maintd_leases_held`` and the roots' health, counted by the database; and ``maintd_store_up``, 0 when the
+store did not answer, the other store gauges then being absent rather than stale. Only enabled tables have
+series.
 
-- ``maintd_table_files``, ``maintd_table_bytes`` (``table``, ``level``): the layout the table's last
-  maintenance run read (any replica's, or ``maintd run``'s);
-- ``maintd_backlog_files``, ``maintd_backlog_bytes`` (``table``): what the policy would rewrite then;
-- ``maintd_table_pins``, ``maintd_table_pinned_bytes`` (``table``): the live pins of the table then, and the
-  bytes of the data files they hold back from reclamation;
-- ``maintd_table_read_amplification`` (``table``): the files a reader of the table's fullest bucket opens then;
-  ``maintd_table_oldest_l0_age_seconds`` (``table``): how long the oldest level-0 file has waited for clustering
-  (absent while level 0 is empty); ``maintd_table_history_bytes`` (``table``): the bytes of removed files kept
-  for older versions;
-- ``maintd_fleet_read_amplification``, ``maintd_fleet_oldest_l0_age_seconds``, ``maintd_fleet_history_bytes``,
-  ``maintd_fleet_pinned_bytes``: the same over every enabled table, as gauge histograms (``_bucket{le}``,
-  ``_gcount``, ``_gsum``), served whatever the number of tables (a few numbers a table, extracted by the
-  database);
-- ``maintd_last_success_timestamp_seconds`` (``table``, ``kind``): when a run of that kind last succeeded
-  (kept on the table's row, so it survives the pruning of old runs);
-- ``maintd_tables`` (``state``) and ``maintd_leases_held`` (``holder``);
-- ``maintd_table_healthy`` (``table``): 1, or 0 while the table's runs fail (a storage error: missing bucket,
-  refused credentials, unreachable endpoint; a damaged table...; ``maintd status`` says why);
-  ``maintd_table_failures`` (``table``, ``kind``): its runs of that kind that failed in a row;
-- ``maintd_root_healthy`` (``root``): 1 when the last search of a warehouse root for tables succeeded, else 0
-  (the root cannot be listed: ``maintd status`` names the error), and ``maintd_root_tables`` (``root``): the
-  tables that search found;
-- ``maintd_store_up``: 1 when the store answered this scrape; when it does not, the other store gauges are
-  absent from that scrape rather than stale.
+Per-table gauges are served for every enabled table while at most ``metrics.table_series_max_tables`` are
+registered, else for the ``metrics.unhealthiest_tables`` unhealthiest only, so ``/metrics`` stays small
+whatever the size of the warehouse.
 
-Only enabled tables have series: a table that is disabled or unregistered disappears from the next scrape.
-Counters and histograms (runs, commits, bytes rewritten...) stay per replica: sum them.
-
-Scale: ``maintd_tables``, ``maintd_leases_held`` and the roots are counted by the database (``GROUP BY``),
-so they cost the same for 10 or 10,000 tables. The per-table gauges are read for every enabled table
-while at most ``metrics.table_series_max_tables`` are registered; above that, only for the
-``metrics.unhealthiest_tables`` unhealthiest (most failures in a row, then longest without a successful
-maintenance), so that ``/metrics`` stays small and fast whatever the size of the warehouse.
+docs/operations.md ("Metrics") lists every series and its meaning.
 """
 
 from __future__ import annotations

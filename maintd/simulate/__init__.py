@@ -1,8 +1,8 @@
 """What-if simulation of maintenance policies: a table's write pattern replayed through the real planner.
 
-``maintd simulate`` answers "what would this policy do to my table?" without touching the table: it learns the
-write pattern from the log (:mod:`~maintd.simulate.pattern`), how big merge outputs are
-(:mod:`~maintd.simulate.sizes`, :mod:`~maintd.simulate.keys`), replays the pattern forward in simulated time,
+``maintd simulate`` answers "what would this policy do to my table?" without touching the table. It learns the
+write pattern from the log (:mod:`~maintd.simulate.pattern`) and how big merge outputs are
+(:mod:`~maintd.simulate.sizes`, :mod:`~maintd.simulate.keys`). It replays the pattern forward in simulated time,
 planning with :func:`maintd.planner.plan` itself (:mod:`~maintd.simulate.engine`), and predicts per policy and
 per day files per level, read and write amplification, maintenance work, reclaimable bytes and history kept
 (:mod:`~maintd.simulate.report`, :mod:`~maintd.simulate.plot`). :mod:`~maintd.simulate.backtest` simulates a

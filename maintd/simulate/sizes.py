@@ -1,26 +1,23 @@
 """The size estimator: what a simulated merge writes, from its inputs.
 
-A data file's size is a fixed part plus a part that grows with what it holds. An input's *payload* is its bytes
-less the fixed *overhead* of its layout (the Parquet footer with its statistics and the magic bytes, measured on
-real files of the table). Outputs are straight lines learned from the merges the log shows (least squares, when
-the observed merges vary enough in size to pin a line down), else anchored at the measured overhead:
+A data file's size is a fixed *overhead* of its layout (the Parquet footer with its statistics and the magic
+bytes, measured on the table's files) plus a *payload* that grows with what it holds. Outputs are straight
+lines learned from the merges the log shows (least squares, when their sizes vary enough to pin a line down),
+else anchored at the measured overhead:
 
-* clustering keeps every row version, so its output holds exactly the input rows and its bytes are
-  ``fixed + ratio x input payload`` per target level (merged files carry a version column and compress over
-  longer runs); without observed clustering, ``overhead + input payload``;
-* compaction keeps the latest row of each live key: from a bucket's base rows ``b``, its DeltaFiles' upsert rows
-  ``U`` and delete rows ``D``, the output holds ``b + U x (1 - overlap) - D`` rows, where the *key overlap* is the
-  share of upsert rows that replace a key already live. The overlap is learned from the table's past compactions
-  (the same formula solved for it; per bucket, shrunk towards the table's), or measured on a sample of its files
-  when it was never compacted (:mod:`maintd.simulate.keys`). Its bytes are ``fixed + bytes per row x rows``,
-  learned from the table's BaseFiles (or, without any, the level-0 bytes per upsert row);
-* a compaction of a table with ``changes.prior.rows`` that rewrites a BaseFile also writes prior-rows files
-  (docs/format.md, "Prior rows"): every DeltaFile row it folds, and the BaseFile row of each key they change that
-  was live. Their *driver* is the DeltaFiles' payload plus BaseFile bytes per row x (upserts x overlap +
-  deletes); their bytes are a line of it learned from the prior-rows files the log shows, else
-  ``merged overhead + driver``.
+* clustering keeps every row version: ``fixed + ratio x input payload`` bytes per target level (else
+  ``overhead + input payload``);
+* compaction keeps the latest row of each live key: ``b + U x (1 - overlap) - D`` rows from a bucket's base rows
+  ``b``, upsert rows ``U`` and delete rows ``D``. The *key overlap*, the share of upserts that replace a live
+  key, is learned from past compactions (per bucket, shrunk towards the table's) or measured on a sample of
+  files (:mod:`maintd.simulate.keys`). Bytes are ``fixed + bytes per row x rows``, learned from the BaseFiles (or
+  the level-0 bytes per upsert row);
+* a compaction of a table with ``changes.prior.rows`` that rewrites a BaseFile also writes prior-rows files,
+  whose bytes are a line of their *driver* (the DeltaFiles' payload plus BaseFile bytes per row x (upserts x
+  overlap + deletes)) learned from the log, else ``merged overhead + driver``.
 
-Everything here is pure: the overheads and the sampled overlap are measured by the caller and passed in.
+Everything here is pure: the caller measures the overheads and the sampled overlap.
+docs/policies.md ("Where the numbers come from") describes the estimates.
 """
 
 from __future__ import annotations

@@ -60,12 +60,11 @@ class Storage(abc.ABC):
     lists_in_order: bool = False
     #: True when a Parquet read should fetch the column chunks it needs in a few large ranged requests
     #: (pyarrow's pre-buffering): what object stores want. A local disk reads them as it decodes (False),
-    #: which costs a small file less (0.37 against 0.42 ms to read a 1,000-row file of 9 columns).
+    #: which costs a small file less.
     coalesce_reads: bool = True
     #: True when reading several files at once is faster than one after the other: an object store's reads
     #: wait on the network. A local read is a copy from the page cache, for which threads only add their
-    #: start-up and GIL hand-offs (False): a compaction of 400 small files in the daemon's process took
-    #: 0.13 s fetching them one by one, 0.21 s on 4 threads per unit.
+    #: start-up and GIL hand-offs (False; docs/benchmarks.md, "Maintenance").
     parallel_reads: bool = True
 
     @property
@@ -161,10 +160,10 @@ class Storage(abc.ABC):
         then both write, so a value that only ever grows (the reclamation watermark, the checkpoint hint) is
         never moved back by a concurrent writer. Returns what the path holds afterwards.
 
-        ``change`` may be called more than once (an update that lost a race reads the new value and calls it
-        again). Local disks hold a lock on the directory; object stores write with a precondition on the
-        version they read (``If-Match`` on S3 and Azure, the generation on GCS). This default is for storages
-        that can do neither: a read and an atomic replace, not safe against a concurrent update.
+        ``change`` may be called more than once (an update that lost a race calls it again with the new value).
+        Local disks lock the directory; object stores write with a precondition on the version they read. This
+        default, for storages that can do neither, is a read and an atomic replace: not safe against a
+        concurrent update.
         """
         try:
             current: bytes | None = self.read(path)

@@ -1,27 +1,24 @@
 """Commit records: put-if-absent for stores that cannot do it themselves, opt-in only.
 
-An object store without conditional put (an old S3-compatible server) cannot publish a commit safely: two
-writers would both "create" version ``v`` and one would silently overwrite the other. maintd refuses such a
-store (:class:`~maintd.errors.ConditionalPutUnsupportedError`) unless the user opts in with the storage
-option ``commit_lock: state_store``: every writer of the table must then publish through the same record store,
-held in the daemon's state store (:mod:`maintd.service.commit_lock` implements it; the storage layer sees
-only this interface, so it imports no database library).
+An object store without conditional put cannot publish a commit safely: two writers would both "create"
+version ``v``. maintd refuses such a store (:class:`~maintd.errors.ConditionalPutUnsupportedError`) unless the
+table opts in with the storage option ``commit_lock: state_store``; every writer of the table must then
+publish through the same record store, held in the daemon's state store (:mod:`maintd.service.commit_lock`
+implements this interface, so the storage layer imports no database library).
 
-No lock, and so no lease that a stalled holder could outlive: the database decides, the file follows (the
-design of Delta Lake's DynamoDB log store and Lance's external manifest store).
+No lock, so no lease that a stalled holder could outlive: the database decides, the file follows.
 
-1. **Claim**: the commit's bytes are inserted as a record under a unique key (the file's URI). The insert is
-   atomic in the database: of two writers of one version, exactly one inserts; that is the whole decision.
-2. **Write**: the winner writes the file with a plain PUT, then marks the record complete. The file's content
-   is fixed by the record, so a writer that stalls between 1 and 2 (a GC pause, a partition), however long,
-   can only ever write the bytes every other writer would write for it.
-3. **Finish a stalled commit**: a writer whose insert finds a record that is not complete writes that record's
-   bytes to the file itself (the same bytes: harmless if the first writer wakes up and writes them again)
-   before it reports the version as taken, so no reader waits on a writer that stopped.
+1. **Claim**: the commit's bytes are inserted as a record under a unique key (the file's URI); of two writers
+   of one version exactly one inserts.
+2. **Write**: the winner writes the file with a plain PUT, then marks the record complete. A writer that
+   stalls between 1 and 2 can only ever write the bytes every other writer would write for it.
+3. **Finish a stalled commit**: a writer whose insert finds an incomplete record writes that record's bytes to
+   the file itself before it reports the version as taken.
 
-Before it writes, the winner looks whether the file exists already (a commit published before the table opted
-in, or whose record was pruned): such a file is never overwritten, and the claim reports the name as taken.
-Ambiguous writes are resolved as everywhere else, by reading the commit back and comparing transaction ids.
+A file that exists already is never overwritten: the claim reports the name as taken. Ambiguous writes are
+resolved as everywhere else, by reading the commit back and comparing transaction ids.
+
+docs/format.md ("Stores without conditional put") specifies the records; docs/design.md ("Storage") the reasons.
 """
 
 from __future__ import annotations

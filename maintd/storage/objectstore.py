@@ -1,17 +1,15 @@
 """Object-store storage (S3, GCS, Azure) through obstore, the Python binding of Rust's ``object_store``.
 
 * **Commits** are conditional puts (``mode="create"``: S3 and Azure ``If-None-Match: *``, GCS
-  ``ifGenerationMatch=0``), sent by a client that never retries on its own: a retried create whose
-  first copy applied would answer "already exists" for our own file, so every ambiguous answer (timeout,
-  5xx, connection reset) is raised instead, and the log's landing rule reads the version back and
-  compares transaction ids (:mod:`maintd.table.log.landing`), retrying with the commit backoff.
+  ``ifGenerationMatch=0``), sent by a client that never retries on its own (a retried create whose first
+  copy applied would answer "already exists"): every ambiguous answer is raised, and the log's landing rule
+  reads the version back (:mod:`maintd.table.log.landing`).
 * **The latest version** is the first commit name of one LIST of ``_log/`` from its start (names descend
   with the version), so finding it costs one request however long the history is
   (:attr:`lists_in_order`). That needs a store that lists in lexical order, which is a property of the
-  store, not an assumption: S3 Express One Zone directory buckets (names ending ``--x-s3``) list in no
-  order, the storage option ``listing_order: unordered`` says so of any other store, and a listing that
-  comes back out of order makes the storage take it as unordered from then on. The log then finds the
-  latest version without relying on order (:mod:`maintd.table.log.tablelog`).
+  store: S3 Express One Zone directory buckets (``--x-s3``) list in no order, ``listing_order: unordered``
+  says so of any store, and a listing seen out of order makes the storage unordered from then on; the log
+  then finds the latest version without relying on order (:mod:`maintd.table.log.tablelog`).
 * **Data files** stream through pyarrow's own filesystems (``S3FileSystem``, ``GcsFileSystem``,
   ``AzureFileSystem``), configured from the same options: C++ ranged reads and multipart uploads, no
   local staging, no Python in the byte path (docs/architecture.md, "Object stores").

@@ -8,23 +8,19 @@ validates its whole input (keys present and not null, values castable, rows insi
 table's own writer (:func:`maintd.table.files.writer.split_and_write`), and returns only the ``add``
 actions. The driver commits them in one transaction.
 
-Keys across tasks. Within a task the last row of a key wins, as in ``Table.upsert``. Two tasks
-holding the same key would put two rows of one key in one commit, where the format allows one (rows
-of one commit share a version, so neither would be "newer"). Spark does not order rows across
-partitions, so there is no "last" to pick: the commit refuses such a write. It checks cheaply first
-(the files of one bucket from different tasks have disjoint key bounds when the DataFrame is range-
-partitioned or each key sits in one partition of a sorted input) and reads the key columns of the
-overlapping files only when the bounds cannot tell.
+Keys across tasks. Within a task the last row of a key wins, as in ``Table.upsert``. Rows of one commit share
+a version, so a key in two tasks has no "last" row: the commit refuses such a write, checking the files' key
+bounds first and reading key columns only where the bounds overlap.
 
-Streaming. Each micro-batch is one commit carrying the application transaction
-``(app_id, batch id)``: ``app_id`` is ``spark-query-<query id>``, read from the checkpoint's
-``metadata`` file (a restarted query keeps its id when it reuses its checkpoint), or the ``appId``
-option. A batch Spark runs again after a restart whose commit had already landed is recognised by
-``Snapshot.app_txns`` and its new files are deleted: each batch lands exactly once.
+Streaming. Each micro-batch is one commit carrying the application transaction ``(app_id, batch id)``:
+``app_id`` is ``spark-query-<query id>``, read from the checkpoint's ``metadata`` file, or the ``appId``
+option. A batch Spark runs again after its commit landed is recognised by ``Snapshot.app_txns`` and its new
+files are deleted: each batch lands exactly once.
 
-Files are deleted only when their commit certainly did not land: a conflict, exhausted retries, a
-refused write, or an abort. After any other error the commit may have landed, so they are kept
-(orphan reclamation removes them if it did not).
+Files are deleted only when their commit certainly did not land (a conflict, exhausted retries, a refused
+write, an abort); after any other error they are kept for orphan reclamation.
+
+docs/architecture.md ("Readers and writers") gives the reasons.
 """
 
 from __future__ import annotations

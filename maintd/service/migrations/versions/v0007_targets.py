@@ -1,7 +1,7 @@
 """Keeping targets: layout samples of the tables that declare targets, and each such table's tuning row.
 
 ``maintd_layout_samples`` holds the two layout measures the targets are measured on, sampled at regular
-times, so that the measured figures are p95s over a window and not the last value seen.
+times, so that targets are checked against the 95th percentile over a window, not the last value seen.
 ``maintd_tuning`` holds, per table with targets, the targets, the measured figures and gaps (columns, so
 that ``/metrics`` counts the tables missing each target in SQL) and the knobs the last re-tune applied, with
 when and why. Both start empty: the daemon fills them.
