@@ -21,7 +21,7 @@ environment, ``spark.executorEnv.MAINTD_WORKER_PRELOAD``): Spark closes a Python
 so a daemon whose runs are minutes apart gets new workers for every run, and each imports maintd, pyarrow
 and (through pyarrow's first conversion of a numpy array) pandas on its first task, about 0.6 s before and
 inside its first unit. With the preload this module first imports all of that
-(:func:`maintd.execution.spark.preload_worker`), collects and freezes it, then forks its workers as
+(:func:`maintd.worker_preload.preload_worker`), collects and freezes it, then forks its workers as
 PySpark's daemon does: each starts with maintd loaded, its pages shared with the daemon's. The price: the
 fork leaves the workers without jemalloc's background thread (below), and a warm worker then merges about
 15% slower on two busy cores, which a Spark task that starts with fresh workers does not pay; a plan of
@@ -192,7 +192,7 @@ def preload() -> bool:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # read when numpy loads OpenBLAS: no thread pool then
     try:  # nothing may reach the standard output before the daemon writes its port there for the JVM
         with contextlib.redirect_stdout(sys.stderr):
-            from maintd.execution.spark import preload_worker
+            from maintd.worker_preload import preload_worker
 
             preload_worker()
     except Exception as exc:
