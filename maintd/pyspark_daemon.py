@@ -161,7 +161,7 @@ def preload() -> bool:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # read when numpy loads OpenBLAS: no thread pool then
     try:  # nothing may reach the standard output before the daemon writes its port there for the JVM
         with contextlib.redirect_stdout(sys.stderr):
-            from maintd.execution.spark import preload_worker
+            from maintd.worker_preload import preload_worker
 
             preload_worker()
     except Exception as exc:

@@ -342,8 +342,8 @@ def run_pack_in_worker(pack: Sequence[str], threads: int = 1, freeze: bool = Tru
 
     ``storage``: the table's storage options, carried from the driver, registered here before any spec runs.
     ``attempt``: the attempt at the pack (None: the Spark task's; a pack run in process is given it).
-    What Arrow freed goes back to the system at the end (:func:`~maintd.execution.rewrite.release_memory`):
-    a worker forked after :func:`preload_worker` has no allocator thread to do it while it idles.
+    What Arrow freed goes back to the system at the end (:func:`~maintd.execution.rewrite.release_memory`): a worker
+    forked after :func:`~maintd.worker_preload.preload_worker` has no allocator thread to do it while it idles.
     """
     if freeze:
         freeze_zip_caches()
@@ -353,30 +353,6 @@ def run_pack_in_worker(pack: Sequence[str], threads: int = 1, freeze: bool = Tru
         return run_pack_json(pack, threads, attempt)
     finally:
         release_memory()
-
-
-WORKER_MODULES = ("maintd.execution.spark", "maintd.execution.rewrite", "pyarrow.pandas_compat")
-"""What a maintd task imports in a Python worker: the task function's module, the rewrite and what they import."""
-
-
-def preload_worker() -> None:
-    """Import what a maintd task imports, in the PySpark daemon before it forks its workers (when
-    ``MAINTD_WORKER_PRELOAD=1``, :mod:`maintd.pyspark_daemon`).
-
-    Spark closes a Python worker idle for a minute, so a daemon whose runs are minutes apart starts new workers
-    for every run, and each imports maintd and pyarrow, and in its first unit pandas (pyarrow's first conversion
-    of a numpy array, ``pa.array``, imports it to recognise pandas objects). Forked from a daemon that has them,
-    a worker starts with all of it. Runs nothing of Arrow's but that one conversion: no thread pool exists
-    before the fork.
-    """
-    import importlib
-
-    import numpy as np
-    import pyarrow as pa
-
-    for name in WORKER_MODULES:
-        importlib.import_module(name)
-    pa.array(np.zeros(1, np.int64))
 
 
 def warm_up(spark: SparkSession, options: ExecutionOptions | None = None) -> None:

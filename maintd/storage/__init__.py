@@ -1,9 +1,11 @@
 """Storage: moves bytes for a table and offers the one primitive commits need, put-if-absent.
 
-Storages are unaware of each other and of the table format; each registers itself for a URI scheme
-(:func:`register_storage`): local paths (:mod:`maintd.storage.local`), and S3 (``s3://``, ``s3a://``),
-GCS (``gs://``) and Azure (``az://``, ``abfss://``) through obstore (:mod:`maintd.storage.objectstore`),
-whose conditional put (S3 and Azure ``If-None-Match: *``, GCS ``ifGenerationMatch=0``) is put-if-absent.
+Storages are unaware of each other and of the table format; :func:`storage_for_uri` picks one by URI scheme
+(:data:`maintd.storage.base.BUILTIN_STORAGES`, each storage's module imported on the first use of its scheme):
+local paths (:mod:`maintd.storage.local`), and S3 (``s3://``, ``s3a://``), GCS (``gs://``) and Azure (``az://``,
+``abfss://``) through obstore (:mod:`maintd.storage.objectstore`), whose conditional put (S3 and Azure
+``If-None-Match: *``, GCS ``ifGenerationMatch=0``) is put-if-absent. :func:`register_storage` adds a scheme or
+replaces a storage in this process.
 :func:`configure_storage` registers the options (endpoint, credentials) of the tables below a URI prefix.
 :mod:`maintd.storage.faulty` wraps any storage with injected failures, delays, ambiguous
 results and crashes, for tests.

@@ -1,8 +1,14 @@
-"""The storage interface every table location implements, the path rules it enforces, and the scheme registry."""
+"""The storage interface every table location implements, the path rules it enforces, and the scheme registry.
+
+The registry sits beside the interface because :meth:`Storage.at` opens through it; it names maintd's own
+storages (:data:`BUILTIN_STORAGES`) and imports each on first use, so this module imports none of the storages
+that import it.
+"""
 
 from __future__ import annotations
 
 import abc
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -200,17 +206,47 @@ class Storage(abc.ABC):
 StorageFactory = Callable[[str], Storage]
 """Builds the storage of a table URI."""
 
+_OBJECT_STORE = "maintd.storage.objectstore:object_store_factory"
+
+BUILTIN_STORAGES: dict[str, str] = {
+    "file": "maintd.storage.local:LocalStorage",
+    "s3": _OBJECT_STORE,
+    "s3a": _OBJECT_STORE,
+    "gs": _OBJECT_STORE,
+    "az": _OBJECT_STORE,
+    "abfs": _OBJECT_STORE,
+    "abfss": _OBJECT_STORE,
+}
+"""maintd's own storages: URI scheme -> ``module:factory``. Each module is imported on the first use of one of its
+schemes (a local table needs no object-store client), so this module imports none of them and none registers
+itself on import; a new storage is its module and one line here."""
+
 _FACTORIES: dict[str, StorageFactory] = {}
 _BUILTIN: dict[str, StorageFactory] = {}
+
+
+def _load_builtin(scheme: str) -> None:
+    """Register maintd's own storage of ``scheme`` (:data:`BUILTIN_STORAGES`), importing its module, the first time
+    the scheme is looked up or its registration changed: the built-in storages behave as if registered from the
+    start, so a later :func:`register_storage` or :func:`unregister_storage` of the scheme stands."""
+    target = BUILTIN_STORAGES.get(scheme)
+    if target is None or scheme in _BUILTIN:
+        return
+    module, _, name = target.partition(":")
+    factory: StorageFactory = getattr(importlib.import_module(module), name)
+    _BUILTIN[scheme] = factory
+    _FACTORIES[scheme] = factory
 
 
 def register_storage(scheme: str, factory: StorageFactory, *, builtin: bool = False) -> StorageFactory | None:
     """Make ``storage_for_uri`` build the storages of ``scheme`` (``file`` for local paths) with ``factory``.
 
-    Returns the factory it replaces (None if there was none), so that a wrapper (the fault-injecting
-    storage of the tests) can be installed and removed again. ``builtin``: maintd's own registration, which
-    every process that imports maintd makes (:func:`is_builtin_storage`).
+    Returns the factory it replaces (None if there was none; for a scheme of :data:`BUILTIN_STORAGES`, maintd's own
+    factory unless it was replaced or unregistered), so that a wrapper (the fault-injecting storage of the tests)
+    can be installed and removed again. ``builtin``: the registration counts as maintd's own
+    (:func:`is_builtin_storage`).
     """
+    _load_builtin(scheme)
     previous = _FACTORIES.get(scheme)
     _FACTORIES[scheme] = factory
     if builtin:
@@ -219,17 +255,16 @@ def register_storage(scheme: str, factory: StorageFactory, *, builtin: bool = Fa
 
 
 def unregister_storage(scheme: str) -> None:
+    """Forget the factory of ``scheme``: :func:`storage_for_uri` refuses its URIs until one is registered again."""
+    _load_builtin(scheme)
     _FACTORIES.pop(scheme, None)
 
 
 def is_builtin_storage(uri: str) -> bool:
     """Whether ``uri``'s scheme is served by maintd's own storage, not by one registered in this process only
     (a test's wrapper, an embedding program's scheme): then another process opens the table as this one."""
-    import maintd.storage.local  # registers file
-
     scheme = uri_scheme(uri)
-    if scheme != "file":
-        import maintd.storage.objectstore  # noqa: F401  (registers the object-store schemes)
+    _load_builtin(scheme)
     factory = _FACTORIES.get(scheme)
     return factory is not None and factory is _BUILTIN.get(scheme)
 
@@ -245,16 +280,18 @@ def storage_for_uri(uri: str) -> Storage:
     Raises:
         UnknownSchemeError: for a scheme no storage is registered for.
     """
-    import maintd.storage.local  # registers file
-
     scheme = uri_scheme(uri)
-    if scheme != "file":  # a local table needs no object-store client (obstore, and botocore for listings)
-        import maintd.storage.objectstore  # noqa: F401  (registers s3, s3a, gs, az, abfs, abfss)
+    _load_builtin(scheme)  # only this scheme's module: a local table needs no object-store client
     factory = _FACTORIES.get(scheme)
     if factory is None:
-        known = ", ".join(f"{s}://" for s in sorted(_FACTORIES) if s != "file")
+        known = ", ".join(f"{s}://" for s in sorted(_known_schemes()) if s != "file")
         raise UnknownSchemeError(
             f"table URI {uri!r}: no storage for scheme {scheme!r}; use a local path, a file:// URI or one of "
             f"{known} (docs/format.md 'Storage')", uri=uri,
         )
     return factory(uri)
+
+
+def _known_schemes() -> set[str]:
+    """The schemes :func:`storage_for_uri` serves: those registered, and the built-in ones not yet loaded."""
+    return set(_FACTORIES) | {s for s in BUILTIN_STORAGES if s not in _BUILTIN}

@@ -139,8 +139,6 @@ class FaultPlan:
 
     def install(self, scheme: str = "file") -> None:
         """Wrap every storage :func:`~maintd.storage.storage_for_uri` builds for ``scheme`` from now on."""
-        import maintd.storage.local  # noqa: F401  (the "file" factory must be registered first)
-
         previous = register_storage(scheme, lambda uri: self.wrap(self._inner_factory(scheme)(uri)))
         self._installed.setdefault(scheme, previous)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from maintd.errors import PathOutsideTableError, StoragePermissionError
-from maintd.storage.base import FileInfo, Storage, check_path, register_storage
+from maintd.storage.base import FileInfo, Storage, check_path
 from maintd.storage.threads import SharedThreads
 
 _SYNC_THREADS = 16
@@ -302,5 +302,3 @@ class LocalStorage(Storage):
         with _refusals(self.uri, "creating the directory", path):
             self._abs(path).mkdir(parents=True, exist_ok=True)
 
-
-register_storage("file", LocalStorage, builtin=True)

@@ -54,7 +54,7 @@ from maintd.errors import (
 )
 from maintd.redaction import register_secrets
 from maintd.storage import botos3, s3list
-from maintd.storage.base import FileInfo, Storage, check_path, register_storage
+from maintd.storage.base import FileInfo, Storage, check_path
 from maintd.storage.lock import commit_lock
 from maintd.storage.objectfs import object_store_filesystem
 from maintd.storage.options import FAMILIES, StorageOptions, is_secret, resolve_options
@@ -602,8 +602,5 @@ class ObjectStoreStorage(Storage):
 def object_store_factory(uri: str) -> Storage:
     return ObjectStoreStorage(uri)
 
-
-for _scheme in FAMILIES:
-    register_storage(_scheme, object_store_factory, builtin=True)
 
 __all__ = ["ObjectStoreStorage", "object_store_factory", "split_uri", "storage_error"]

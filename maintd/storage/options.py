@@ -24,12 +24,9 @@ import os
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from maintd.errors import InvalidInputError
-
-if TYPE_CHECKING:
-    from maintd.storage.base import Storage
+from maintd.storage.base import Storage, storage_for_uri
 
 REDACTED = "***"
 _SECRET_WORDS = ("secret", "token", "password", "key", "sas", "credential", "service_account")
@@ -196,8 +193,6 @@ class CarriedStorage:
 
 def executor_storage(uri: str, carried: CarriedStorage | None) -> Storage:
     """The storage of ``uri`` in a Spark task: the carried options registered first (a no-op on the driver)."""
-    from maintd.storage.base import storage_for_uri
-
     if carried is not None:
         carried.install()
     return storage_for_uri(uri)

@@ -211,13 +211,13 @@ def test_the_preload_is_off_unless_the_executors_environment_asks_for_it(tmp_pat
 
 def test_a_failing_preload_is_reported_and_the_daemon_goes_on(monkeypatch: pytest.MonkeyPatch,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    import maintd.execution.spark as spark_module
     import maintd.pyspark_daemon as d
+    import maintd.worker_preload as preload_module
 
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     monkeypatch.setenv(d.PRELOAD_ENV, "1")
     monkeypatch.delenv(d.PRELOADED_ENV, raising=False)
-    monkeypatch.setattr(spark_module, "WORKER_MODULES", ("maintd.no_such_module",))
+    monkeypatch.setattr(preload_module, "WORKER_MODULES", ("maintd.no_such_module",))
     assert d.preload() is False
     err = capsys.readouterr().err
     assert "preloading maintd for the workers failed (ModuleNotFoundError" in err
@@ -227,8 +227,8 @@ def test_a_failing_preload_is_reported_and_the_daemon_goes_on(monkeypatch: pytes
 
 def test_nothing_the_preload_prints_reaches_the_standard_output_the_jvm_reads_the_port_from(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import maintd.execution.spark as spark_module
     import maintd.pyspark_daemon as d
+    import maintd.worker_preload as preload_module
 
     def noisy() -> None:
         print("a module that prints on import")
@@ -236,7 +236,7 @@ def test_nothing_the_preload_prints_reaches_the_standard_output_the_jvm_reads_th
 
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     monkeypatch.setenv(d.PRELOAD_ENV, "1")
-    monkeypatch.setattr(spark_module, "preload_worker", noisy)
+    monkeypatch.setattr(preload_module, "preload_worker", noisy)
     assert d.preload() is False
     out, err = capsys.readouterr()
     assert out == "" and "a module that prints on import" in err and "RuntimeError: and then fails" in err
