@@ -60,25 +60,10 @@ level 1 and column statistics; these files are large and long-lived, so their si
 LEVEL0_OPTIONS: dict[str, Any] = {"compression": "lz4", "use_dictionary": False}
 """Parquet options of a writer's level-0 DeltaFiles: LZ4 (the Parquet ``LZ4_RAW`` codec), no dictionaries,
 integer key and hidden columns ``DELTA_BINARY_PACKED`` and uncompressed, and statistics for the key and
-hidden columns only (:func:`level0_options`). A micro-batch file holds a few hundred rows and lives until
-clustering merges it, so what counts is the time to write and read it:
-
-* zstd sets up a compression context per column chunk, which made such a file 2.5x slower to encode (0.68
-  against 0.27 ms for 125 rows of 21 columns) and slower to decode, for a file 8% smaller;
-* against snappy with dictionaries for the string columns, 96 files of 125 rows and 21 columns (a commit of
-  the writer benchmark) encoded in 24.0 against 28.1 ms and decoded in 15.2 against 17.5 ms, 1% larger; 200
-  files of about 1,000 rows and 9 columns (bench_reads' merge-on-read bucket) decoded in 23.4 against
-  30.4 ms: LZ4 decompresses faster than snappy, and a dictionary of a few hundred values is built, written
-  and decoded for little or nothing;
-* the statistics of a value column can never prune a DeltaFile (a newer row of its key in another file may
-  hide the row, so a reader merges before it filters on values; scans prune DeltaFiles by key only);
-* packed integer key and hidden columns (:func:`delta_coded`): on files of the 25x maintenance benchmark
-  (7 columns), decoding 0.86x to 0.94x and encoding 0.91x to 0.99x the time, from 9,600 rows down to 125,
-  and 12-17% smaller. Packing every integer column was slower on bench_reads' merge-on-read bucket, whose
-  ``ts`` column holds random 40-bit numbers.
-
-Every engine that reads Parquet in maintd's world reads ``LZ4_RAW`` (Arrow, Spark 3.4 and later, DuckDB,
-delta-rs, Polars)."""
+hidden columns only (:func:`level0_options`). A micro-batch file is small and short-lived, so what counts is
+the time to write and read it (docs/design.md, "Data file encoding"; figures in docs/benchmarks.md, "Writer").
+Value columns' statistics could never prune a DeltaFile: a reader merges before it filters on values.
+Every engine that reads Parquet in maintd's world reads ``LZ4_RAW``."""
 
 
 def stats_columns(schema: pa.Schema, key_columns: Sequence[str]) -> list[str]:
@@ -380,8 +365,7 @@ def _decode(storage: Storage, f: AddFile, full_path: str, projection: _Projectio
     """The projected columns of data file ``f`` (at ``full_path``), its schema checked against the table's.
 
     Through ``pq.ParquetReader``, the reader under ``pq.ParquetFile``: the wrapper maps every nested column
-    path and looks each column name up in Python for each file, which for a bucket of 200 level-0 files read
-    on two threads cost a fifth of the read (39 against 32 ms), most of it while holding the GIL.
+    path and looks each column name up in Python for each file, holding the GIL.
     """
     expected, read_cols, indices, optional = projection
     try:
@@ -413,10 +397,8 @@ def read_rows_of_keys(storage: Storage, metadata: Metadata, f: AddFile, keys: pa
     Only the row groups that may hold a wanted key are read: those whose leading key column's statistics
     (minimum and maximum) enclose one of the wanted values, or every row group when the statistics cannot
     tell (none written, a type they do not compare as). A file whose key range (``key_min``..``key_max``
-    in the log) holds no wanted key is not opened. The rows read are then filtered to the wanted keys.
-    The change feed's read of the prior state of some keys in a large file: files are sorted by key, so
-    changes that cluster in key space read a few row groups; changes spread over every row group read the
-    file once, with no separate pass over its key columns.
+    in the log) holds no wanted key is not opened. The rows read are then filtered to the wanted keys: the
+    change feed's read of the prior state of some keys in a large file.
     """
     pk = list(metadata.primary_key)
     expected = file_schema(metadata, f.kind, f.level)

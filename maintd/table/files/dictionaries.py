@@ -1,24 +1,19 @@
 """Text columns of few distinct values, kept dictionary-encoded from the writer to the last merge.
 
-A string column of a few distinct values (a status, a country, a category) costs a merge far more as plain
-strings than its size says: decoded, gathered into key order and hashed back into a dictionary by the next
-writer, one string at a time. In a clustering unit of the benchmark's 25x workload (482 k row versions), the
-five-valued ``note`` column cost 6 ms to decode, 1.6 ms to reorder and 6.3 ms to encode, a seventh of the
-unit. As a dictionary it is an array of small integers at every step, so:
+As plain strings such a column is decoded, reordered and hashed back into a dictionary by every merge; as a
+dictionary it stays an array of small integers at every step (docs/design.md, "Data file encoding"). So:
 
-* writers store such a column dictionary-encoded, as do maintenance's outputs: :func:`encode_text` decides per
-  column from the values at hand, by a sample first (a column of mostly distinct values is left plain at once:
-  hashing it would be wasted), then by the size of the dictionary of all of them;
-* the footer lists the columns every page of which, in every row group, is dictionary-encoded
-  (:data:`DICTIONARY_KEY`, :func:`dictionary_columns`), so a maintenance unit whose every input lists a column
-  reads it as a dictionary (the Parquet reader hands over the dictionary and the indices, no string per row),
-  merges the indices and writes dictionary and indices as they are, after dropping the entries no row uses;
+* writers and maintenance outputs store such a column dictionary-encoded: :func:`encode_text` decides per
+  column, by a sample first (mostly distinct values stay plain), then by the size of the whole dictionary;
+* the footer lists the columns whose every page, in every row group, is dictionary-encoded
+  (:data:`DICTIONARY_KEY`, :func:`dictionary_columns`);
+* a maintenance unit whose every input lists a column reads it as a dictionary, merges the indices and
+  writes dictionary and indices as they are, after dropping the entries no row uses;
 * the footer's ``ARROW:schema`` still says ``string`` (:func:`arrow_schema_metadata`), so every other reader
-  (merge-on-read, the change feed, Spark, DuckDB) reads the column as it always did.
+  reads the column as it always did.
 
-The entry is a hint about encoding only: a reader that ignores it reads the same values, and one that follows it
-on a column whose pages are not all dictionary-encoded still reads the right values, only more slowly (the
-Parquet reader then hashes the plain pages into a dictionary).
+The entry is a hint about encoding only: a reader that ignores it reads the same values, and one that follows
+it on a column whose pages are not all dictionary-encoded still reads the right values, only more slowly.
 """
 
 from __future__ import annotations
@@ -47,15 +42,14 @@ length and the bytes of each entry), or the Parquet writer falls back to plain p
 SAMPLE_ROWS = 4096
 """Values hashed before a column is hashed whole, spread evenly over it (rows come sorted by key, and a run of
 one hot key's versions at the start would make any column look like it had one value). Enough that a column
-of mostly distinct values under a skewed key (most rows the versions of a few hot keys) still shows them: the
-names of the benchmark's zipf-distributed keys, 30% distinct, hash whole to a dictionary 20 times too large."""
+of mostly distinct values under a skewed key (most rows the versions of a few hot keys) still shows them."""
 SAMPLE_DISTINCT = 4
 """A column is left plain when more than one in this many of its sampled values is distinct (and more than
 :data:`MIN_DISTINCT`): its dictionary would hold nearly every value."""
 COMPACT_SHARE = 0.25
 """A dictionary that merges handed over is compacted (its unused entries dropped) once it encodes to more than
 this share of :data:`DICTIONARY_PAGE_LIMIT`: below it the entries no row uses cost little, and finding them
-costs a pass over every row (0.6 ms for the 482 k of a clustering unit)."""
+costs a pass over every row."""
 MIN_DISTINCT = 16
 """So few distinct values make a dictionary whatever the sample's size: a file of a few rows lists its low-
 cardinality columns as larger files do, and a unit of many small files can still read them as dictionaries."""

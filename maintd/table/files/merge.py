@@ -68,8 +68,7 @@ def first_of_each_key_hashed(t: pa.Table, key: str, *, keep_deletes: bool, in_ke
     Found by hashing rather than sorting every row: ``unique`` lists each key once, in order of first
     appearance, and ``index_in`` looks each of them up in the column, which yields the index of its first
     occurrence (the look-up table keeps the first index of a repeated value). Only the winners are sorted,
-    and they are a fraction of the rows when many files repeat keys (a bucket of 200 level-0 files: 43 k
-    winners of 193 k rows, 7 ms against 12 ms for the full sort).
+    and they are a fraction of the rows when many files repeat keys.
     """
     column = t.column(key).combine_chunks()
     first = pc.index_in(pc.unique(column), value_set=column)

@@ -1,9 +1,8 @@
 """Did my commit land? Publishing one attempt and settling what it did (docs/format.md, "Did a commit land?").
 
 The one rule: an attempt to commit version ``v`` landed if and only if the transaction's own id stands at
-``v`` in the table's history. Never "put-if-absent said yes" (it also says yes to a file published into
-history reclamation has removed, below a checkpoint no reader looks past), never "an exception means no"
-(a request can apply and lose its answer). The evidence, cheapest first:
+``v`` in the table's history; neither a put-if-absent's yes nor an exception settles it (docs/design.md says
+why). The evidence, cheapest first:
 
 1. the commit file at ``v`` carries our id, and the commit at ``v - 1`` still carries the id that the state
    we built on recorded there. Reclamation deletes commits oldest first, so while ``v - 1`` is the commit we

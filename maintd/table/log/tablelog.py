@@ -134,17 +134,13 @@ class TableLog:
     def latest_version(self, hint: int | None = None) -> int:
         """The newest committed version; raises :class:`TableNotFoundError` if there is none.
 
-        On a store that lists in lexical order, the first commit name listed. Otherwise (a local disk, a store
-        whose listings are unordered) a probe that relies on no order: ``hint`` is a version this process
-        knows to exist; it is used only from the newest checkpoint on. Below the newest checkpoint a commit
-        file may be one published into history reclamation removed and left there (its writer died before
-        taking it back): probing forward from it would stop at the gap after it. So the probe starts at
-        ``_last_checkpoint`` when that checkpoint still exists (reclamation deletes checkpoints before commits:
-        then no commit from it on was removed), else at the newest commit listed.
+        On a store that lists in lexical order, the first commit name listed. Otherwise a probe forward that
+        relies on no order, from ``_last_checkpoint`` while that checkpoint exists, else from the newest commit
+        listed; ``hint`` (a version this process knows to exist) is used only from the newest checkpoint on,
+        since below it a commit file may stand in removed history (docs/format.md, "Latest-version lookup").
 
-        Either way, a commit file that stands above a gap (neither the commit before it nor a checkpoint of its
-        own version exists) is no version of the table: a writer published it into a table that was dropped and
-        created again, or rolled back, and it is passed over (:meth:`stands_on_history`).
+        A commit file that stands above a gap (neither the commit before it nor a checkpoint of its own version
+        exists) is no version of the table and is passed over (:meth:`stands_on_history`).
         """
         if self.storage.lists_in_order:
             found = self._first_listed_commit()
