@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
+from typing import Any
 
-from hypothesis import given, settings
+import pyarrow as pa
+import pyarrow.compute as pc
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from maintd.table.files.keyranges import KeyRange, key_value, overlaps, sort_key, split_key_ranges
+from maintd.table.files.schema import KEY_TYPES, TYPES
 from maintd.table.log.actions import AddFile
 
 
@@ -92,3 +97,58 @@ def test_ranges_are_ordered_disjoint_cover_every_file_and_never_span_a_fence(cas
             below = s.range.hi is not None and sort_key(s.range.hi) <= sort_key(k.key_min)
             above = s.range.lo is not None and sort_key(s.range.lo) >= sort_key(k.key_min)
             assert below or above, (s.range, k.key_min)
+
+
+# -- the order of keys is Arrow's --------------------------------------------------------------------------------
+def _values(typ: str) -> st.SearchStrategy[Any]:
+    """Values of a column of maintd type ``typ`` (over the whole range Python can hold)."""
+    if typ == "bool":
+        return st.booleans()
+    if typ.startswith("int"):
+        bits = int(typ[3:])
+        return st.integers(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    if typ.startswith("float"):  # not a key type, but a value the log's keys admit: NaN and -0.0 too
+        return st.floats(width=int(typ[5:]))
+    if typ == "string":
+        return st.text(st.characters(codec="utf-8"), max_size=4)
+    if typ == "binary":
+        return st.binary(max_size=4)
+    if typ == "date":
+        return st.dates()
+    if typ == "timestamp":
+        return st.datetimes()
+    assert typ == "timestamp_tz"
+    return st.datetimes(timezones=st.just(dt.UTC))
+
+
+@st.composite
+def _keyed_tables(draw: st.DrawFn) -> pa.Table:
+    """A table of 1 to 3 key columns of any key type (or float64), with repeated values and nulls."""
+    types = draw(st.lists(st.sampled_from(sorted(KEY_TYPES | {"float64"})), min_size=1, max_size=3))
+    pools = [draw(st.lists(st.none() | _values(t), min_size=1, max_size=4)) for t in types]
+    n = draw(st.integers(0, 12))
+    columns = {f"k{i}": pa.array([draw(st.sampled_from(pool)) for _ in range(n)], TYPES[t])
+               for i, (t, pool) in enumerate(zip(types, pools, strict=True))}
+    return pa.table(columns)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_keyed_tables())
+@example(pa.table({"k0": pa.array([2.0, None, float("nan"), -0.0, 0.0, float("-inf")])}))
+@example(pa.table({"k0": pa.array([None, 1], pa.int64()), "k1": pa.array(["b", None])}))
+def test_keys_as_stored_sort_as_arrow_sorts_their_columns(t: pa.Table) -> None:
+    """Files are sorted by primary key with Arrow's sort; the keys they record must sort the same way."""
+    arrow = t.take(pc.sort_indices(t, sort_keys=[(c, "ascending") for c in t.column_names]))
+    stored = [tuple(key_value(v) for v in row.values()) for row in arrow.to_pylist()]
+    for a, b in itertools.pairwise(stored):  # strictly ascending between distinct keys, equal between equal ones
+        if _same(a) == _same(b):
+            assert sort_key(a) == sort_key(b), (a, b)
+        else:
+            assert sort_key(a) < sort_key(b), (a, b)
+    assert [_same(k) for k in sorted(reversed(stored), key=sort_key)] == [_same(k) for k in stored]
+
+
+def _same(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``key`` with the float values Arrow's sort does not tell apart made equal (NaN, -0.0 and 0.0)."""
+    return tuple(("nan",) if isinstance(v, float) and v != v else v + 0.0 if isinstance(v, float) else v
+                 for v in key)

@@ -80,9 +80,33 @@ class _Interval:
     members: list[int] = field(default_factory=list)
 
 
-def sort_key(key: Key) -> tuple[Any, ...]:
-    """``key`` made safe to compare when some column holds None (nulls first)."""
-    return tuple((v is not None, v if v is not None else 0) for v in key)
+_NAN = (2, 0)
+_NULL = (4, 0)
+
+
+def value_order(v: KeyValue) -> tuple[int, Any]:
+    """One stored key value as a sortable pair: the order of Arrow's ascending sort of its column.
+
+    Within a column's type: as the values compare (numbers, False before True, text by code point,
+    which is UTF-8 byte order, binary hex and ISO dates and timestamps as their values), NaN after
+    every number, null last. Across types (never within one column) an arbitrary fixed rank, so the
+    order is total: booleans, numbers, NaN, text, null.
+    """
+    if v is None:
+        return _NULL
+    if isinstance(v, str):
+        return (3, v)
+    if isinstance(v, bool):
+        return (0, v)
+    if v != v:
+        return _NAN
+    return (1, v)
+
+
+def sort_key(key: Key) -> tuple[tuple[int, Any], ...]:
+    """``key`` as a tuple that sorts as Arrow sorts the key columns (:func:`value_order`); a prefix of a
+    key sorts before every key that starts with it."""
+    return tuple(value_order(v) for v in key)
 
 
 def overlaps(a_min: Key | None, a_max: Key | None, b_min: Key | None, b_max: Key | None) -> bool:
