@@ -1,4 +1,5 @@
-"""Splitting a bucket's files into key ranges: coverage, order, fences and sizes (pure, stats only)."""
+"""Keys as the log stores them: their order (Arrow's), and splitting a bucket into key ranges for maintenance
+(coverage, order, fences, sizes) and for scans (cuts where files start). Pure, stats only."""
 
 from __future__ import annotations
 
@@ -11,7 +12,16 @@ import pyarrow.compute as pc
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from maintd.table.files.keyranges import KeyRange, key_value, overlaps, sort_key, split_key_ranges
+from maintd.table.files.keys import (
+    KeyRange,
+    column_value,
+    file_in_range,
+    key_value,
+    overlaps,
+    sort_key,
+    split_key_ranges,
+    split_lead_ranges,
+)
 from maintd.table.files.schema import KEY_TYPES, TYPES
 from maintd.table.log.actions import AddFile
 
@@ -107,8 +117,8 @@ def _values(typ: str) -> st.SearchStrategy[Any]:
     if typ.startswith("int"):
         bits = int(typ[3:])
         return st.integers(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
-    if typ.startswith("float"):  # not a key type, but a value the log's keys admit: NaN and -0.0 too
-        return st.floats(width=int(typ[5:]))
+    if typ == "float64":  # not a key type, but a value the log's keys admit: NaN and -0.0 too
+        return st.floats()
     if typ == "string":
         return st.text(st.characters(codec="utf-8"), max_size=4)
     if typ == "binary":
@@ -152,3 +162,64 @@ def _same(key: tuple[Any, ...]) -> tuple[Any, ...]:
     """``key`` with the float values Arrow's sort does not tell apart made equal (NaN, -0.0 and 0.0)."""
     return tuple(("nan",) if isinstance(v, float) and v != v else v + 0.0 if isinstance(v, float) else v
                  for v in key)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(sorted(KEY_TYPES)).flatmap(lambda t: st.tuples(st.just(t), _values(t))))
+def test_a_stored_key_value_reads_back_as_the_value_of_its_column(case: tuple[str, Any]) -> None:
+    typ, v = case
+    stored = key_value(pa.scalar(v, TYPES[typ]).as_py())
+    assert column_value(stored, TYPES[typ]) == pa.scalar(v, TYPES[typ]).as_py()
+
+
+# -- splitting a bucket for a scan -------------------------------------------------------------------------------
+def _spread(lo: int, hi: int, size: int) -> AddFile:
+    return _file(f"f{lo}-{hi}-{size}", lo, hi, size)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50), st.integers(1, 100)), min_size=1, max_size=30),
+       st.integers(1, 400))
+def test_lead_ranges_cover_every_key_once_and_cut_only_where_files_start(
+        spans: list[tuple[int, int, int]], target: int) -> None:
+    files = [_spread(min(a, b), max(a, b), size) for a, b, size in spans]
+    ranges = split_lead_ranges(files, target)
+    assert ranges[0].lo is None and ranges[-1].hi is None
+    assert all(a.hi == b.lo for a, b in itertools.pairwise(ranges))  # contiguous
+    assert all(len(b) == 1 for r in ranges for b in (r.lo, r.hi) if b is not None)  # bounds on the lead column
+    cuts = [r.lo for r in ranges[1:] if r.lo is not None]
+    assert len(cuts) == len(ranges) - 1 and cuts == sorted(set(cuts), key=sort_key)  # no empty or repeated range
+    assert {c[0] for c in cuts} <= {f.key_min[0] for f in files if f.key_min}
+    if sum(f.bytes for f in files) <= target:
+        assert ranges == [KeyRange()]
+
+
+def test_files_written_per_key_range_land_one_per_range() -> None:
+    starts = [0, 100, 200, 300]
+    files = [_spread(s, s + 99, 100) for s in starts]
+    assert split_lead_ranges(files, 100) == [KeyRange(None, (100,)), KeyRange((100,), (200,)),
+                                             KeyRange((200,), (300,)), KeyRange((300,), None)]
+    assert split_lead_ranges(files, 250) == [KeyRange(None, (200,)), KeyRange((200,), None)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.tuples(st.integers(0, 9), st.integers(0, 9)), st.tuples(st.integers(0, 9), st.integers(0, 9)),
+       st.none() | st.integers(0, 9), st.none() | st.integers(0, 9))
+def test_a_file_is_in_a_lead_range_as_its_leading_key_values_are(a: tuple[int, int], b: tuple[int, int],
+                                                                 low: int | None, high: int | None) -> None:
+    """A range of the leading column's values holds all, part or none of a file of two-column keys as the
+    file's first and last leading values say."""
+    key_min, key_max = min(a, b), max(a, b)
+    f = AddFile(path="f", bucket=0, kind="delta", level=0, rows=1, bytes=1, min_version=1, max_version=1,
+                min_commit_time=0, max_commit_time=0, key_min=key_min, key_max=key_max)
+    r = KeyRange(None if low is None else (low,), None if high is None else (high,))
+    lo, hi = key_min[0], key_max[0]
+    if low is None and high is None:
+        expected = "all"
+    elif (high is not None and lo >= high) or (low is not None and hi < low):
+        expected = "none"
+    elif (low is None or lo >= low) and (high is None or hi < high):
+        expected = "all"
+    else:
+        expected = "part"
+    assert file_in_range(f, r) == expected
