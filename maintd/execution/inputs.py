@@ -32,7 +32,7 @@ from maintd.storage import LocalStorage, Storage
 from maintd.table.files.datafiles import data_file_errors, file_schema, map_in_runs, with_hidden_columns
 from maintd.table.files.dictionaries import common_dictionaries, dictionary_schema, dictionary_types
 from maintd.table.files.evolution import added_columns, fill_missing
-from maintd.table.files.keyranges import Key, KeyRange, key_value, sort_key
+from maintd.table.files.keys import Key, KeyRange, key_value, sort_key
 from maintd.table.files.schema import OP_COLUMN, VERSION_COLUMN, to_arrow
 from maintd.table.log.actions import AddFile, Metadata
 

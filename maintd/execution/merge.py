@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from maintd.table.files.keyranges import Key, KeyRange, key_value, sort_key
+from maintd.table.files.keys import Key, KeyRange, key_value, sort_key
 from maintd.table.files.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
 from maintd.table.log.actions import AddFile
 
@@ -50,7 +50,7 @@ def integer_key(schema: pa.Schema, keys: Sequence[str]) -> bool:
 
 
 def key_at(t: pa.Table, keys: Sequence[str], i: int) -> Key:
-    """The key of row ``i`` as stored in the log (:func:`~maintd.table.files.keyranges.key_value`)."""
+    """The key of row ``i`` as stored in the log (:func:`~maintd.table.files.keys.key_value`)."""
     return tuple(key_value(t.column(k)[i].as_py()) for k in keys)
 
 

@@ -51,7 +51,7 @@ from maintd.table.files.dictionaries import (
     footer_entries,
     with_dictionaries,
 )
-from maintd.table.files.keyranges import Key
+from maintd.table.files.keys import Key
 from maintd.table.files.schema import OP_COLUMN, OP_DELETE
 from maintd.table.log.actions import AddFile, FileKind
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from maintd.table.files.keyranges import KeyRange
+from maintd.table.files.keys import KeyRange
 from maintd.table.log.actions import AddFile, KeyValue, Metadata, PriorRows
 
 TaskKind = Literal["cluster", "compact"]

@@ -2,7 +2,7 @@
 
 A plan task is the unit of commit (one bucket's rewrite lands whole or not at all); a *unit* is the
 unit of execution (one Spark task's worth of work, or part of one). Clustering is always one unit: it
-writes one DeltaFile. A compaction is split into key ranges (:func:`maintd.table.files.keyranges.split_key_ranges`)
+writes one DeltaFile. A compaction is split into key ranges (:func:`maintd.table.files.keys.split_key_ranges`)
 when its inputs exceed ``task_input_bytes``, so no bucket is rewritten by a single thread, or when the
 bucket keeps BaseFiles the compaction does not rewrite (*fences*): no output may span a kept file's
 key range, so the ranges are cut at every fence.
@@ -37,7 +37,7 @@ from maintd.execution.specs import (
     TaskSpec,
 )
 from maintd.storage import Storage
-from maintd.table.files.keyranges import Key, KeyRange, Point, key_value, split_key_ranges
+from maintd.table.files.keys import Key, KeyRange, Point, key_value, split_key_ranges
 from maintd.table.log.actions import AddFile
 from maintd.table.log.snapshot import PartitionKey, Snapshot, partition_key
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from maintd.planner.candidates import Candidate, Skip
 from maintd.planner.policy import CompactionPolicy
 from maintd.planner.stats import BucketStats, hours
-from maintd.table.files.keyranges import overlaps, sort_key
+from maintd.table.files.keys import overlaps, sort_key
 from maintd.table.log.actions import AddFile
 from maintd.units import fmt_bytes, fmt_hours
 

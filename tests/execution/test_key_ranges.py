@@ -15,7 +15,7 @@ from maintd.execution import ExecutionOptions, PlanDoc, commit_rewrites, run_pla
 from maintd.execution.inputs import KEY_INDEX
 from maintd.planner import default_policy, plan, with_overrides
 from maintd.reclaim import reclaim_table
-from maintd.table.files.keyranges import sort_key
+from maintd.table.files.keys import sort_key
 
 from .helpers import SCHEMA, Model, make_table, plan_all, sorted_read
 

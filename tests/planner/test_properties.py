@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from planner_helpers import HOUR, NOW, NOW_MS, MiB, snapshot
 
 from maintd.planner import MaintenancePlan, Policy, default_policy, plan, with_overrides
-from maintd.table.files.keyranges import overlaps
+from maintd.table.files.keys import overlaps
 from maintd.table.log.actions import AddFile
 from maintd.table.log.snapshot import Snapshot
 

@@ -28,7 +28,7 @@ import pytest
 import maintd
 from maintd import Table
 from maintd.table.files.bucketing import bucket_of, key_hash
-from maintd.table.files.keyranges import sort_key
+from maintd.table.files.keys import sort_key
 from maintd.table.files.schema import KEY_TYPES, TYPES
 from maintd.table.log.actions import (
     ACTION_KEYS,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import subprocess
 import sys
@@ -13,13 +12,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from maintd import InvalidInputError, Table
-from maintd.table import AddFile
 from maintd.table.files.bucketing import bucket_of
-from maintd.table.files.ranges import KeyRange, split_key_ranges
 
 HERE = Path(__file__).parent
 SCHEMA = "id:int64!,region:string!,name:string,amount:float64"
@@ -156,35 +151,6 @@ def test_a_pruned_file_never_resurrects_a_deleted_or_older_row(tmp_path: Path) -
 
 
 # -- key ranges ------------------------------------------------------------------------------
-def _file(lo: int, hi: int, size: int) -> AddFile:
-    return AddFile(path=f"f{lo}-{hi}-{size}", bucket=0, kind="delta", level=0, rows=1, bytes=size, min_version=1,
-                   max_version=1, min_commit_time=0, max_commit_time=0, key_min=(lo,), key_max=(hi,))
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50), st.integers(1, 100)), min_size=1, max_size=30),
-       st.integers(1, 400))
-def test_key_ranges_cover_every_key_once_and_cut_only_where_files_start(
-        spans: list[tuple[int, int, int]], target: int) -> None:
-    files = [_file(min(a, b), max(a, b), size) for a, b, size in spans]
-    ranges = split_key_ranges(files, target)
-    assert ranges[0].low is None and ranges[-1].high is None
-    assert all(a.high == b.low for a, b in itertools.pairwise(ranges))  # contiguous
-    cuts = [r.low for r in ranges[1:]]
-    assert cuts == sorted(set(cuts))  # strictly increasing: no empty or repeated range
-    assert set(cuts) <= {f.key_min[0] for f in files if f.key_min}
-    if sum(f.bytes for f in files) <= target:
-        assert ranges == [KeyRange()]
-
-
-def test_files_written_per_key_range_land_one_per_range(tmp_path: Path) -> None:
-    starts = [0, 100, 200, 300]
-    files = [_file(s, s + 99, 100) for s in starts]
-    assert split_key_ranges(files, 100) == [KeyRange(None, 100), KeyRange(100, 200), KeyRange(200, 300),
-                                            KeyRange(300, None)]
-    assert split_key_ranges(files, 250) == [KeyRange(None, 200), KeyRange(200, None)]
-
-
 def test_a_large_bucket_read_in_key_ranges_gives_the_rows_of_a_whole_read(tmp_path: Path) -> None:
     t = _ranged_table(tmp_path, chunks=5, rows=800)
     whole = t.read()

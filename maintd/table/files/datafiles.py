@@ -40,7 +40,7 @@ from maintd.table.files.dictionaries import (
     with_dictionaries,
 )
 from maintd.table.files.evolution import added_columns, fill_missing
-from maintd.table.files.keyranges import key_value
+from maintd.table.files.keys import key_value
 from maintd.table.files.lazy import lazy_module
 from maintd.table.files.schema import OP_COLUMN, OP_DELETE, OP_UPSERT, VERSION_COLUMN, to_arrow
 from maintd.table.log.actions import AddFile, Field_, FileKind, KeyValue, Metadata

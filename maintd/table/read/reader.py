@@ -13,7 +13,7 @@ import pyarrow as pa
 from maintd.storage import Storage
 from maintd.table.files.datafiles import read_data_file, read_data_files, read_runs_of_files, with_hidden_columns
 from maintd.table.files.evolution import fill_missing
-from maintd.table.files.keyranges import sort_key
+from maintd.table.files.keys import sort_key
 from maintd.table.files.lazy import lazy_module
 from maintd.table.files.merge import first_of_each_key_hashed, latest_rows
 from maintd.table.files.schema import HIDDEN_COLUMNS, OP_COLUMN, VERSION_COLUMN, to_arrow

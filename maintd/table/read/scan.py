@@ -3,7 +3,8 @@
 ``Table.read()`` materialises the merged table; an engine reading a large table needs the rows as a
 stream whose memory does not grow with the table. A scan is therefore planned (:func:`plan_scan`,
 pure: a snapshot and a filter in, a :class:`ScanPlan` out) as *units*: one per (partition, bucket),
-or one per key range of a bucket whose files exceed ``split_bytes`` (:mod:`maintd.table.files.ranges`).
+or one per key range of a bucket whose files exceed ``split_bytes``
+(:func:`maintd.table.files.keys.split_lead_ranges`).
 A unit is the smallest input the "greatest version wins" merge is exact on, so each is read, merged,
 filtered and emitted on its own (:func:`read_unit`), and memory is bounded by one unit's merge.
 
@@ -27,17 +28,9 @@ from maintd.storage import Storage
 from maintd.table.files.datafiles import file_schema, read_data_file, with_hidden_columns
 from maintd.table.files.evolution import added_columns, fill_missing
 from maintd.table.files.filters import RowFilter
+from maintd.table.files.keys import KeyRange, column_value, file_in_range, lead_type, split_lead_ranges
 from maintd.table.files.merge import latest_rows
-from maintd.table.files.ranges import (
-    KeyRange,
-    buckets_for,
-    file_in_range,
-    file_may_match,
-    key_value,
-    lead_type,
-    partition_may_match,
-    split_key_ranges,
-)
+from maintd.table.files.pruning import buckets_for, file_may_match, partition_may_match
 from maintd.table.files.schema import HIDDEN_COLUMNS, to_arrow
 from maintd.table.log.actions import AddFile, Metadata, PriorRows
 from maintd.table.log.snapshot import Snapshot, by_group, format_partition, partition_key
@@ -52,7 +45,8 @@ _READ_THREADS = 4
 
 @dataclass(frozen=True)
 class ScanUnit:
-    """One independently merged piece of a scan: a (partition, bucket), or a key range of one."""
+    """One independently merged piece of a scan: a (partition, bucket), or a key range of one (bounded by
+    values of the leading key column: :func:`~maintd.table.files.keys.split_lead_ranges`)."""
 
     partition: Mapping[str, str | None]
     bucket: int
@@ -65,7 +59,8 @@ class ScanUnit:
 
     def describe(self, metadata: Metadata) -> str:
         where = format_partition(partition_key(self.partition, metadata.partition_by))
-        rng = "" if self.key_range.whole else f" keys [{self.key_range.low}, {self.key_range.high})"
+        r = self.key_range
+        rng = f" keys [{r.lo[0] if r.lo else None}, {r.hi[0] if r.hi else None})" if r.bounded else ""
         return f"{where} bucket {self.bucket}{rng}: {len(self.files)} file(s)"
 
 
@@ -124,8 +119,8 @@ def plan_scan(snapshot: Snapshot, columns: Sequence[str] | None = None, row_filt
         kept = tuple(f for f in files if file_may_match(f, row_filter, lead, typ))
         if not kept:
             continue
-        for r in split_key_ranges(kept, target):
-            inside = tuple(f for f in kept if file_in_range(f, r, typ) != "none")
+        for r in split_lead_ranges(kept, target):
+            inside = tuple(f for f in kept if file_in_range(f, r) != "none")
             if inside:
                 units.append(ScanUnit(dict(part), bucket, inside, r))
     return ScanPlan(snapshot.version, md, cols, row_filter, tuple(units), len(snapshot.files))
@@ -161,18 +156,18 @@ def read_unit(storage: Storage, metadata: Metadata, unit: ScanUnit, columns: Seq
 
 def read_in_range(storage: Storage, metadata: Metadata, f: AddFile, columns: Sequence[str],
                   key_range: KeyRange) -> pa.Table:
-    """A file's rows (with the hidden columns) whose leading key is in ``key_range``.
+    """A file's rows (with the hidden columns) whose leading key is in ``key_range`` (bounded by values of
+    the leading key column, as a scan unit's range is).
 
     A file wholly inside the range is read as is; one that straddles it is read with a filter on the
     leading key, so Parquet skips the row groups outside (files are sorted by key).
     """
-    typ = lead_type(metadata)
-    how = file_in_range(f, key_range, typ)
-    if how == "all":
+    if file_in_range(f, key_range) == "all":
         return read_data_file(storage, metadata, f, columns)
-    lead = metadata.primary_key[0]
-    bounds = [(lead, ">=", key_value(key_range.low, typ))] if key_range.low is not None else []
-    bounds += [(lead, "<", key_value(key_range.high, typ))] if key_range.high is not None else []
+    lead, typ = metadata.primary_key[0], lead_type(metadata)
+    lo, hi = key_range.lo, key_range.hi
+    bounds = [(lead, ">=", column_value(lo[0], typ))] if lo else []
+    bounds += [(lead, "<", column_value(hi[0], typ))] if hi else []
     expected = file_schema(metadata, f.kind, f.level)
     wanted = list(dict.fromkeys([*metadata.primary_key, *columns])) + [c for c in HIDDEN_COLUMNS if c in expected.names]
     read_cols = wanted
