@@ -167,22 +167,15 @@ def split_key_ranges(files: Sequence[AddFile], max_bytes: int, *, fences: Sequen
                      points: Mapping[str, Sequence[Point]] | None = None) -> list[KeyRangeSplit]:
     """Split a bucket's ``files`` into consecutive key ranges of about ``max_bytes`` each.
 
-    Cut candidates are the first key of every BaseFile (BaseFiles of a bucket hold disjoint key
-    ranges), the first key of every fence and every key of ``points``. Between two candidates the
-    bytes of a file are estimated from its points when it has some, else spread evenly over the
-    intervals its ``key_min..key_max`` spans. Adjacent intervals are then joined while they stay
-    within ``max_bytes``, but never across a fence: ``fences`` are files that stay as they are
-    (BaseFiles a compaction keeps), so no range, and so no file written from a range, may span one.
-
-    A point may be a prefix of the key (the first column only): it sorts before every key that starts
-    with it, so it is a valid cut.
+    Cuts fall at the first key of every BaseFile and fence and at every key of ``points`` (a key prefix is
+    a valid cut); a file's bytes are spread over the intervals it spans by its points, else evenly. Adjacent
+    intervals are joined while within ``max_bytes``, never across a fence.
 
     Args:
         files: the files to split (any kind), each sorted by key with ``key_min``/``key_max`` set.
         max_bytes: the target bytes of one range (a single interval may exceed it).
-        fences: files whose key ranges must not be spanned.
-        points: optional per-path ``(key, bytes)`` samples inside files (for example the first key of
-            each row group).
+        fences: files that stay as they are (BaseFiles a compaction keeps): no range spans one.
+        points: optional per-path ``(key, bytes)`` samples inside files (e.g. each row group's first key).
 
     Returns:
         The ranges in key order that overlap at least one file. Together they cover every key of
@@ -252,13 +245,10 @@ def split_lead_ranges(files: Sequence[AddFile], target_bytes: int) -> list[KeyRa
     """Cut a bucket's files into ranges of the leading key column holding about ``target_bytes`` each.
 
     Every bound is a one-column key prefix, so a range is a range of the leading column's values, which a
-    reader pushes down to Parquet. Files are taken in the order of their first keys, and each counts toward
-    the range where its first key falls. A range is closed before a file whose bytes would take it past the
-    target, unless a file of the range at least as large reaches past that file's first key: cuts fall
-    between the large files (compaction's per-range base files), never through them for the sake of a
-    small file that starts inside one (a writer's file spread over the whole bucket). Files holding no
-    rows are ignored. One whole range when everything fits, or when no file starts anywhere but at the
-    first key.
+    reader pushes down to Parquet. Each file counts toward the range where its first key falls; a range
+    closes before a file that would take it past the target, unless a file of the range at least as large
+    reaches past that file's first key (cuts fall between large files, never through them). Files holding
+    no rows are ignored. One whole range when everything fits.
     """
     if target_bytes <= 0 or sum(f.bytes for f in files) <= target_bytes:
         return [KeyRange()]
