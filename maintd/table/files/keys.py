@@ -172,14 +172,13 @@ def split_key_ranges(files: Sequence[AddFile], max_bytes: int, *, fences: Sequen
     intervals are joined while within ``max_bytes``, never across a fence.
 
     Args:
-        files: the files to split (any kind), each sorted by key with ``key_min``/``key_max`` set.
-        max_bytes: the target bytes of one range (a single interval may exceed it).
-        fences: files that stay as they are (BaseFiles a compaction keeps): no range spans one.
-        points: optional per-path ``(key, bytes)`` samples inside files (e.g. each row group's first key).
+        files: the files to split, each sorted by key with ``key_min``/``key_max`` set.
+        max_bytes: the target bytes of one range (one interval may exceed it).
+        fences: files that stay as they are (BaseFiles a compaction keeps).
+        points: optional per-path ``(key, bytes)`` samples inside files.
 
     Returns:
-        The ranges in key order that overlap at least one file. Together they cover every key of
-        ``files``: ranges without files are left out, and no file holds a key in them.
+        The ranges in key order that overlap a file; together they cover every key of ``files``.
     """
     pts = points or {}
     intervals = _intervals(files, fences, pts)
