@@ -167,8 +167,9 @@ def split_key_ranges(files: Sequence[AddFile], max_bytes: int, *, fences: Sequen
                      points: Mapping[str, Sequence[Point]] | None = None) -> list[KeyRangeSplit]:
     """Split a bucket's ``files`` into consecutive key ranges of about ``max_bytes`` each.
 
-    Cuts fall at the first key of every BaseFile and fence and at every key of ``points``; a file's bytes are spread over the intervals it spans by its points, else evenly. Adjacent
-    intervals are joined while within ``max_bytes``, never across a fence.
+    Cuts fall at the first key of every BaseFile and fence and at every key of ``points``; a file's bytes
+    are spread over the intervals it spans by its points, else evenly. Adjacent intervals are joined while
+    within ``max_bytes``, never across a fence.
 
     Args:
         files: the files to split, each sorted by key with ``key_min``/``key_max`` set.
