@@ -25,6 +25,7 @@ from urllib.parse import unquote
 from maintd.errors import InvalidInputError
 from maintd.reclaim.models import FileRef
 from maintd.storage import FileInfo
+from maintd.table.files.partitions import partition_text
 from maintd.table.log.actions import PriorRows, RemoveFile
 from maintd.table.log.snapshot import Snapshot
 from maintd.table.log.tablelog import LAST_CHECKPOINT, LOG_DIR, RECLAIMED, checkpoint_path, parse_log_name
@@ -55,8 +56,18 @@ class PartitionFilter:
     specs: tuple[dict[str, str | None], ...] = ()
 
     @classmethod
-    def of(cls, partition_by: Sequence[str], specs: Iterable[Mapping[str, object]], *, table: str) -> PartitionFilter:
-        """Validate ``specs`` (column -> value) against the table's partition columns."""
+    def of(cls, partition_by: Sequence[str], specs: Iterable[Mapping[str, object]], *, table: str,
+           types: Mapping[str, str] | None = None) -> PartitionFilter:
+        """Validate ``specs`` (column -> value) against the table's partition columns.
+
+        A value is a value of its column or the partition's text, made the partition's text as a writer
+        writes it (:func:`~maintd.table.files.partitions.partition_text`, for the column's maintd type in
+        ``types``; a column missing there is a ``string`` column); None selects the directories of null values.
+
+        Raises:
+            InvalidInputError: the table is not partitioned, a column is not a partition column, or a value
+                cannot be a value of its column.
+        """
         clean: list[dict[str, str | None]] = []
         for spec in specs:
             if not spec:
@@ -69,7 +80,8 @@ class PartitionFilter:
                     f"table {table}: {', '.join(unknown)} is not a partition column; "
                     f"the partition columns are {', '.join(partition_by)}"
                 )
-            clean.append({k: None if v is None else str(v) for k, v in spec.items()})
+            clean.append({k: None if v is None else partition_text(k, (types or {}).get(k, "string"), v, table=table)
+                          for k, v in spec.items()})
         return cls(tuple(partition_by), tuple(clean))
 
     @property

@@ -43,7 +43,7 @@ from maintd.reclaim.files import PartitionFilter
 from maintd.reclaim.models import ReclaimPlan, ReclaimReport
 from maintd.reclaim.retention import DEFAULT_ORPHAN_GRACE
 from maintd.table import Pin, Snapshot, Table
-from maintd.table.log.actions import PURGE_OPERATION
+from maintd.table.log.actions import PURGE_OPERATION, Metadata
 from maintd.table.pins import who
 
 OPERATION = PURGE_OPERATION
@@ -63,7 +63,8 @@ def plan_purge(table: Table, *, now: datetime | None = None, partitions: Iterabl
     """What a PURGE now would delete: every version before the current one expires (nothing is changed)."""
     now = now or datetime.now(UTC)
     snapshot = table.snapshot()
-    where = PartitionFilter.of(snapshot.metadata.partition_by, partitions, table=table.uri)
+    where = PartitionFilter.of(snapshot.metadata.partition_by, partitions, table=table.uri,
+                               types=_types(snapshot.metadata))
     # The audit commit will be the next version; everything up to the current one goes.
     plan = _plan(table, snapshot, now=now, floor=snapshot.version + 1, grace=orphan_grace, where=where)
     return plan.model_copy(update={"checkpoint_needed": True})
@@ -77,7 +78,7 @@ def purge_table(table: Table, *, now: datetime | None = None, partitions: Iterab
 
     Args:
         now: the clock of the orphan grace (default: now).
-        partitions: delete only these partitions' data files and orphans.
+        partitions: delete only in these partitions (as :meth:`Table.overwrite` names them).
         orphan_grace: unreferenced files younger than this stay (at least 1 hour unless forced).
         dry_run: only report what would be deleted.
         force_short_grace: allow a grace below 1 hour (only when no writer runs).
@@ -86,8 +87,8 @@ def purge_table(table: Table, *, now: datetime | None = None, partitions: Iterab
         force_unpin: drop pinned versions and their pins too.
 
     Raises:
-        InvalidInputError: a filter on a non-partition column, an unforced short grace, or live pins
-            without ``force_unpin``; nothing changed.
+        InvalidInputError: a bad partition filter, an unforced short grace, or live pins without
+            ``force_unpin``; nothing changed.
         CommitConflictError: a concurrent metadata change or pin; nothing deleted.
     """
     started = time.monotonic()
@@ -101,7 +102,8 @@ def purge_table(table: Table, *, now: datetime | None = None, partitions: Iterab
             "unpin them (`maintd table unpin`), or purge with --force-unpin (force_unpin=True) to remove them")
     if dry_run:
         return report_of(preview, dry_run=True, operation="purge", seconds=round(time.monotonic() - started, 3))
-    where = PartitionFilter.of(table.snapshot().metadata.partition_by, partitions, table=table.uri)
+    metadata = table.snapshot().metadata
+    where = PartitionFilter.of(metadata.partition_by, partitions, table=table.uri, types=_types(metadata))
     user = user or who()
     version = _audit_commit(table, preview, user, pinned)
     if on_step is not None:
@@ -109,6 +111,10 @@ def purge_table(table: Table, *, now: datetime | None = None, partitions: Iterab
     plan = _plan(table, table.snapshot(version), now=now, floor=version, grace=orphan_grace, where=where)
     report = execute_plan(table, plan, on_step=on_step, operation="purge", started=started)
     return report.model_copy(update={"purge_version": version, "pins_removed": tuple(p.id for p in pinned)})
+
+
+def _types(metadata: Metadata) -> dict[str, str]:
+    return {f.name: f.type for f in metadata.fields}
 
 
 def _shown(pins: list[Pin]) -> str:

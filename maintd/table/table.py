@@ -483,7 +483,17 @@ class Table:
     def overwrite(self, data: TableLike, partition: Mapping[str, Any] | None = None, *,
                   merge_schema: bool = False) -> int:
         """Replace the whole table (or one partition) with ``data``; returns the committed version
-        (``merge_schema`` as for :meth:`upsert`)."""
+        (``merge_schema`` as for :meth:`upsert`).
+
+        ``partition`` names every partition column, each with a value of the column (``True``, ``42``,
+        ``datetime.date(2024, 1, 1)``, ...) or the partition's text (``"true"``, ``"2024-01-01"``): the partition a
+        row holding those values is written to (docs/format.md, "Partition values as text").
+
+        Raises:
+            InvalidInputError: ``partition`` does not name exactly the partition columns, a value cannot be a
+                value of its column (naming the column, the value and the forms it takes), or a row of ``data``
+                lies in another partition; nothing was written.
+        """
         snap = self.snapshot()
         txn = self.new_transaction("OVERWRITE", read_snapshot=snap)
         md = snap.metadata
@@ -492,7 +502,7 @@ class Table:
             md = self._merged(snap, data, txn) or md
         batch = prepare_changes(data, None, md, table=self.uri)
         parts: list[PartitionKey] | None = None
-        spec: dict[str, str | None] | None = None
+        spec: dict[str, str] | None = None
         if partition is not None:
             spec = check_partition_filter(batch, partition, snap.metadata, table=self.uri)
             parts = [partition_key(spec, snap.metadata.partition_by)]

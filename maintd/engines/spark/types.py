@@ -1,6 +1,6 @@
 """maintd column types in Spark, and the checks a DataFrame's schema passes before a write starts.
 
-The mapping is one to one (``docs/format.md``, "Types"): ``timestamp`` is Spark's ``TIMESTAMP_NTZ``
+The mapping is one to one (``docs/format.md``, "Types and schema"): ``timestamp`` is Spark's ``TIMESTAMP_NTZ``
 and ``timestamp_tz`` (UTC) is Spark's ``TIMESTAMP``. A write accepts a DataFrame column of the
 table's type or of a narrower one that converts exactly (``int`` into ``bigint``, ``float`` into
 ``double``); anything else is refused on the driver, before any task writes a file.

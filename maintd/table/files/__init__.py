@@ -2,7 +2,8 @@
 
 Owns: the Arrow schema of a table and of its files, the bucket function, the Parquet layout and
 statistics of DeltaFiles and BaseFiles, dictionaries, merge kernels ("greatest version wins"), keys
-(their one order and key ranges: :mod:`~maintd.table.files.keys`), row filters and what they let a reader skip
+(their one order and key ranges: :mod:`~maintd.table.files.keys`), partition values as text
+(:mod:`~maintd.table.files.partitions`), row filters and what they let a reader skip
 (:mod:`~maintd.table.files.pruning`), schema evolution's null-filling, and writing a batch as level-0 DeltaFiles.
 
 May import: :mod:`maintd.table.log` (the actions a file is recorded by), :mod:`maintd.storage` and

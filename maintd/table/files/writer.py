@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ from maintd.table.files.datafiles import file_schema, write_data_files
 from maintd.table.files.dictionaries import dictionary_types, encode_batch
 from maintd.table.files.lazy import lazy_module
 from maintd.table.files.merge import first_of_each_key
+from maintd.table.files.partitions import partition_text, partition_values
 from maintd.table.files.schema import OP_COLUMN, OP_DELETE, OP_UPSERT, conform
 from maintd.table.log.actions import AddFile, Metadata
 
@@ -25,6 +27,13 @@ else:
 
 TableLike = Any
 """A ``pyarrow.Table``, a ``pandas.DataFrame``, a list of row dicts, or (for deletes) a list of keys."""
+
+_EPOCH = dt.date(1970, 1, 1)
+_KEY_DAYS = ((dt.date(1, 1, 1) - _EPOCH).days, (dt.date(9999, 12, 31) - _EPOCH).days)
+"""The days since the epoch a key of type date may hold: the years 1 to 9999 (docs/format.md, "Key values in the
+log"): its form in ``key_min``/``key_max`` is defined there only."""
+_KEY_MICROS = (_KEY_DAYS[0] * 86_400_000_000, (_KEY_DAYS[1] + 1) * 86_400_000_000 - 1)
+"""The microseconds since the epoch a key of type timestamp or timestamp_tz (its UTC instant) may hold."""
 
 
 def to_arrow_table(data: TableLike, *, what: str, key_names: Sequence[str] = ()) -> pa.Table:
@@ -66,30 +75,45 @@ def check_keys(data: pa.Table, metadata: Metadata, *, table: str) -> None:
             )
 
 
-def partition_values(data: pa.Table, partition_by: Sequence[str]) -> list[pa.Array]:
-    """Each partition column's values as the text that names a partition.
+def check_key_years(data: pa.Table, primary_key: Sequence[str], *, table: str) -> None:
+    """Key columns of type date, timestamp or timestamp_tz (after :func:`conform`) hold only the years 1 to 9999.
 
     Raises:
-        InvalidInputError: a binary partition value is not UTF-8 text (a partition is named by its text).
+        InvalidInputError: a key value lies outside them, naming the column, the first such value and the range.
     """
-    out = []
-    for c in partition_by:
+    for c in primary_key:
         col = data.column(c)
-        if pa.types.is_timestamp(col.type) or pa.types.is_date(col.type):
-            col = pc.cast(col, pa.string())
-        try:
-            out.append(pc.cast(col, pa.string()).combine_chunks())
-        except pa.ArrowInvalid as exc:
+        if pa.types.is_date32(col.type):
+            numbers, (lo, hi) = col.cast(pa.int32()), _KEY_DAYS
+            first, last = "0001-01-01", "9999-12-31"
+        elif pa.types.is_timestamp(col.type) and col.type.unit == "us":
+            numbers, (lo, hi) = col.cast(pa.int64()), _KEY_MICROS
+            zone = " UTC" if col.type.tz else ""
+            first, last = f"0001-01-01 00:00:00{zone}", f"9999-12-31 23:59:59.999999{zone}"
+        else:
+            continue
+        outside = pc.or_(pc.less(numbers, lo), pc.greater(numbers, hi))
+        count = pc.sum(outside).as_py() or 0
+        if count:
+            shown = pc.cast(col.slice(pc.index(outside, True).as_py(), 1), pa.string())[0].as_py()
+            more = f" and {count - 1} more value(s)" if count > 1 else ""
             raise InvalidInputError(
-                f"partition column {c!r} holds a value that is not UTF-8 text ({exc}); a partition is named by "
-                "its value as text, so binary partition values must be UTF-8: encode them (hex, base64) first"
-            ) from exc
-    return out
+                f"table {table}: key column {c!r} holds {shown!r}{more}, outside the years 1 to 9999 ({first} to "
+                f"{last}), the only years the log records a key in (docs/format.md, \"Key values in the log\"); "
+                "nothing was written"
+            )
 
 
 def prepare_changes(data: TableLike, ops: np.ndarray | None, metadata: Metadata, *, table: str,
                     deletes_only: bool = False) -> pa.Table:
-    """Validate and conform a batch to the table schema, with the ``_maintd_op`` column set."""
+    """Validate and conform a batch to the table schema, with the ``_maintd_op`` column set.
+
+    Raises:
+        InvalidInputError: not a table, no columns, or a key outside the years 1 to 9999
+            (:func:`check_key_years`).
+        PrimaryKeyError: a key or partition column is missing or holds nulls.
+        SchemaMismatchError: the data does not fit the table's schema.
+    """
     t = to_arrow_table(data, what=f"table {table}", key_names=metadata.primary_key)
     if t.num_columns == 0:
         raise InvalidInputError(f"table {table}: the batch is empty; nothing to write")
@@ -101,6 +125,7 @@ def prepare_changes(data: TableLike, ops: np.ndarray | None, metadata: Metadata,
     if deletes_only:
         fields = tuple(f if f.name in required else f.model_copy(update={"nullable": True}) for f in fields)
     t = conform(t, fields, table=table, require=required if deletes_only else None)
+    check_key_years(t, metadata.primary_key, table=table)
     op = ops if ops is not None else np.full(t.num_rows, OP_DELETE if deletes_only else OP_UPSERT, np.int8)
     return t.append_column(pa.field(OP_COLUMN, pa.int8(), nullable=False), pa.array(op, pa.int8()))
 
@@ -146,15 +171,25 @@ def split_and_write(storage: Storage, metadata: Metadata, batch: pa.Table) -> li
 
 
 def check_partition_filter(batch: pa.Table, partition: Mapping[str, Any], metadata: Metadata, *, table: str
-                           ) -> dict[str, str | None]:
-    """Validate an overwrite's partition spec and that every row belongs to it."""
+                           ) -> dict[str, str]:
+    """Validate an overwrite's partition spec and that every row of ``batch`` belongs to it.
+
+    ``partition`` maps every partition column to a value of it or to the partition's text
+    (:func:`~maintd.table.files.partitions.partition_text`); returns the spec as partition text, column -> text.
+
+    Raises:
+        InvalidInputError: the spec does not name exactly the partition columns, a value cannot be a value of
+            its column (naming the column, the value, its type and the expected forms), or a row of ``batch``
+            lies in another partition.
+    """
     unknown = sorted(set(partition) - set(metadata.partition_by))
     if unknown or set(partition) != set(metadata.partition_by):
         raise InvalidInputError(
             f"table {table}: overwrite partition {dict(partition)} must name exactly the partition columns "
             f"({', '.join(metadata.partition_by) or 'none: the table is unpartitioned'})"
         )
-    spec = {c: None if v is None else str(v) for c, v in partition.items()}
+    types = {f.name: f.type for f in metadata.fields}
+    spec = {c: partition_text(c, types[c], partition[c], table=table) for c in metadata.partition_by}
     for c, arr in zip(metadata.partition_by, partition_values(batch, metadata.partition_by), strict=True):
         bad = pc.sum(pc.not_equal(arr, spec[c])).as_py() or 0
         if bad:

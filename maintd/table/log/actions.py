@@ -1,4 +1,4 @@
-"""Log actions: the typed, frozen records a commit file is made of (docs/format.md, "Log").
+"""Log actions: the typed, frozen records a commit file is made of (docs/format.md, "The log").
 
 Each line of a commit file is one JSON object with exactly one key naming the action
 (``{"add": {...}}``). Models are frozen and reject unknown fields, so a log written by a
@@ -95,7 +95,7 @@ class Protocol(_Action):
 
 
 class Field_(_Action):
-    """One column of the table schema; ``type`` is a maintd type name (docs/format.md, "Types").
+    """One column of the table schema; ``type`` is a maintd type name (docs/format.md, "Types and schema").
 
     ``added``: the column was added after the table was created (protocol 6, docs/format.md, "Schema
     evolution"): always nullable, and data files written before may lack it (read as nulls), as may a

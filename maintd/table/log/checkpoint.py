@@ -4,7 +4,7 @@ A checkpoint is a Parquet file (zstd) with one string column ``action``: one JSO
 the state (protocol, metadata, one ``add`` per live file, one ``remove`` per tombstone, one ``txn`` per
 application; in tables of protocol 3 one ``pin`` per pin and the latest ``expire`` record, so that pins survive
 the expiry of the commits that made them; in tables of protocol 4 also one ``prior`` per prior-rows file). Its
-key-value metadata holds (docs/format.md, "Checkpoints"):
+key-value metadata holds (docs/format.md, "Snapshots and checkpoints"):
 
 * ``version``, ``timestamp``: the version it holds and that version's commit time;
 * ``format`` (2, or the protocol in tables of protocol 3 or 4), ``actions`` (the row count) and ``sha256`` (of

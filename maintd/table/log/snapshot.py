@@ -90,7 +90,8 @@ class Snapshot:
     tombstones: Mapping[str, RemoveFile] = field(default_factory=dict)
     app_txns: Mapping[str, int] = field(default_factory=dict)
     txns: Mapping[int, TxnRecord] = field(default_factory=dict)
-    """Transaction records of the newest versions, dense up to ``version`` (docs/format.md, "Checkpoints")."""
+    """Transaction records of the newest versions, dense up to ``version`` (docs/format.md, "Snapshots and
+    checkpoints")."""
     base_checkpoint: int = -1
     """The checkpoint this state was loaded from or last written as (-1: none)."""
     pins: Mapping[str, Pin] = field(default_factory=dict)

@@ -4,7 +4,7 @@ Commit ``v`` is the file ``_log/{18446744073709551615 - v:020d}.json`` so that a
 ordered listing returns the newest commit first (constant-time lookup on object stores). Local
 filesystems list in no particular order, so the latest version is found from the hint
 ``_log/_last_checkpoint`` by probing forward with galloping search: a handful of ``stat`` calls
-however long the history is. See docs/format.md, "Log".
+however long the history is. See docs/format.md, "The log".
 """
 
 from __future__ import annotations
