@@ -217,7 +217,7 @@ def test_spark_submit_reads_its_plan_and_writes_its_output_on_s3_shipping_creden
     from maintd.storage.documents import read_document, write_document
 
     from .helpers import plan_all
-    from .test_run_s3 import s3_table
+    from .test_run_stores import s3_table
 
     bucket = s3_server.create_bucket()
     env = {**_env(spark_cluster, tmp_path), **s3_server.env}

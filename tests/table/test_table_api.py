@@ -9,7 +9,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from table_helpers import groups, rewrite_bucket, sorted_rows
 
 import maintd
 from maintd import (
@@ -23,6 +22,8 @@ from maintd import (
     TableNotFoundError,
 )
 from maintd.table.files.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
+
+from .table_helpers import groups, rewrite_bucket, sorted_rows
 
 SCHEMA = "id:int64!,name:string,ds:string"
 

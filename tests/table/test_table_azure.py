@@ -20,8 +20,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from table_helpers import log_versions
-from test_table_processes import appending_while_properties_change_and_maintenance_rewrites
 from typer.testing import CliRunner
 
 from maintd import Table, TableNotFoundError, VersionNotFoundError
@@ -29,6 +27,9 @@ from maintd.errors import StorageConfigError
 from maintd.reclaim import reclaim_table
 from maintd.storage import clear_storage_options, configure_storage, storage_for_uri
 from maintd.storage.objectstore import ObjectStoreStorage
+
+from .table_helpers import log_versions
+from .test_table_processes import appending_while_properties_change_and_maintenance_rewrites
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("ds", pa.string()), ("name", pa.string())])
 HOUR = timedelta(hours=1)

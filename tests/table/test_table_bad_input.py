@@ -10,7 +10,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from table_helpers import data_files_on_disk
 
 from maintd import (
     CorruptLogError,
@@ -21,6 +20,8 @@ from maintd import (
     Table,
 )
 from maintd.table.log.tablelog import checkpoint_path, commit_path
+
+from .table_helpers import data_files_on_disk
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string()), ("amount", pa.float64()),
                     ("ds", pa.string())])

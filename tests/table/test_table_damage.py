@@ -17,11 +17,12 @@ import pyarrow.parquet as pq
 import pytest
 from freezegun import freeze_time
 from loguru import logger
-from table_helpers import data_files_on_disk
 
 from maintd import CorruptLogError, DataFileMissingError, DataFileSchemaError, Table
 from maintd.reclaim import reclaim_table
 from maintd.table.log.tablelog import LAST_CHECKPOINT, checkpoint_path, commit_path
+
+from .table_helpers import data_files_on_disk
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 

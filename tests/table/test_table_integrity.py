@@ -15,7 +15,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from table_helpers import data_files_on_disk
 
 from maintd import CorruptLogError, PathOutsideTableError, Table, UnsupportedProtocolError
 from maintd.reclaim import reclaim_table
@@ -23,6 +22,8 @@ from maintd.storage import LocalStorage
 from maintd.table.log.actions import AddFile, CommitInfo, Protocol, RemoveFile, action_to_json
 from maintd.table.log.commitfile import decode_commit, encode_commit
 from maintd.table.log.tablelog import commit_path
+
+from .table_helpers import data_files_on_disk
 
 SCHEMA = "id:int64!,name:string"
 

@@ -22,9 +22,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from table_helpers import CONFLICTS, LEVELS, Model, data_files_on_disk, log_versions, sorted_rows
 
 from maintd import Table
+
+from .table_helpers import CONFLICTS, LEVELS, Model, data_files_on_disk, log_versions, sorted_rows
 
 WORKER = Path(__file__).with_name("table_worker.py")
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("ds", pa.string()), ("name", pa.string())])

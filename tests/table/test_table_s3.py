@@ -13,13 +13,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from table_helpers import log_versions
-from test_table_processes import appending_while_properties_change_and_maintenance_rewrites
 
 from maintd import Table, TableNotFoundError, VersionNotFoundError
 from maintd.storage.objectstore import ObjectStoreStorage
 from maintd.table import table as table_module
 from maintd.table.log.tablelog import commit_path
+
+from .table_helpers import log_versions
+from .test_table_processes import appending_while_properties_change_and_maintenance_rewrites
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("ds", pa.string()), ("name", pa.string())])
 

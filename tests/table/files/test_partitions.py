@@ -12,13 +12,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from table_helpers import data_files_on_disk
 
 from maintd import InvalidInputError, Table
 from maintd.reclaim import PartitionFilter
 from maintd.reclaim.purge import plan_purge
 from maintd.table.files.partitions import partition_text, partition_values
 from maintd.table.files.schema import KEY_TYPES, TYPES
+
+from ..table_helpers import data_files_on_disk
 
 UTC = dt.UTC
 PLUS2 = dt.timezone(dt.timedelta(hours=2))

@@ -1,5 +1,6 @@
-"""Pinned snapshots: a pinned version survives retention 0 and PURGE, expires with its TTL, and races reclamation
-in another process safely (the race forced at reclamation's named steps)."""
+"""Reclamation honours pins: a pinned version survives retention 0 and PURGE, expires with its TTL, and races
+reclamation in another process safely (the race forced at reclamation's named steps). Pins through the Table API,
+in the format and in the pin conflict table are tested in tests/table/test_pins*.py."""
 
 from __future__ import annotations
 
@@ -123,21 +124,6 @@ def test_a_pin_expires_with_its_ttl_and_is_removed_by_a_commit(tmp_path: Path) -
     assert not needed & data_files_on_disk(tmp_path / "t")
     expire = next(r for r in Table.open(table.uri).history() if r.operation == EXPIRE_OPERATION)
     assert expire.parameters["pins_removed"] == [pin.id]
-
-
-def test_bad_pins_get_one_clear_error(tmp_path: Path) -> None:
-    table, _ = overwritten_table(tmp_path / "t", retain_hours=0)
-    with pytest.raises(VersionNotFoundError, match="has no version 9; the latest is 4: pin an existing version"):
-        table.pin(9, timedelta(hours=1))
-    with pytest.raises(VersionNotFoundError, match=r"version 1 has expired .* pin version 4 or newer"):
-        table.pin(1, timedelta(hours=1))
-    with pytest.raises(InvalidInputError, match=r"TTL -1 day.* is not positive"):
-        table.pin(4, timedelta(hours=-1))
-    with pytest.raises(InvalidInputError, match=r"must be a datetime\.timedelta"):
-        table.pin(4, 3)  # type: ignore[arg-type]
-    with pytest.raises(InvalidInputError, match="has no pin 'nope'"):
-        table.unpin("nope")
-    assert table.version == 4 and table.snapshot().protocol.min_reader_version == 2, "nothing was committed"
 
 
 def test_a_reclamation_that_changes_nothing_commits_nothing(tmp_path: Path) -> None:

@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from table_helpers import feed_reads
 
 from maintd import InvalidInputError, Table
 from maintd.execution import ExecutionOptions, PlanDoc, PlanTaskDoc, commit_rewrites, run_plan
@@ -25,6 +24,8 @@ from maintd.table.files.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
 from maintd.table.log.actions import LOOKUP_PRIORS_VERSION, PRIOR_ROWS_VERSION, PriorRows, action_to_json
 from maintd.table.log.checkpoint import decode_checkpoint, encode_checkpoint
 from maintd.table.read.priors import GroupPriors
+
+from ..table_helpers import feed_reads
 
 LOOKUP = {"changes.prior.rows": "lookup"}
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from table_helpers import FailingAfterPublishStorage
 
 import maintd.table.log.retry as retry
 import maintd.table.transaction as transaction
@@ -43,6 +42,8 @@ from maintd.table.log.actions import (
 from maintd.table.log.snapshot import Snapshot
 from maintd.table.log.tablelog import commit_path
 from maintd.table.transaction import StaleRead, Transaction
+
+from .table_helpers import FailingAfterPublishStorage
 
 
 def partitioned(root: Path, *, protocol: int | None = None) -> Table:

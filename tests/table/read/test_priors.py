@@ -19,7 +19,6 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from loguru import logger
-from table_helpers import feed_reads
 
 from maintd import InvalidInputError, Table
 from maintd.errors import InvalidPropertyError
@@ -42,6 +41,8 @@ from maintd.table.log.actions import PRIOR_ROWS_VERSION, PriorRows
 from maintd.table.log.checkpoint import decode_checkpoint, encode_checkpoint
 from maintd.table.log.tablelog import commit_path
 from maintd.table.read.priors import GroupPriors
+
+from ..table_helpers import feed_reads
 
 PRIOR = {"changes.prior.rows": "true"}
 

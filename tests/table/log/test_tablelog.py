@@ -11,7 +11,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from table_helpers import CountingStorage, OrderedStorage, groups, rewrite_bucket
 
 from maintd import Table, TableNotFoundError
 from maintd.table.log.snapshot import Snapshot, SnapshotBuilder
@@ -23,6 +22,8 @@ from maintd.table.log.tablelog import (
     commit_path,
     parse_log_name,
 )
+
+from ..table_helpers import CountingStorage, OrderedStorage, groups, rewrite_bucket
 
 
 def test_commit_names_count_down_from_u64_max_in_twenty_digits() -> None:

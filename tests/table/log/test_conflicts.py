@@ -15,18 +15,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from table_helpers import (
-    CONFLICTS,
-    LEVELS,
-    NONE,
-    OPERATIONS,
-    Model,
-    data_files_on_disk,
-    groups,
-    race,
-    rewrite_buckets,
-    sorted_rows,
-)
 
 import maintd
 from maintd import (
@@ -55,7 +43,20 @@ from maintd.table.log.actions import (
 from maintd.table.log.conflicts import AlreadyCommitted, TxnFootprint, WinningCommit, check_winner, state_change
 from maintd.table.log.snapshot import Snapshot
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "format.md"
+from ..table_helpers import (
+    CONFLICTS,
+    LEVELS,
+    NONE,
+    OPERATIONS,
+    Model,
+    data_files_on_disk,
+    groups,
+    race,
+    rewrite_buckets,
+    sorted_rows,
+)
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "format.md"
 PART = {"ds": "p"}
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("ds", pa.string()), ("name", pa.string())])
 

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from table_helpers import LostAnswerStorage, data_files_on_disk, log_versions
 
 from maintd import CommitStateUnknownError, RetryPolicy, Table
 from maintd.reclaim import reclaim_table
 from maintd.storage import LocalStorage
 from maintd.storage.faulty import Fault, FaultPlan
+
+from ..table_helpers import LostAnswerStorage, data_files_on_disk, log_versions
 
 DATA = pa.table({"id": [2, 3], "name": ["b", "c"]})
 QUICK = RetryPolicy(max_attempts=4, base_delay=0.001, max_delay=0.005, total_timeout=30)

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from table_helpers import groups, rewrite_bucket
 
 from maintd import Table
 from maintd.table.files.dictionaries import dictionary_columns
+
+from ..table_helpers import groups, rewrite_bucket
 
 
 def _encodings(table: Table, path: str) -> dict[str, tuple[str, bool, bool]]:

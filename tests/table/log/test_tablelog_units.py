@@ -16,7 +16,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from loguru import logger
-from table_helpers import CountingStorage, OrderedStorage
 
 from maintd import CorruptLogError, Table, TableNotFoundError, UnsupportedProtocolError, VersionNotFoundError
 from maintd.storage import FileInfo, LocalStorage
@@ -31,6 +30,8 @@ from maintd.table.log.tablelog import (
     oldest_buildable,
     parse_log_name,
 )
+
+from ..table_helpers import CountingStorage, OrderedStorage
 
 
 def _log(root: Path, commits: range | list[int] = (), checkpoints: range | list[int] = (), *,

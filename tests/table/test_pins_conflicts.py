@@ -16,11 +16,12 @@ import pyarrow.dataset
 import pyarrow.parquet
 import pytest
 from freezegun import freeze_time
-from table_helpers import race
 
 from maintd import PinConflictError, Table
 from maintd.reclaim import plan_reclamation, purge_table
 from maintd.reclaim.retention import record_expiry
+
+from .table_helpers import race
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "format.md"
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from maintd.table.files.bucketing import bucket_of, key_hash
 
 U64 = (1 << 64) - 1
-DOC = Path(__file__).resolve().parents[2] / "docs" / "format.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "format.md"
 ARROW = {"int64": pa.int64(), "int32": pa.int32(), "string": pa.string(), "binary": pa.binary(), "bool": pa.bool_(),
          "date": pa.date32(), "timestamp": pa.timestamp("us")}
 EPOCH = datetime.datetime(1970, 1, 1)

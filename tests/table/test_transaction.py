@@ -11,16 +11,17 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from table_helpers import (
+
+import maintd.table.transaction as transaction
+from maintd import CommitRetriesExhaustedError, RetryPolicy, Table
+
+from .table_helpers import (
     FailingAfterPublishStorage,
     LostAnswerStorage,
     RefusingStorage,
     data_files_on_disk,
     log_versions,
 )
-
-import maintd.table.transaction as transaction
-from maintd import CommitRetriesExhaustedError, RetryPolicy, Table
 
 
 def _create(root: Path) -> Table:

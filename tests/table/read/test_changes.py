@@ -13,9 +13,10 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from table_helpers import Model, groups, maintain, rewrite_bucket, sorted_rows
 
 from maintd import Table
+
+from ..table_helpers import Model, groups, maintain, rewrite_bucket, sorted_rows
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("ds", pa.string()), ("name", pa.string()),
                     ("amount", pa.float64())])
