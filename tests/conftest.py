@@ -1,13 +1,16 @@
-"""Shared fixtures: one SparkSession for the whole test session (created only when a test asks for it)."""
+"""Shared fixtures: one SparkSession for the whole test session (created only when a test asks for it), the S3 and
+Azure servers, and ``table_store``: the store a table lives on, each test taking it run on local disk, S3 and Azure."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from stores import STORES, TableStore
 
 
 @pytest.fixture(scope="session")
@@ -77,6 +80,55 @@ def azure_root(azure_server: Any) -> Iterator[str]:
     configure_storage(root, azure_server.options)
     yield root
     clear_storage_options()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--store", action="append", choices=STORES, default=[],
+                     help="run the table_store tests on this store only (repeatable; tests without it run as usual)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test taking ``table_store`` runs on every store, or on those its ``stores`` marker names."""
+    if "table_store" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("stores")
+    names = marker.args if marker else STORES
+    unknown = set(names) - set(STORES)
+    if unknown:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: unknown stores {sorted(unknown)}; known: {STORES}")
+    metafunc.parametrize("table_store", names, indirect=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--store NAME``: the ``table_store`` tests of the other stores deselected."""
+    chosen = config.getoption("store")
+    if not chosen:
+        return
+    kept, dropped = [], []
+    for item in items:
+        store = getattr(getattr(item, "callspec", None), "params", {}).get("table_store")
+        (dropped if store is not None and store not in chosen else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+@pytest.fixture
+def table_store(request: pytest.FixtureRequest, tmp_path: Path) -> TableStore:
+    """A fresh root for tables on the store of the test's parameter: a directory, a bucket of the session's S3
+    server or a container of its Azurite server, the storage options registered (see tests/stores.py)."""
+    name = request.param
+    if name == "local":
+        root = tmp_path / "store"
+        root.mkdir()
+        return TableStore("local", str(root))
+    if name == "s3":
+        server = request.getfixturevalue("s3_server")
+        return TableStore("s3", request.getfixturevalue("s3_root"), server.options, server.env,
+                          server.options["aws_secret_access_key"], server)
+    server = request.getfixturevalue("azure_server")
+    return TableStore("azure", request.getfixturevalue("azure_root"), server.options, server.env,
+                      server.options["azure_storage_account_key"], server)
 
 
 @pytest.fixture(autouse=True)

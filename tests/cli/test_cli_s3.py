@@ -1,6 +1,6 @@
 """Every table command of the CLI on an S3 table, the store reached through the standard AWS environment.
 
-``maintd run`` through Spark on S3 is in tests/execution/test_run_s3.py.
+``maintd run`` through Spark on S3 is in tests/execution/test_run_stores.py.
 """
 
 from __future__ import annotations

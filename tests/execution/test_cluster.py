@@ -217,7 +217,7 @@ def test_spark_submit_reads_its_plan_and_writes_its_output_on_s3_shipping_creden
     from maintd.storage.documents import read_document, write_document
 
     from .helpers import plan_all
-    from .test_run_stores import s3_table
+    from .test_run_stores import written_table
 
     bucket = s3_server.create_bucket()
     env = {**_env(spark_cluster, tmp_path), **s3_server.env}
@@ -225,7 +225,7 @@ def test_spark_submit_reads_its_plan_and_writes_its_output_on_s3_shipping_creden
         "the worker must not have credentials of its own"
     configure_storage(f"s3://{bucket}", s3_server.options)
     try:
-        table, model = s3_table(f"s3://{bucket}/wh/t")
+        table, model = written_table(f"s3://{bucket}/wh/t")
         version = table.snapshot().version
         write_document(f"s3://{bucket}/jobs/plan.json", plan_all(table, "compact").model_dump_json().encode())
         args = ["--plan", f"s3://{bucket}/jobs/plan.json", "--output", f"s3://{bucket}/jobs/out/result.json",

@@ -1,4 +1,4 @@
-"""``maintd run`` on S3 through Spark, and discovery under an ``s3://`` root.
+"""``maintd run`` through Spark and in process on S3 and Azure, and discovery under a root of every store.
 
 The Spark tasks open the table on the store themselves: the options registered in the driver (endpoint,
 credentials) reach the Python workers carried by the task, not through their environment.
@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from stores import TableStore
 from typer.testing import CliRunner
 
 from maintd import Table
@@ -22,7 +23,8 @@ from .helpers import SCHEMA, Model, batch, sorted_read
 from .test_runner import POLICY, _app
 
 
-def s3_table(uri: str, commits: int = 8) -> tuple[Table, Model]:
+def written_table(uri: str, commits: int = 8) -> tuple[Table, Model]:
+    """A table of two buckets at ``uri`` with ``commits`` random batches of changes, and its model."""
     table = Table.create(uri, SCHEMA, primary_key="id", buckets=2)
     model = Model()
     rng = np.random.default_rng(3)
@@ -33,21 +35,24 @@ def s3_table(uri: str, commits: int = 8) -> tuple[Table, Model]:
     return table, model
 
 
-def test_tables_are_discovered_under_an_s3_root(s3_root: str) -> None:
-    for uri in (f"{s3_root}/wh/a", f"{s3_root}/wh/db/b", f"{s3_root}/wh/db/deeper/c"):
+def test_tables_are_discovered_under_a_root(table_store: TableStore) -> None:
+    root = table_store.root
+    for uri in (f"{root}/wh/a", f"{root}/wh/db/b", f"{root}/wh/db/deeper/c"):
         Table.create(uri, "id:int64!", primary_key="id")
-    expected = [f"{s3_root}/wh/a", f"{s3_root}/wh/db/b", f"{s3_root}/wh/db/deeper/c"]
-    assert tables_of(discover([f"{s3_root}/wh"])) == expected
-    assert tables_of(discover([f"{s3_root}/wh"], max_depth=1)) == [f"{s3_root}/wh/a"]
-    assert tables_of(discover([f"{s3_root}/empty"])) == []
+    expected = [f"{root}/wh/a", f"{root}/wh/db/b", f"{root}/wh/db/deeper/c"]
+    assert tables_of(discover([f"{root}/wh"])) == expected
+    assert tables_of(discover([f"{root}/wh"], max_depth=1)) == [f"{root}/wh/a"]
+    assert tables_of(discover([f"{root}/empty"])) == []
 
 
 @pytest.mark.spark
+@pytest.mark.stores("s3", "azure")  # on local disk: test_runner.py
 @pytest.mark.parametrize("engine", ["spark", "in-process"])
-def test_maintd_run_through_spark_on_s3(s3_root: str, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                        engine: str) -> None:
-    assert not any(k.startswith("AWS_ACCESS") for k in os.environ), "the options must reach Spark by the task"
-    table, model = s3_table(f"{s3_root}/wh/run-{engine}")
+def test_maintd_run_through_spark_or_in_process(table_store: TableStore, spark: Any, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
+    assert table_store.secret not in os.environ.values(), "the options must reach Spark by the task"
+    assert not any(k.startswith(("AWS_ACCESS", "AZURE_STORAGE_ACCOUNT")) for k in os.environ)
+    table, model = written_table(f"{table_store.root}/wh/run-{engine}")
     files_before = len(table.snapshot().files)
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
@@ -67,4 +72,4 @@ def test_maintd_run_through_spark_on_s3(s3_root: str, spark: Any, tmp_path: Path
     fresh = Table.open(table.uri)
     assert len(fresh.snapshot().files) < files_before
     assert sorted_read(fresh).equals(model.table())
-    assert "testing-secret-key" not in result.output
+    assert table_store.secret and table_store.secret not in result.output, "the secret never shows"

@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from stores import TableStore
 
 from maintd import Table
 from maintd.errors import InvalidInputError
@@ -30,9 +31,10 @@ def filled(uri: str, n: int = 3) -> Table:
     return table
 
 
-@pytest.fixture(params=["local", "s3"])
-def root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return str(tmp_path) if request.param == "local" else str(request.getfixturevalue("s3_root"))
+@pytest.fixture
+def root(table_store: TableStore) -> str:
+    """A fresh root for tables, on each store in turn (``table_store``, tests/conftest.py)."""
+    return table_store.root
 
 
 def test_a_table_inside_another_is_refused_at_create_naming_the_outer_one(root: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from stores import TableStore
 
 from maintd import Table
 from maintd.errors import TableReplacedError
@@ -46,9 +47,10 @@ def drop(uri: str) -> None:
         storage.delete(f.path)
 
 
-@pytest.fixture(params=["local", "s3"])
-def root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return str(tmp_path) if request.param == "local" else str(request.getfixturevalue("s3_root"))
+@pytest.fixture
+def root(table_store: TableStore) -> str:
+    """A fresh root for tables, on each store in turn (``table_store``, tests/conftest.py)."""
+    return table_store.root
 
 
 def test_a_writer_whose_table_was_dropped_and_created_again_writes_into_the_new_table_only(root: str) -> None:

@@ -1,9 +1,8 @@
-"""Tables on S3 (a moto server started by the tests): the Table API end to end, and real processes.
+"""What only tables on S3 do (a moto server started by the tests): the latest version found with one LIST of
+``_log/``, an upsert in four requests, and writers racing on a store that answers 409 to concurrent creates.
 
-The API: create, upsert, delete, read, changes, time travel and checkpoints on ``s3://``; the latest
-version found with one LIST of ``_log/``. Processes: four appending writers, one changing properties and
-one rewriting buckets commit to one S3 table at once; every acknowledged commit stands at its version,
-versions are dense, and the table reads as the model of the landed commits.
+The Table API, racing committers and real processes on S3 (as on local disk and Azure) are in
+test_table_stores.py.
 """
 
 from __future__ import annotations
@@ -14,41 +13,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from maintd import Table, TableNotFoundError, VersionNotFoundError
-from maintd.storage.objectstore import ObjectStoreStorage
+from maintd import Table
 from maintd.table import table as table_module
 from maintd.table.log.tablelog import commit_path
 
-from .table_helpers import log_versions
-from .test_table_processes import appending_while_properties_change_and_maintenance_rewrites
-
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("ds", pa.string()), ("name", pa.string())])
-
-
-def test_table_api_on_s3(s3_root: str) -> None:
-    uri = f"{s3_root}/warehouse/db/t"
-    table = Table.create(uri, SCHEMA, primary_key="id", partition_by="ds", buckets=2,
-                         properties={"log.checkpoint.interval": 3})
-    assert isinstance(table.storage, ObjectStoreStorage) and table.storage.lists_in_order
-    rows = [{"id": i, "ds": "a" if i % 2 else "b", "name": f"v{i}"} for i in range(20)]
-    v1 = table.upsert(pa.Table.from_pylist(rows, schema=SCHEMA))
-    v2 = table.upsert(pa.Table.from_pylist([{"id": 1, "ds": "a", "name": "changed"}], schema=SCHEMA))
-    v3 = table.delete(pa.Table.from_pylist([{"id": 2, "ds": "b"}], schema=pa.schema([SCHEMA[0], SCHEMA[1]])))
-    for i in range(4):
-        table.upsert(pa.Table.from_pylist([{"id": 100 + i, "ds": "a", "name": "late"}], schema=SCHEMA))
-    reopened = Table.open(uri)
-    assert reopened.version == v3 + 4 == log_versions(uri)[-1]
-    got = {r["id"]: r["name"] for r in reopened.read().to_pylist()}
-    assert got[1] == "changed" and 2 not in got and len(got) == 19 + 4
-    assert {r["id"]: r["name"] for r in reopened.read(version=v1).to_pylist()}[1] == "v1"
-    assert reopened.read(version=v2).num_rows == 20
-    changes = reopened.changes(v1, v3).to_pylist()
-    assert sorted(r["id"] for r in changes) == [1, 2]
-    assert reopened.log.last_checkpoint_hint() is not None, "checkpoints are written on S3 too"
-    assert any(f.path.endswith(".checkpoint.parquet") for f in reopened.storage.list_dir("_log"))
-    assert [h.version for h in reopened.history()][:2] == [reopened.version, reopened.version - 1]
-    with pytest.raises(VersionNotFoundError):
-        reopened.read(version=reopened.version + 5)
 
 
 def test_latest_version_is_one_list_request_however_long_the_history(s3_root: str,
@@ -103,18 +72,6 @@ def test_an_upsert_on_s3_is_four_requests_and_the_next_one_too(s3_root: str, s3_
     assert calls[1:] == [("GET", f"t/{commit_path(1)}"), ("PUT", f"t/{commit_path(2)}"),
                          ("GET", f"t/{commit_path(1)}")]
     assert {r["id"] for r in Table.open(uri).read().to_pylist()} == {0, 1}
-
-
-def test_a_missing_table_on_s3_is_not_found(s3_root: str) -> None:
-    with pytest.raises(TableNotFoundError):
-        Table.open(f"{s3_root}/nothing/here")
-
-
-@pytest.mark.slow
-def test_processes_append_change_properties_and_rewrite_one_s3_table(s3_root: str, s3_server: Any,
-                                                                     tmp_path: Path) -> None:
-    appending_while_properties_change_and_maintenance_rewrites(f"{s3_root}/procs/t", tmp_path, "WriteSerializable",
-                                                               env=s3_server.env)
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """A transaction's parts one at a time: what it records, the commit it writes, and the errors it raises.
 
-The commit loop against real races is tested in test_table_transaction.py and test_conflict_table.py; here
+The commit loop against real races is tested in test_transaction.py and log/test_conflicts.py; here
 each recorded change is committed alone and the commit's actions are read back from the log.
 """
 

@@ -1,7 +1,7 @@
 """The log's lookups one at a time, on log directories written by hand (no table behind them).
 
 A commit or checkpoint here is an empty file with the right name: the lookups only look at names and at what
-exists; the reads that decode a file are tested on real tables in test_table_log.py.
+exists; the reads that decode a file are tested on real tables in test_tablelog.py.
 """
 
 from __future__ import annotations
