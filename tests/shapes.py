@@ -301,7 +301,7 @@ MATRIX: tuple[Shape, ...] = (
     build("key (int8 partition-free, ts) 8 buckets", [("k", "int8"), ("at", "timestamp_tz")], [], buckets=8,
           prior_rows="lookup"),
 )
-"""Named shapes every engine is checked on (tests/table/test_shape_matrix.py)."""
+"""Named shapes every engine is checked on (tests/execution/test_shape_matrix.py)."""
 
 
 # -- the oracle ---------------------------------------------------------------------------------------------------
