@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -10,8 +11,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from maintd import Table
+from maintd import InvalidInputError, Table
 from maintd.engines.spark.write import FilesWritten, WriteJob
+from maintd.table.files.filters import parse_filter
 
 from .helpers import ARROW, SCHEMA, Model, by_key, changes
 
@@ -85,6 +87,44 @@ def test_overwrite_replaces_the_table_or_only_the_partitions_of_replace_where(sp
             table.uri)
     _rows(spark, eu).write.format("maintd").mode("overwrite").save(table.uri)
     assert by_key(table.read()).equals(eu.cast(ARROW))
+
+
+def test_replace_where_reads_back_partitions_of_dates_beyond_the_years_arrow_parses(spark: Any,
+                                                                                   tmp_path: Path) -> None:
+    far, early, now = 3_000_000, -800_000, 19_723  # 10183-09-21, -0221-09-04, 2024-01-01 (docs/format.md)
+    table = Table.create(str(tmp_path / "t"), "id:int64!,ds:date!,v:string", primary_key="id", partition_by="ds",
+                         buckets=2)
+    table.upsert(pa.table({"id": [1, 2, 3], "ds": pa.array([far, early, now], pa.int32()).cast(pa.date32()),
+                           "v": ["a", "b", "c"]}))
+    assert {f.partition["ds"] for f in table.files()} == {"10183-09-21", "-0221-09-04", "2024-01-01"}
+
+    def rows() -> list[tuple[int, int, str]]:
+        t = table.read()
+        return sorted(zip(t.column("id").to_pylist(), t.column("ds").cast(pa.int32()).to_pylist(),
+                          t.column("v").to_pylist(), strict=True))
+
+    far_rows = spark.sql(f"select 4L as id, date_add(date '1970-01-01', {far}) as ds, 'new' as v")
+    far_rows.write.format("maintd").mode("overwrite").option("replaceWhere", "ds > date '9999-12-31'").save(
+        table.uri)
+    assert rows() == [(2, early, "b"), (3, now, "c"), (4, far, "new")]
+    now_rows = spark.sql("select 5L as id, date '2024-01-01' as ds, 'today' as v")
+    now_rows.write.format("maintd").mode("overwrite").option("replaceWhere", "ds = date '2024-01-01'").save(
+        table.uri)
+    assert rows() == [(2, early, "b"), (4, far, "new"), (5, now, "today")]
+    assert table.history(1)[0].operation == "OVERWRITE"
+
+
+def test_replace_where_refuses_a_partition_text_that_is_no_value_of_its_column(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), "id:int64!,ds:date!", primary_key="id", partition_by="ds")
+    where = parse_filter("ds >= date '2024-01-01'", table.metadata, where="replaceWhere")
+    job = WriteJob(table.uri, table.metadata, table.version, overwrite=True, replace_where=where)
+    live = {"a": SimpleNamespace(partition={"ds": "2024-01-02"}), "b": SimpleNamespace(partition={"ds": None}),
+            "c": SimpleNamespace(partition={"ds": "10183-09-21"}), "d": SimpleNamespace(partition={"ds": "2023-12-31"})}
+    assert job._replaced(SimpleNamespace(files=live)) == [(("ds", "2024-01-02"),), (("ds", "10183-09-21"),)]
+    live["e"] = SimpleNamespace(partition={"ds": "soon"})
+    with pytest.raises(InvalidInputError, match=r"partition text 'soon' of column 'ds' is not a value of its type "
+                                                r"\(date\)"):
+        job._replaced(SimpleNamespace(files=live))
 
 
 REFUSED = [

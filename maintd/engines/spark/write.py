@@ -52,12 +52,14 @@ from maintd.table import AddFile, Metadata, Snapshot, Table
 from maintd.table.files.datafiles import read_data_file
 from maintd.table.files.evolution import add_columns
 from maintd.table.files.filters import RowFilter
-from maintd.table.files.schema import OP_DELETE, OP_UPSERT, to_arrow
+from maintd.table.files.partitions import partition_value
+from maintd.table.files.schema import OP_DELETE, OP_UPSERT
 from maintd.table.files.writer import prepare_changes, split_and_write
 from maintd.table.log.actions import SCHEMA_EVOLUTION_VERSION, Field_
 from maintd.table.log.snapshot import PartitionKey, partition_key
 
 STREAM_APP_PREFIX = "spark-query-"
+_ROW = "_maintd_row"  # the index of a live partition in the rows replaceWhere is applied to (no column's name)
 
 
 @dataclass
@@ -175,18 +177,24 @@ class WriteJob:
                           parameters=params)
 
     def _replaced(self, snap: Snapshot) -> list[PartitionKey] | None:
-        """The partitions an overwrite replaces: all (None), or the live ones ``replaceWhere`` accepts."""
+        """The partitions an overwrite replaces: all (None), or the live ones ``replaceWhere`` accepts, each
+        read back from its text (:func:`~maintd.table.files.partitions.partition_value`).
+
+        Raises:
+            InvalidInputError: a live partition's text is not a value of its column's type.
+        """
         if self.replace_where is None:
             return None
         pb = self.metadata.partition_by
         live = {partition_key(f.partition, pb): f.partition for f in snap.files.values()}
-        keep = []
-        for key, values in live.items():
-            row = pa.table({c: pa.array([values.get(c)], pa.string()) for c in pb})
-            row = row.cast(pa.schema([_partition_field(self.metadata, c) for c in pb]))
-            if self.replace_where.apply(row).num_rows:
-                keep.append(key)
-        return keep
+        if not live:
+            return []
+        types = {f.name: f.type for f in self.metadata.fields}
+        keys = list(live)
+        rows = pa.table({c: pa.concat_arrays([partition_value(c, types[c], live[k].get(c), table=self.uri)
+                                              for k in keys]) for c in pb}
+                        | {_ROW: pa.array(range(len(keys)), pa.int64())})
+        return [keys[i] for i in self.replace_where.apply(rows).column(_ROW).to_pylist()]
 
     def _target(self, snap: Snapshot) -> Metadata:
         """The table's metadata after the commit: ``snap``'s, with the :attr:`added` columns it lacks (an earlier
@@ -208,10 +216,6 @@ class WriteJob:
         """Delete what the tasks that finished wrote (a failed write commits nothing)."""
         adds = [a for m in messages if isinstance(m, FilesWritten) for a in m.files()]
         _delete(storage_for_uri(self.uri), adds)
-
-
-def _partition_field(metadata: Metadata, column: str) -> pa.Field:
-    return to_arrow(metadata.fields).field(column)
 
 
 def _fields(metadata: Metadata) -> tuple[tuple[str, str, bool], ...]:

@@ -3,7 +3,9 @@
 A partition is named by the text of its values. :func:`partition_values` is the writer's encoding of a batch's
 partition columns: Arrow's cast to ``string`` of the values in the table's types. :func:`partition_text` is the
 same encoding of one value a user gives for a partition column (an overwrite's partition, a PURGE's partition
-filter), so that a value names the partition a row holding it is written to.
+filter), so that a value names the partition a row holding it is written to. :func:`partition_value` reads a
+partition's text back into the value it names, for every value the writer writes (years before 1000 and after
+9999, which Arrow's parser does not read in this form, included).
 """
 
 from __future__ import annotations
@@ -97,6 +99,29 @@ def partition_text(column: str, type_name: str, value: Any, *, table: str) -> st
     except InvalidInputError as exc:
         raise refuse("a partition is named by its value as UTF-8 text") from exc
     return str(text)
+
+
+def partition_value(column: str, type_name: str, text: str | None, *, table: str) -> pa.Array:
+    """The value a partition's text names, as a one-value array of the Arrow type of ``type_name`` (the column's
+    maintd type): the inverse of :func:`partition_values`, exact for every text the writer writes, dates and
+    timestamps of any year included. Text in another form is read as the writer reads a text column of that
+    type (as :func:`partition_text` reads it), and a binary partition's text is its UTF-8 bytes. ``None`` (a
+    null, which writers never write but the log's type admits) is a null of the type.
+
+    Raises:
+        InvalidInputError: ``text`` is no value of the type, naming the table, the column, the text and the type.
+    """
+    typ = TYPES[type_name]
+    if text is None:
+        return pa.nulls(1, typ)
+    arr = _text_value(text, type_name, typ) if isinstance(text, str) else None
+    if arr is None:
+        raise InvalidInputError(
+            f"table {table}: the partition text {text!r} of column {column!r} is not a value of its type "
+            f"({type_name}); a partition is named by its value as text (docs/format.md, \"Partition values as "
+            "text\")"
+        )
+    return arr.cast(typ) if arr.type != typ else arr
 
 
 def _text_value(text: str, type_name: str, typ: pa.DataType) -> pa.Array | None:

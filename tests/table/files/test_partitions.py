@@ -6,6 +6,8 @@ type date or timestamp outside the years 1 to 9999 are refused before any file i
 from __future__ import annotations
 
 import datetime as dt
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +18,11 @@ import pytest
 from maintd import InvalidInputError, Table
 from maintd.reclaim import PartitionFilter
 from maintd.reclaim.purge import plan_purge
-from maintd.table.files.partitions import partition_text, partition_values
+from maintd.table.files.partitions import partition_text, partition_value, partition_values
 from maintd.table.files.schema import KEY_TYPES, TYPES
 
 from ..table_helpers import data_files_on_disk
+from ..test_format_spec import arrow_array, doc_table, parse_value
 
 UTC = dt.UTC
 PLUS2 = dt.timezone(dt.timedelta(hours=2))
@@ -117,6 +120,60 @@ def test_the_text_of_every_date_and_timestamp_names_its_own_partition(type_name:
         values = pa.array([d * 86_400_000_000 + 45_296_000_007 for d in days], pa.int64()).cast(typ)
     for text in partition_values(pa.table({"p": values}), ["p"])[0].to_pylist():
         assert partition_text("p", type_name, text, table="t") == text
+
+
+# -- a partition's text read back ---------------------------------------------------------------------------------
+
+
+def test_the_text_of_each_format_vector_reads_back_as_its_value() -> None:
+    _, rows = doc_table("partition-text-vectors")
+    read = 0
+    for typ, value, text, _ in rows:
+        if re.fullmatch(r"refused: `(\w+)`", text):
+            continue
+        expected = arrow_array(typ, [parse_value(typ, value)])
+        got = partition_value("p", typ, json.loads(text), table="t")
+        assert got.type == TYPES[typ] and got.equals(expected), f"{typ} {text}: {got} != {expected}"
+        assert partition_values(pa.table({"p": got}), ["p"])[0].to_pylist() == [json.loads(text)]
+        read += 1
+    assert read >= 20
+
+
+@pytest.mark.parametrize("type_name", ["date", "timestamp", "timestamp_tz"])
+def test_every_date_and_timestamp_the_writer_writes_reads_back_exactly(type_name: str) -> None:
+    days = [-3_000_000, -800_000, -719_529, -719_528, -719_163, -719_162, -1, 0, 19_723, 2_932_896, 2_932_897,
+            3_000_000]
+    if type_name == "date":
+        values = pa.array(days, pa.int32()).cast(TYPES[type_name])
+    else:
+        values = pa.array([d * 86_400_000_000 + 45_296_000_007 for d in days], pa.int64()).cast(TYPES[type_name])
+    texts = partition_values(pa.table({"p": values}), ["p"])[0].to_pylist()
+    assert "-0221-09-04" in texts[1] and texts[-1].startswith("10183-09-21")
+    got = pa.concat_arrays([partition_value("p", type_name, t, table="t") for t in texts])
+    assert got.equals(values)
+
+
+def test_a_null_partition_reads_back_as_a_null_of_the_type() -> None:
+    assert partition_value("p", "date", None, table="t").equals(pa.nulls(1, pa.date32()))
+
+
+@pytest.mark.parametrize(("type_name", "text"), [
+    ("bool", "yes"),
+    ("int8", "300"),
+    ("int64", "x"),
+    ("date", "2024-13-01"),
+    ("date", "10183-02-30"),
+    ("date", "2024-01-01 00:00:00.000000"),
+    ("timestamp", "10183-09-21 24:00:00.000000"),
+    ("timestamp", "-0221-09-04 00:00:00.000000Z"),
+    ("timestamp_tz", "2024-01-01 00:00:00.000000"),  # no zone: which instant is meant cannot be told
+])
+def test_text_that_is_no_value_of_the_type_is_refused_naming_it(type_name: str, text: str) -> None:
+    with pytest.raises(InvalidInputError) as err:
+        partition_value("p", type_name, text, table="t")
+    message = str(err.value)
+    assert message.startswith("table t:") and "column 'p'" in message and f"({type_name})" in message
+    assert repr(text) in message
 
 
 @pytest.mark.parametrize(("type_name", "value"), [
