@@ -201,17 +201,20 @@ class DataFileSchemaError(DataFileError):
 
 
 class UnsupportedProtocolError(MaintdError):
-    """The table's protocol asks for a newer reader or writer than this maintd; upgrade maintd.
+    """The table's protocol asks for a newer reader or writer than this maintd, or names features it does not
+    know; upgrade maintd.
 
     Attributes:
-        required: the version the table requires.
-        supported: the newest version this maintd implements.
+        required: the version (or commit file or checkpoint format) the table requires.
+        supported: the newest version (or format) this maintd implements.
+        features: the table's features this maintd does not know, by name (empty when refused by number).
     """
 
-    def __init__(self, message: str, *, required: int, supported: int):
+    def __init__(self, message: str, *, required: int, supported: int, features: tuple[str, ...] = ()):
         super().__init__(message)
         self.required = required
         self.supported = supported
+        self.features = tuple(features)
 
 
 class StorageError(MaintdError):

@@ -8,7 +8,8 @@ draws: how many scenarios had each trait of shape (partition columns in the key,
 maintenance engine and each process model. Each scenario draws a table shape, runs writers, maintd's own
 maintenance (in process or on Spark) and reclamation (short retention, PURGE) on a storage that fails, stalls
 and loses answers at random, and in a share of them one writer adds columns to the schema midway (counted as
-``schema evolution`` among the draws); see the harness's docstring.
+``schema evolution`` among the draws), in another the table is on named table features, created so or upgraded
+midway by a writer (``table features``); see the harness's docstring.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def main() -> int:
                         help="share of scenarios whose maintenance is forced onto Spark (default: the harness's)")
     parser.add_argument("--evolution-share", type=float, default=None,
                         help="share of scenarios in which a writer adds columns midway (default: the harness's)")
+    parser.add_argument("--features-share", type=float, default=None,
+                        help="share of scenarios whose table is on named table features (default: the harness's)")
     parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     args = parser.parse_args()
     logger.remove()  # the reclamation log of every scenario's final check would drown the progress lines
@@ -53,6 +56,8 @@ def main() -> int:
         extra = {} if args.spark_share is None else {"spark_share": args.spark_share}
         if args.evolution_share is not None:
             extra["evolution_share"] = args.evolution_share
+        if args.features_share is not None:
+            extra["features_share"] = args.features_share
         result = run(args.scenarios, args.seed, Path(base), progress=progress, **extra)
     print(f"outcomes and draws: {dict(sorted(result.stats.items()))}", file=sys.stderr)
     print(f"wall time: {time.monotonic() - started:.0f} s", file=sys.stderr)

@@ -86,9 +86,11 @@ class Shape:
     def table_properties(self) -> dict[str, str]:
         return {"changes.prior.rows": self.prior_rows, **self.properties}
 
-    def create(self, uri: str, **properties: Any) -> Table:
+    def create(self, uri: str, *, features: Sequence[str] | None = None, **properties: Any) -> Table:
+        """Create the table of this shape (``features``: on named table features, as ``Table.create`` takes them)."""
         return Table.create(uri, self.spec, primary_key=list(self.primary_key), partition_by=list(self.partition_by),
-                            buckets=self.buckets, properties={**self.table_properties(), **properties})
+                            buckets=self.buckets, properties={**self.table_properties(), **properties},
+                            features=features)
 
     def with_added(self, columns: Sequence[tuple[str, str]]) -> Shape:
         """This shape with nullable value columns ``(name, type)`` appended, as ``Table.add_columns`` appends

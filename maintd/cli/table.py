@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 if TYPE_CHECKING:
     from maintd.table import Pin, Snapshot
-    from maintd.table.log.actions import AddFile
+    from maintd.table.log.actions import AddFile, Protocol
 
 table_app = typer.Typer(help="Create tables and inspect their layout and commit log.",
                         no_args_is_help=True, rich_markup_mode=None)
@@ -43,6 +43,9 @@ def create_command(
     buckets: int | None = typer.Option(None, "--buckets", help="Buckets per partition (write.bucket.num, 1..4096; "
                                                                "default 16; fixed after create)."),
     prop: list[str] = typer.Option([], "--property", help="Table property KEY=VALUE; repeat for several."),
+    feature: list[str] = typer.Option([], "--feature", help="Create the table on named table features with this "
+                                      "feature (and what it depends on); repeat for several. Without it the table "
+                                      "is created at protocol 2, which every maintd since reads."),
     json_out: bool = typer.Option(False, "--json", help="Print the created table's description as JSON."),
 ) -> None:
     """Create an empty primary-key table (version 0).
@@ -64,7 +67,8 @@ def create_command(
         check_policy_properties(uri, properties)
         logger.disable("maintd.table.table")  # its warning of a key without the partitions is printed below
         try:
-            table = Table.create(uri, schema, keys, parts, buckets=buckets, properties=properties)
+            table = Table.create(uri, schema, keys, parts, buckets=buckets, properties=properties,
+                                 features=feature or None)
         finally:
             logger.enable("maintd.table.table")
         desc = describe(table.snapshot())
@@ -102,6 +106,28 @@ def pin_row(pin: Pin, now_ms: int | None = None) -> dict[str, Any]:
     return row
 
 
+def protocol_row(protocol: Protocol) -> dict[str, Any]:
+    """A protocol as JSON: its versions, the features it supports (``features``: implied by a legacy version, or
+    named), and at version 7 the lists its ``protocol`` action holds."""
+    from maintd.table.log import features
+
+    row: dict[str, Any] = {"reader": protocol.min_reader_version, "writer": protocol.min_writer_version,
+                           "features": sorted(features.features_of(protocol))}
+    if protocol.table_features:
+        row |= {"reader_features": list(protocol.reader_features or ()),
+                "writer_features": list(protocol.writer_features or ())}
+    return row
+
+
+def protocol_text(row: dict[str, Any]) -> str:
+    """:func:`protocol_row` for people: ``reader 4, writer 4 (implies pins, priorRows)`` or ``reader 7, writer 7
+    (named features: pins)``."""
+    versions = f"reader {row['reader']}, writer {row['writer']}"
+    if "writer_features" in row:
+        return f"{versions} (named features: {', '.join(row['features']) or 'none'})"
+    return f"{versions} (implies {', '.join(row['features'])})" if row["features"] else versions
+
+
 def describe(snap: Snapshot, pins: tuple[list[Pin], int] | None = None) -> dict[str, Any]:
     """A JSON-able description of a snapshot: schema, properties, files and bytes per layer and per bucket, and
     (given ``pins``: the live pins and the bytes they hold back) its pins."""
@@ -127,7 +153,7 @@ def describe(snap: Snapshot, pins: tuple[list[Pin], int] | None = None) -> dict[
         "partition_by": list(md.partition_by),
         "buckets": md.buckets,
         "properties": dict(sorted(md.properties.items())),
-        "protocol": {"reader": snap.protocol.min_reader_version, "writer": snap.protocol.min_writer_version},
+        "protocol": protocol_row(snap.protocol),
         "files": len(snap.files),
         "bytes": snap.total_bytes(),
         "prior_rows": {"files": len(snap.priors), "bytes": sum(p.bytes for p in snap.priors.values()),
@@ -170,8 +196,7 @@ def describe_command(
     out.print(f"primary key: {', '.join(desc['primary_key'])}   partitioned by: "
               f"{', '.join(desc['partition_by']) or '(none)'}   buckets: {desc['buckets']}")
     out.print("properties: " + (", ".join(f"{k}={v}" for k, v in desc["properties"].items()) or "(none)"))
-    out.print(f"files: {desc['files']}, {fmt_bytes(desc['bytes'])}   protocol: reader {desc['protocol']['reader']}, "
-              f"writer {desc['protocol']['writer']}")
+    out.print(f"files: {desc['files']}, {fmt_bytes(desc['bytes'])}   protocol: {protocol_text(desc['protocol'])}")
     if desc["prior_rows"]["files"]:
         looked_up = desc["prior_rows"]["looked_up"]
         out.print(f"prior-rows files (for the change feed): {desc['prior_rows']['files']}, "
@@ -207,7 +232,7 @@ def pin_command(
     json_out: bool = typer.Option(False, "--json", help="Print the pin as JSON."),
 ) -> None:
     """Pin a version: reclamation (and PURGE, unless forced) keeps it and every file it reads until the pin is
-    removed or its TTL passes. The first pin raises the table to protocol 3."""
+    removed or its TTL passes. The first pin enables feature pins (a table of a legacy protocol goes to 3)."""
     from rich.console import Console
 
     from maintd.table import Table
@@ -289,7 +314,8 @@ def add_columns_command(
     """Add nullable value columns to the table's schema (a metadata commit).
 
     Rows written before read the new columns as nulls; older versions keep their schema. The first addition
-    raises the table to protocol 6: older maintd versions refuse the table from then on. Only nullable value
+    enables feature addedColumns (a legacy table goes to protocol 6): older maintd versions refuse the table from
+    then on. Only nullable value
     columns can be added: an existing column, NOT NULL, a key or partition column or an unknown type is refused.
     """
     from rich.console import Console
@@ -331,32 +357,48 @@ def set_properties_command(
 @table_app.command("upgrade-protocol")
 def upgrade_protocol_command(
     uri: str = typer.Argument(..., help="Table URI."),
+    feature: list[str] = typer.Option([], "--feature", help="Also enable this named feature (and what it depends "
+                                      "on); repeat for several."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation (needed when not on a terminal)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the protocol before and after as JSON."),
 ) -> None:
-    """Raise a table written by an older maintd to the protocol this maintd writes (self-verifying commit
-    files); a protocol commit. Older maintd versions refuse the table afterwards: upgrade every reader and
-    writer of the table first."""
+    """Move a table to named table features (protocol 7): the features its protocol version implied (nothing is
+    lost; a table of protocol 1 gets self-verifying commit files) plus those given with --feature; a table on
+    named features already gains those given. A protocol commit: every concurrent transaction fails and retries.
+    maintd without table features refuses the table afterwards: upgrade every reader and writer first. Running
+    it again changes nothing."""
     from rich.console import Console
 
     from maintd.table import Table
-    from maintd.table.log.actions import BASE_VERSION
+    from maintd.table.log import features
 
-    out = Console(soft_wrap=True)
+    out = Console(soft_wrap=True, highlight=False, markup=False)
     with user_errors():
         table = Table.open(uri)
-        p = table.snapshot().protocol
-    now = f"reader {p.min_reader_version}, writer {p.min_writer_version}"
-    if (p.min_reader_version, p.min_writer_version) >= (BASE_VERSION, BASE_VERSION):
-        out.print(f"{table.uri} is at protocol {now} already; nothing changed", highlight=False)
+        asked = features.known(feature, table=table.uri)
+        before = table.snapshot()
+        target = features.upgrade(before.protocol, asked)
+    now = protocol_row(before.protocol)
+    if target is None:
+        if json_out:
+            print_json({"uri": table.uri, "version": before.version, "changed": False, "protocol": now})
+        else:
+            out.print(f"{table.uri} is at protocol {protocol_text(now)} already; nothing changed")
         return
-    confirm(f"Upgrade {table.uri} from protocol {now} to {BASE_VERSION}? maintd older than the protocol refuses "
-            "the table afterwards", yes=yes, out=out, cancelled="upgrade cancelled; nothing changed",
+    then = protocol_row(target)
+    confirm(f"Upgrade {table.uri} from protocol {protocol_text(now)} to {protocol_text(then)}? maintd without "
+            "table features (or without these) refuses the table afterwards", yes=yes, out=out,
+            cancelled="upgrade cancelled; nothing changed",
             refusal=f"refusing to upgrade the protocol of {table.uri} without confirmation: not on a terminal; "
                     "pass --yes to confirm")
     with user_errors():
-        version = table.upgrade_protocol()
-    out.print(f"upgraded {table.uri} from protocol {now} to reader {BASE_VERSION}, writer {BASE_VERSION} "
-              f"at version {version}", highlight=False)
+        version = table.upgrade_protocol(asked)
+        then = protocol_row(table.snapshot(version).protocol)
+    if json_out:
+        print_json({"uri": table.uri, "version": version, "changed": True, "previous": now, "protocol": then})
+    else:
+        out.print(f"upgraded {table.uri} from protocol {protocol_text(now)} to {protocol_text(then)} at version "
+                  f"{version}")
 
 
 @table_app.command("history")

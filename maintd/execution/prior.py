@@ -8,8 +8,8 @@ delete, version 0) when they hold none, and every row version of the key in its 
 that one file instead (:mod:`maintd.table.read.changes`).
 
 The file is an answer about the BaseFiles' content, which never changes, so it is right whether or not its
-commit lands; its commit names it (a ``prior`` action, protocol 4) so that reclamation deletes it with its
-BaseFiles. A unit that merges through spilled runs keeps every row version in its runs
+commit lands; its commit names it (a ``prior`` action, feature ``priorRows``) so that reclamation deletes it with
+its BaseFiles. A unit that merges through spilled runs keeps every row version in its runs
 (:mod:`maintd.execution.rewrite`), so its last pass tells BaseFile and DeltaFile rows apart.
 
 docs/format.md ("Prior rows") specifies the file and how the feed uses it; docs/design.md ("Prior rows") why.

@@ -23,8 +23,8 @@ from typing import Any
 from typing import Protocol as TypingProtocol
 
 from maintd.errors import InvalidInputError, VersionNotFoundError
-from maintd.table.log import timeline
-from maintd.table.log.actions import PINS_VERSION, Pin, Protocol
+from maintd.table.log import features, timeline
+from maintd.table.log.actions import Pin
 from maintd.table.log.snapshot import Snapshot
 from maintd.table.log.timeline import now_ms
 from maintd.table.transaction import CommitTarget, Transaction
@@ -89,8 +89,7 @@ def pin_version(table: PinTarget, version: int, ttl: timedelta, reason: str = ""
     pin = Pin(id=uuid.uuid4().hex[:16], version=version, created=now, expires=now + max(1, ttl_ms),
               reason=reason, who=user or who())
     txn = table.new_transaction(PIN_OPERATION, read_snapshot=snap)
-    if snap.protocol.min_writer_version < PINS_VERSION or snap.protocol.min_reader_version < PINS_VERSION:
-        txn.set_protocol(Protocol(min_reader_version=PINS_VERSION, min_writer_version=PINS_VERSION))
+    txn.require_feature(features.PINS)  # the first pin: a legacy table goes to protocol 3, a named one gains pins
     txn.pin(pin)
     txn.commit(parameters={"pin_id": pin.id, "version": version, "expires": pin.expires, "reason": reason,
                            "who": pin.who})

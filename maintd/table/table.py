@@ -8,7 +8,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -37,20 +37,16 @@ from maintd.table.files.writer import (
     split_and_write,
     to_arrow_table,
 )
+from maintd.table.log import features as table_features
 from maintd.table.log import properties as props
 from maintd.table.log import timeline
 from maintd.table.log.actions import (
-    BASE_VERSION,
-    LOOKUP_PRIORS_VERSION,
-    PRIOR_ROWS_VERSION,
-    SCHEMA_EVOLUTION_VERSION,
     Action,
     AddFile,
     CommitInfo,
     Field_,
     Metadata,
     Pin,
-    Protocol,
     RemoveFile,
 )
 from maintd.table.log.conflicts import ADD_COLUMNS
@@ -153,14 +149,22 @@ class Table:
     @classmethod
     def create(cls, uri: str, schema: pa.Schema | str | Sequence[Field_], primary_key: Sequence[str] | str,
                partition_by: Sequence[str] | str = (), buckets: int | None = None,
-               properties: Mapping[str, object] | None = None, *, name: str | None = None) -> Table:
+               properties: Mapping[str, object] | None = None, *, name: str | None = None,
+               features: Iterable[str] | None = None) -> Table:
         """Create a table: version 0 holds the protocol and the metadata.
+
+        ``features``: None (the default) creates the table at legacy protocol 2, readable by every maintd since
+        self-verifying commit files (or 4 or 5 when ``changes.prior.rows`` needs it); an iterable of feature names
+        (empty too) creates it on named table features: those, what they depend on and what its properties need
+        (docs/format.md, "Table features").
 
         Raises:
             TableExistsError: a table is already at ``uri``.
-            InvalidInputError: bad schema, key, partitioning, bucket count or property.
+            InvalidInputError: bad schema, key, partitioning, bucket count or property, or an unknown feature.
         """
         storage = storage_for_uri(uri)
+        asked = None if features is None else table_features.known(
+            [features] if isinstance(features, str) else features, table=storage.uri)
         pk = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
         parts = (partition_by,) if isinstance(partition_by, str) else tuple(partition_by)
         fields = cls._fields(schema)
@@ -183,13 +187,15 @@ class Table:
         _refuse_nesting(storage)
         info = CommitInfo(operation="CREATE TABLE", timestamp=md.created_time, txn_id=uuid.uuid4().hex,
                           operation_parameters={"primary_key": list(pk), "partition_by": list(parts)})
-        needed = _protocol_for(clean)
-        protocol = Protocol(min_reader_version=needed, min_writer_version=needed) if needed else Protocol()
-        if not table._create(info, [info, protocol, md]):
+        protocol = table_features.for_new_table(asked, _features_for(clean))
+        # version 0 of a legacy table is of format 2 whatever its protocol (as ever); of a table on named features,
+        # of format 7, so that maintd without named features refuses it by that number, not as a damaged log
+        fmt = table_features.commit_format(protocol) if protocol.table_features else 2
+        if not table._create(info, [info, protocol, md], fmt):
             raise TableExistsError(f"a table was created concurrently at {storage.uri}")
         return table
 
-    def _create(self, info: CommitInfo, actions: list[Action]) -> bool:
+    def _create(self, info: CommitInfo, actions: list[Action], fmt: int) -> bool:
         """Publish version 0; True if this call created the table. A publish that raised may have applied, so
         version 0 is read back (and published again only while it is not there), with the commit backoff."""
         budget = Budget(self.retry_policy, random.Random())
@@ -197,7 +203,7 @@ class Table:
         while True:
             try:
                 if raised is None or self.log.read_commit_txn(0) is None:
-                    created = self.log.try_commit(0, actions)
+                    created = self.log.try_commit(0, actions, fmt=fmt)
                     if created or raised is None:
                         return created
                 return self.log.read_commit_txn(0) == info.txn_id
@@ -442,7 +448,7 @@ class Table:
         md = evolution.add_columns(snap.metadata, new, table=self.uri)
         if txn is not None:
             txn.set_metadata(md)
-            txn.require_protocol(SCHEMA_EVOLUTION_VERSION)
+            txn.require_feature(table_features.ADDED_COLUMNS)
         return md
 
     def add_columns(self, columns: str | pa.Schema | pa.Field | Sequence[Field_ | pa.Field]) -> int:
@@ -451,8 +457,8 @@ class Table:
         ``columns``: ``'name:type,...'`` (as ``table create``'s schema, without ``!``), Arrow fields or a schema,
         or :class:`Field_` s. Rows written before read the new columns as nulls, at every version from this
         commit on (older versions keep their schema); writers may leave them out (nulls). The first addition
-        raises the table to protocol 6 in the same commit, so that older maintd refuses the table instead of
-        misreading its files (docs/format.md, "Schema evolution").
+        enables feature ``addedColumns`` in the same commit (a legacy table goes to protocol 6), so that older
+        maintd refuses the table instead of misreading its files (docs/format.md, "Schema evolution").
 
         Raises:
             SchemaEvolutionError: a column that exists, a NOT NULL, key or partition column, an unknown type.
@@ -462,7 +468,7 @@ class Table:
         md = evolution.add_columns(snap.metadata, new, table=self.uri)
         txn = self.new_transaction(ADD_COLUMNS, read_snapshot=snap)
         txn.set_metadata(md)
-        txn.require_protocol(SCHEMA_EVOLUTION_VERSION)
+        txn.require_feature(table_features.ADDED_COLUMNS)
         return txn.commit(parameters={"columns": [f"{f.name}:{f.type}" for f in new]})
 
     def _commit_written(self, txn: Transaction, adds: list[AddFile], metrics: dict[str, Any]) -> int:
@@ -510,18 +516,28 @@ class Table:
         adds = split_and_write(self.storage, md, batch)
         return self._commit_written(txn, adds, {"rows": batch.num_rows, "partition": spec})
 
-    def upgrade_protocol(self) -> int:
-        """Raise the table to the newest protocol this code writes (self-verifying commit files).
+    def upgrade_protocol(self, features: Iterable[str] = ()) -> int:
+        """Move the table to named table features (protocol 7, docs/format.md "Table features"): every feature its
+        protocol supports (a legacy table: the bundle its version implied, so nothing is lost; a table of protocol
+        1 gets self-verifying commit files) plus ``features`` and what they depend on. Readers and writers of a
+        maintd without table features refuse the table afterwards.
 
-        Readers and writers of an older maintd refuse the table afterwards; returns the committed version,
-        or the current one when the table is at that protocol already.
+        Returns the committed version, or the current one when the table is on named features already and
+        supports every feature asked (idempotent).
+
+        Raises:
+            InvalidInputError: an unknown feature name (the error names the known ones).
         """
+        asked = table_features.known([features] if isinstance(features, str) else features, table=self.uri)
         snap = self.snapshot()
-        if (snap.protocol.min_reader_version, snap.protocol.min_writer_version) >= (BASE_VERSION, BASE_VERSION):
+        target = table_features.upgrade(snap.protocol, asked)
+        if target is None:
             return snap.version
         txn = self.new_transaction("UPGRADE PROTOCOL", read_snapshot=snap)
-        txn.set_protocol(Protocol(min_reader_version=BASE_VERSION, min_writer_version=BASE_VERSION))
-        return txn.commit(parameters={"reader_version": BASE_VERSION, "writer_version": BASE_VERSION})
+        txn.set_protocol(target)
+        return txn.commit(parameters={"reader_version": target.min_reader_version,
+                                      "writer_version": target.min_writer_version,
+                                      "features": list(target.writer_features or ())})
 
     def set_properties(self, properties: Mapping[str, object]) -> int:
         """Set table properties (validated); ``write.bucket.num`` cannot change after create."""
@@ -533,9 +549,8 @@ class Table:
         md = snap.metadata.model_copy(update={"properties": {**snap.metadata.properties, **clean}})
         txn = self.new_transaction("SET PROPERTIES", read_snapshot=snap)
         txn.set_metadata(md)
-        needed = _protocol_for(md.properties)
-        if needed:  # prior-rows files are actions older code does not know: it must refuse the table from now on
-            txn.require_protocol(needed)
+        for feature in _features_for(md.properties):  # prior-rows files: actions older code must refuse
+            txn.require_feature(feature)
         return txn.commit(parameters={"properties": clean})
 
     # -- pins ------------------------------------------------------------------------------
@@ -543,7 +558,8 @@ class Table:
         """Keep ``version`` readable for ``ttl``: reclamation neither expires it nor deletes a file it reads
         while the pin lives (until :meth:`unpin`, or until ``ttl`` passes by reclamation's clock).
 
-        The first pin raises the table to protocol 3 (older maintd then refuses the table). Returns the pin
+        The first pin enables feature ``pins`` (a legacy table goes to protocol 3; older maintd then refuses the
+        table). Returns the pin
         (its ``id`` is what :meth:`unpin` takes).
 
         Raises:
@@ -755,12 +771,12 @@ _NESTED_DEPTH = 6
 level per partition column, buckets one more)."""
 
 
-def _protocol_for(properties: Mapping[str, str]) -> int:
-    """The protocol ``properties`` need (0: the base one): 4 for prior rows that compactions store, 5 for looked-up
-    ones too (``changes.prior.rows``)."""
+def _features_for(properties: Mapping[str, str]) -> list[str]:
+    """The features ``properties`` need: ``priorRows`` for prior rows that compactions store, also
+    ``lookedUpPriorRows`` for looked-up ones (``changes.prior.rows``)."""
     if props.lookup_prior_rows(properties):
-        return LOOKUP_PRIORS_VERSION
-    return PRIOR_ROWS_VERSION if props.prior_rows(properties) else 0
+        return [table_features.LOOKED_UP_PRIOR_ROWS]
+    return [table_features.PRIOR_ROWS] if props.prior_rows(properties) else []
 
 
 def _record(version: int, actions: Sequence[Action]) -> CommitRecord:

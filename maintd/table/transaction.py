@@ -27,9 +27,8 @@ from typing import Any, TypeVar
 from typing import Protocol as TypingProtocol
 
 from maintd.errors import CommitRetriesExhaustedError, InvalidInputError, TableReplacedError
+from maintd.table.log import features
 from maintd.table.log.actions import (
-    LOOKUP_PRIORS_VERSION,
-    PRIOR_ROWS_VERSION,
     Action,
     AddFile,
     CommitInfo,
@@ -152,22 +151,23 @@ class Transaction:
 
     def add_prior(self, prior: PriorRows) -> None:
         """Record a prior-rows file (docs/format.md, "Prior rows"). A compaction's answers for BaseFiles this
-        transaction removes (protocol 4): its ``deletion_time`` becomes this commit's time, as the removes'
-        does. A looked-up one (``prior.lookup``, protocol 5) answers for BaseFiles that stay live: it has no
-        deletion time until a later commit removes one of them, and this commit conflicts with a concurrent
-        one that removes any of them.
+        transaction removes (feature ``priorRows``): its ``deletion_time`` becomes this commit's time, as the
+        removes' does. A looked-up one (``prior.lookup``, feature ``lookedUpPriorRows``) answers for BaseFiles
+        that stay live: it has no deletion time until a later commit removes one of them, and this commit
+        conflicts with a concurrent one that removes any of them.
 
         Raises:
-            InvalidInputError: the table is below the file's protocol, or the file answers for a BaseFile this
+            InvalidInputError: the table lacks the file's feature, or the file answers for a BaseFile this
                 transaction does not remove (a compaction's) or that is not live or that it removes (a
                 looked-up one), checked at commit.
         """
-        needed = LOOKUP_PRIORS_VERSION if prior.lookup else PRIOR_ROWS_VERSION
-        if self.read_snapshot.protocol.min_writer_version < needed:
+        needed = features.LOOKED_UP_PRIOR_ROWS if prior.lookup else features.PRIOR_ROWS
+        protocol = self._protocol or self.read_snapshot.protocol
+        if not features.supports(protocol, needed):
             raise InvalidInputError(
-                f"table {self.table.uri} is at writer protocol {self.read_snapshot.protocol.min_writer_version}; "
-                f"{'looked-up ' if prior.lookup else ''}prior-rows files need protocol {needed} (set the table "
-                f"property changes.prior.rows to {'lookup' if prior.lookup else 'true'})")
+                f"table {self.table.uri} (protocol {features.describe(protocol)}) lacks feature {needed} "
+                f"({features.REGISTRY[needed].description}); set the table property changes.prior.rows to "
+                f"{'lookup' if prior.lookup else 'true'}")
         self._priors.append(prior)
 
     def read_files(self, paths: Any) -> None:
@@ -201,7 +201,7 @@ class Transaction:
         self._footprint.app_ids.add(app_id)
 
     def pin(self, pin: Pin) -> None:
-        """Record a pin (protocol 3 tables); it conflicts with a concurrent commit expiring its version."""
+        """Record a pin (tables with feature ``pins``); it conflicts with a concurrent commit expiring its version."""
         self._pins.append(pin)
         self._footprint.pins.add(pin.version)
 
@@ -222,12 +222,13 @@ class Transaction:
                 and self._metadata is None and self._protocol is None and not fp.read_files
                 and not fp.read_partitions and not fp.read_whole_table)
 
-    def require_protocol(self, needed: int) -> None:
-        """Raise the table to protocol ``needed`` in this commit unless it is there already (never lower it)."""
-        p = self._protocol or self.read_snapshot.protocol
-        if min(p.min_reader_version, p.min_writer_version) < needed:
-            self.set_protocol(Protocol(min_reader_version=max(p.min_reader_version, needed),
-                                       min_writer_version=max(p.min_writer_version, needed)))
+    def require_feature(self, feature: str) -> None:
+        """Enable ``feature`` in this commit unless the table supports it already
+        (:func:`maintd.table.log.features.require`: a legacy table is raised to the version that implies it, a
+        table on named features gains exactly it and what it depends on)."""
+        raised = features.require(self._protocol or self.read_snapshot.protocol, feature)
+        if raised is not None:
+            self.set_protocol(raised)
 
     def set_protocol(self, protocol: Protocol) -> None:
         """Change the table's protocol (an upgrade): every concurrent transaction then conflicts."""
@@ -247,6 +248,7 @@ class Transaction:
         """
         if self._committed is not None:
             return self._committed
+        self._check_features()
         fp = self._footprint
         for prior in self._priors:
             if prior.lookup:
@@ -308,6 +310,22 @@ class Transaction:
                     f"in {budget.elapsed:.1f}s; nothing of it landed; retry later, or allow more attempts "
                     "(RetryPolicy; the commit settings of maintd's config)"
                 )
+
+    def _check_features(self) -> None:
+        """A commit holds only what the table's protocol (after this commit) supports: pins and unpins need feature
+        ``pins``, a schema with added columns ``addedColumns`` (prior-rows files are checked as they are added)."""
+        protocol = self._protocol or self.read_snapshot.protocol
+        needed = []
+        if self._pins or self._unpins:
+            needed.append(features.PINS)
+        if self._metadata is not None and any(f.added for f in self._metadata.fields):
+            needed.append(features.ADDED_COLUMNS)
+        missing = [n for n in needed if not features.supports(protocol, n)]
+        if missing:
+            raise InvalidInputError(
+                f"table {self.table.uri} (protocol {features.describe(protocol)}) lacks feature "
+                f"{', '.join(f'{n} ({features.REGISTRY[n].description})' for n in missing)}: "
+                f"{self.operation} cannot commit what needs it")
 
     def _attempt(self, version: int, actions: list[Action], base: Snapshot, budget: Budget) -> bool:
         """Publish ``version`` on top of ``base`` and settle it: True if it landed, False if it certainly did not."""
@@ -385,9 +403,9 @@ class Transaction:
         if self._expire is not None:
             before = self._expire[0] if self._expire[0] is not None else version
             mark_ts = self._expire[1] if self._expire[1] is not None else ts
-            if (self._protocol or latest.protocol).min_writer_version >= 3:
+            if features.supports(self._protocol or latest.protocol, features.PINS):
                 expire = Expire(before=before, timestamp=mark_ts)
-            else:  # older tables: readers of protocol 2 know no expire action; the parameters carry it
+            else:  # tables without pins: their readers may know no expire action; the parameters carry it
                 params |= {"oldest_retained_version": before, "retained_timestamp": mark_ts}
         info = CommitInfo(operation=self.operation, timestamp=ts, txn_id=self.txn_id,
                           read_version=self.read_snapshot.version, isolation_level=self.isolation_level,  # type: ignore[arg-type]

@@ -50,9 +50,9 @@ def _foreign_file(t: Table) -> str:
 
 def _newer_protocol(t: Table) -> str:
     info = CommitInfo(operation="UPGRADE PROTOCOL", timestamp=2**41, txn_id="newer")
-    (Path(t.uri) / commit_path(3)).write_bytes(encode_commit([info, Protocol(min_reader_version=7,
-                                                                               min_writer_version=7)], version=3))
-    return "requires reader protocol version 7; this maintd reads up to version 6"
+    (Path(t.uri) / commit_path(3)).write_bytes(encode_commit([info, Protocol(min_reader_version=8,
+                                                                               min_writer_version=8)], version=3))
+    return "requires reader protocol version 8; this maintd reads up to version 7"
 
 
 def _outside_path(t: Table) -> str:

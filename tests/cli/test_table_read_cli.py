@@ -242,9 +242,10 @@ def test_set_properties_switches_prior_rows_on_and_describe_shows_the_protocol_a
         table.upsert(pa.table({"id": [1, 50], "name": ["n", "m"], "ds": ["x", "x"]}))
     desc = json.loads(invoke("table", "describe", table_uri, "--json")[1])
     priors = table.snapshot().priors
-    assert desc["protocol"] == {"reader": 4, "writer": 4} and desc["prior_rows"]["files"] == len(priors) > 0
+    assert desc["protocol"] == {"reader": 4, "writer": 4, "features": ["pins", "priorRows"]}
+    assert desc["prior_rows"]["files"] == len(priors) > 0
     code, out, _ = invoke("table", "describe", table_uri)
-    assert code == 0 and "protocol: reader 4, writer 4" in out
+    assert code == 0 and "protocol: reader 4, writer 4 (implies pins, priorRows)" in out
     assert f"prior-rows files (for the change feed): {len(priors)}" in out and "looked up" not in out
     # with lookup, a clustering's file: counted apart while its BaseFiles live
     assert invoke("table", "set-properties", table_uri, "--property", "changes.prior.rows=lookup")[0] == 0
@@ -256,5 +257,6 @@ def test_set_properties_switches_prior_rows_on_and_describe_shows_the_protocol_a
     plan = PlanDoc(table_uri=table.uri, read_version=snap.version, tasks=tasks)
     assert tasks and commit_rewrites(table, plan, run_plan(plan, table).results).committed
     desc = json.loads(invoke("table", "describe", table_uri, "--json")[1])
-    assert desc["protocol"] == {"reader": 5, "writer": 5} and desc["prior_rows"]["looked_up"] == len(tasks)
+    assert desc["protocol"] == {"reader": 5, "writer": 5, "features": ["lookedUpPriorRows", "pins", "priorRows"]}
+    assert desc["prior_rows"]["looked_up"] == len(tasks)
     assert f"({len(tasks)} looked up by clusterings, their BaseFiles live)" in invoke("table", "describe", table_uri)[1]

@@ -138,10 +138,10 @@ def test_a_table_of_a_newer_protocol_is_reported_and_nothing_is_written_into_it(
     v = table.version + 1
     info = CommitInfo(operation="UPGRADE PROTOCOL", timestamp=2**41, txn_id="newer")
     (Path(table.uri) / commit_path(v)).write_bytes(encode_commit([info, Protocol(min_reader_version=2,
-                                                                                 min_writer_version=7)], version=v))
+                                                                                 min_writer_version=8)], version=v))
     before = sorted(Path(table.uri).rglob("*"))
     [s] = Runner(None, policy_path=policy, use_spark=False, reclaim=True).run([table.uri])
-    assert s.status == "failed" and s.error_type == "UnsupportedProtocolError" and "writer protocol version 7" in (
+    assert s.status == "failed" and s.error_type == "UnsupportedProtocolError" and "writer protocol version 8" in (
         s.error or "")
     assert sorted(Path(table.uri).rglob("*")) == before
 

@@ -9,7 +9,10 @@ One scenario (seeded):
    buckets; ``changes.prior.rows`` false, true or lookup), then its retention (0 or 1 hour) and a checkpoint
    every 2 to 5 versions; in a share of scenarios (``model_ops.EVOLUTION_SHARE``) a schema change: one writer
    adds 1 or 2 nullable value columns midway (``Table.add_columns``, or its write with ``merge_schema``) and
-   writes values into them from then on, while the other writers keep writing rows without them; the
+   writes values into them from then on, while the other writers keep writing rows without them; in a share
+   (``model_ops.FEATURES_SHARE``, drawn apart as well) named table features: the table is created on them, or
+   one writer moves it there midway (``Table.upgrade_protocol``) while the others write, each with some
+   features asked for; the
    maintenance engine drawn (in process, or forced onto Spark in a share of
    ``SPARK_SHARE``) and the process model of the writers and the reclaimer (``spawn``: processes of their own;
    ``thread``: threads of one process; ``fork``: children forked from a process that used the table's storage);
@@ -31,9 +34,12 @@ One scenario (seeded):
    pins' versions too; the change feed between random retained versions equals the oracle's net change
    (whole rows); with a schema change, that the versions before it read (and hold in their metadata) the
    columns as created, at the protocol they had, and the versions from it the new columns too (nulls in the
-   rows written without them, upserts by writers that do not know them included) at protocol 6, and that
+   rows written without them, upserts by writers that do not know them included) with feature ``addedColumns``, and that
    every file maintenance committed after it holds them (an ``add_columns`` whose outcome is unknown is
-   taken as the history says it went); then, with
+   taken as the history says it went); that every version's protocol is the one the history implies (legacy:
+   2, 4 or 5 by the prior-rows property, 3 from the first pin, 6 from the schema change; on named features: the
+   features asked, those the legacy version implied before an upgrade, and each further one from the version
+   that first needed it, nothing more); then, with
    the writers gone, a reclamation with no grace leaves exactly the data files the retained
    versions read, and the pinned versions still read.
 
@@ -58,19 +64,32 @@ from typing import Any
 from unittest.mock import patch
 
 import numpy as np
-from model_ops import EVOLUTION_SHARE, Draw, Evolution, added_by, apply, draw, draw_evolution, shape_stats
+from model_ops import (
+    EVOLUTION_SHARE,
+    FEATURES_SHARE,
+    Draw,
+    Evolution,
+    Features,
+    added_by,
+    apply,
+    draw,
+    draw_evolution,
+    draw_features,
+    shape_stats,
+)
 from shapes import Oracle
 
 from maintd import Table, VersionNotFoundError
 from maintd.reclaim import reclaim_table
 from maintd.storage.faulty import Fault, FaultPlan
-from maintd.table.log.actions import SCHEMA_EVOLUTION_VERSION, AddFile, RemoveFile
+from maintd.table.log import features as table_features
+from maintd.table.log.actions import AddFile, Protocol, RemoveFile
 from maintd.table.read.priors import GroupPriors
 from maintd.table.read.reader import read_snapshot
 
 WORKER = Path(__file__).with_name("model_worker.py")
 WRITERS = 3
-WRITES = ("upsert", "delete", "changes", "overwrite", "add_columns")
+WRITES = ("upsert", "delete", "changes", "overwrite", "add_columns", "upgrade_protocol")
 """Operations after whose commit nothing can raise: any error they raise means they did not land."""
 SCENARIO_TIMEOUT = 300.0
 FEEDS = 8
@@ -179,21 +198,23 @@ a Spark job costs a second or more where the same work in process costs millisec
 
 
 def scenario(workers: Workers, root: Path, seed: int, uri: str | None = None, spark_share: float = SPARK_SHARE,
-             process_model: str | None = None, evolution_share: float = EVOLUTION_SHARE
-             ) -> tuple[int, list[str], dict[str, int]]:
+             process_model: str | None = None, evolution_share: float = EVOLUTION_SHARE,
+             features_share: float = FEATURES_SHARE) -> tuple[int, list[str], dict[str, int]]:
     """Run and check one scenario (the table at ``uri``, by default below ``root``; journals in ``root``);
-    returns (versions checked, mismatches, statistics). The shape, the engine, the process model and the
-    schema change (in a share ``evolution_share``) are drawn from ``seed`` (the process model is
-    ``process_model`` when given)."""
+    returns (versions checked, mismatches, statistics). The shape, the engine, the process model, the
+    schema change (in a share ``evolution_share``) and the table features (in a share ``features_share``) are
+    drawn from ``seed`` (the process model is ``process_model`` when given)."""
     rng = np.random.default_rng(seed)
     drawn = draw(rng, spark_share)
     if process_model is not None:
         drawn = replace(drawn, process_model=process_model)
     evolution = draw_evolution(seed, len([n for n in workers.names if n.startswith("writer")]), evolution_share)
+    named = draw_features(seed, len([n for n in workers.names if n.startswith("writer")]), features_share)
     shape = drawn.shape
     uri = uri or str(root / "t")
     retain = int(rng.choice([0, 0, 1]))
-    shape.create(uri, **{"acid.data.retain.hours": retain, "log.checkpoint.interval": int(rng.choice([2, 3, 5]))})
+    shape.create(uri, features=named.asked if named is not None and named.mode == "create" else None,
+                 **{"acid.data.retain.hours": retain, "log.checkpoint.interval": int(rng.choice([2, 3, 5]))})
     created0 = Table.open(uri).log.read_commit_txn(0)
     commands: dict[str, dict[str, Any]] = {}
     for i, name in enumerate(workers.names):
@@ -204,6 +225,8 @@ def scenario(workers: Workers, root: Path, seed: int, uri: str | None = None, sp
             cmd |= {"role": "writer", "ops": int(rng.integers(4, 11)), "offset": i}
             if evolution is not None and evolution.writer == i:
                 cmd["evolve"] = evolution.command()
+            if named is not None and named.mode == "upgrade" and named.writer == i:
+                cmd["upgrade"] = named.command()
         elif name == "maintainer":
             # in tables with prior rows, more rounds: a compaction after a compaction stores them
             cmd |= {"role": "maintainer", "engine": drawn.engine,
@@ -220,7 +243,7 @@ def scenario(workers: Workers, root: Path, seed: int, uri: str | None = None, sp
                   f"{a.get('error')}" for name, a in answers.items() if not a.get("ok")]
     journal = [json.loads(line) for name in workers.names if (root / f"{name}.jsonl").exists()
                for line in (root / f"{name}.jsonl").read_text().splitlines()]
-    checker = Checker(uri, seed, journal, created0, drawn, evolution)
+    checker = Checker(uri, seed, journal, created0, drawn, evolution, named)
     checker.check()
     return checker.versions, mismatches + checker.mismatches, checker.stats() | shape_stats(drawn)
 
@@ -229,10 +252,16 @@ class Checker:
     """Rebuilds the history from the journals and checks the table against it."""
 
     def __init__(self, uri: str, seed: int, journal: list[dict[str, Any]], created0: str | None, drawn: Draw,
-                 evolution: Evolution | None = None) -> None:
+                 evolution: Evolution | None = None, named: Features | None = None) -> None:
         self.uri, self.seed = uri, seed
         self.drawn, self.shape = drawn, drawn.shape
         self.evolution = evolution
+        self.named = named
+        self.protocols_checked = 0
+        self.pinned_at: int | None = None
+        """The first version a pin's commit stands at (by the history), if one does."""
+        self.upgraded_at: int | None = None
+        """The version the upgrade to named features stands at (by the history), if it landed."""
         self.changed_at: int | None = None
         """The version whose commit added the columns (by the history), if one did."""
         self.evolved = {"versions checked after a schema change": 0, "feeds across a schema change": 0,
@@ -280,8 +309,21 @@ class Checker:
                 f"maintenance on {self.drawn.engine}": sum(1 for r in self.ops if r["kind"] == "maintenance"
                                                            and r["outcome"] == "acked"),
                 "maintenance tasks": sum(r.get("tasks", 0) for r in self.ops
-                                         if r["kind"] == "maintenance" and r["outcome"] == "acked")
-                } | self._evolution_stats()
+                                         if r["kind"] == "maintenance" and r["outcome"] == "acked"),
+                "protocols checked": self.protocols_checked,
+                } | self._evolution_stats() | self._features_stats()
+
+    def _features_stats(self) -> dict[str, int]:
+        if self.named is None:
+            return {}
+        out = {"table features": 1, f"table features by {self.named.mode}": 1,
+               f"table features asked: {len(self.named.asked)}": 1}
+        if self.named.mode == "upgrade":
+            out["table features upgrades that landed"] = int(self.upgraded_at is not None)
+        table = Table.open(self.uri)
+        for name in sorted(table_features.features_of(table.snapshot().protocol)):
+            out[f"table feature {name} at the end"] = 1
+        return out
 
     def _evolution_stats(self) -> dict[str, int]:
         if self.evolution is None:
@@ -306,6 +348,7 @@ class Checker:
         table = Table.open(self.uri)
         latest = table.version
         self._check_promises(latest)
+        self.pinned_at, self.upgraded_at = self._landed_at("pin"), self._landed_at("upgrade_protocol")
         oracle = self._model(latest)
         oldest = self._check_reads(table, latest, oracle, count=True)
         self._check_feeds(table, oldest, latest, oracle)
@@ -372,7 +415,7 @@ class Checker:
             problem = oracle.mismatch(v, got.to_pylist(), got.column_names)
             if problem is not None:
                 self.fail(problem)
-            self._check_schema(v, snap.metadata.column_names, snap.protocol.min_writer_version, oracle)
+            self._check_schema(v, snap.metadata.column_names, snap.protocol, oracle)
             if count:
                 self.versions += 1
                 self.evolved["versions checked after a schema change"] += self._after_change(v)
@@ -382,13 +425,49 @@ class Checker:
     def _after_change(self, v: int) -> bool:
         return self.changed_at is not None and v >= self.changed_at
 
-    def _check_schema(self, v: int, columns: Sequence[str], writer_version: int, oracle: Oracle) -> None:
-        """The schema a version's metadata names is the oracle's; the protocol is 6 from the first change on
-        (and below before it: only a schema change raises a table to 6 here)."""
+    def _check_schema(self, v: int, columns: Sequence[str], protocol: Protocol, oracle: Oracle) -> None:
+        """The schema a version's metadata names is the oracle's, and its protocol the one the history implies
+        (:meth:`_expected_protocol`): feature ``addedColumns`` from the first change on, and not before it unless
+        the table asked for it."""
         if tuple(columns) != oracle.columns(v):
             self.fail(f"version {v}: the metadata names columns {list(columns)}, expected {list(oracle.columns(v))}")
-        if (writer_version >= SCHEMA_EVOLUTION_VERSION) != self._after_change(v):
-            self.fail(f"version {v}: protocol {writer_version}, the schema change is at {self.changed_at}")
+        expected = self._expected_protocol(v)
+        self.protocols_checked += 1
+        if protocol != expected:
+            self.fail(f"version {v}: protocol {protocol}, expected {expected} (schema change at {self.changed_at}, "
+                      f"first pin at {self.pinned_at}, upgrade to named features at {self.upgraded_at})")
+
+    def _landed_at(self, kind: str) -> int | None:
+        """The first version at which a commit of an operation of ``kind`` stands, by the history."""
+        where = {txn: v for v, txn in self.history.items()}
+        return min((where[t] for op in self.ops if op["kind"] == kind for t in op["txns"] if t in where), default=None)
+
+    def _expected_protocol(self, v: int) -> Protocol:
+        """The protocol version ``v`` must have: a legacy table is created at 2 (4 with prior rows, 5 looked up),
+        goes to 3 with its first pin and to 6 with its first added column; a table on named features (from create,
+        or from the upgrade's version on) has the features asked, those the legacy version before the upgrade
+        implied, and each feature from the version that first needed it: ``pins`` from the first pin,
+        ``addedColumns`` from the schema change, the prior-rows ones from create (with what they depend on)."""
+        def needs(at: int) -> set[str]:
+            out = {"false": set(), "true": {table_features.PRIOR_ROWS},
+                   "lookup": {table_features.LOOKED_UP_PRIOR_ROWS}}[self.shape.prior_rows]
+            if self.pinned_at is not None and self.pinned_at <= at:
+                out.add(table_features.PINS)
+            if self.changed_at is not None and self.changed_at <= at:
+                out.add(table_features.ADDED_COLUMNS)
+            return out
+
+        def legacy(at: int) -> int:
+            base = {"false": 2, "true": 4, "lookup": 5}[self.shape.prior_rows]
+            pinned = 3 if self.pinned_at is not None and self.pinned_at <= at else 2
+            return max(base, pinned, 6 if self.changed_at is not None and self.changed_at <= at else 2)
+
+        named_from = None if self.named is None else 0 if self.named.mode == "create" else self.upgraded_at
+        if named_from is None or v < named_from:
+            return Protocol(min_reader_version=legacy(v), min_writer_version=legacy(v))
+        assert self.named is not None
+        kept = table_features.implied_by_legacy(legacy(named_from - 1)) if named_from > 0 else frozenset()
+        return table_features.named({*self.named.asked, *kept, *needs(v)})
 
     def _check_maintenance_outputs(self, oracle: Oracle) -> None:
         """The files each acknowledged maintenance commit added (their columns journaled by the maintainer as
@@ -496,13 +575,14 @@ class Checker:
 def run(n: int, seed: int, base: Path, *, progress: Callable[[Result], None] | None = None,
         table_base: str | None = None, env: dict[str, str] | None = None, writers: int = WRITERS,
         spark_share: float = SPARK_SHARE, process_models: Sequence[str] | None = None,
-        evolution_share: float = EVOLUTION_SHARE) -> Result:
+        evolution_share: float = EVOLUTION_SHARE, features_share: float = FEATURES_SHARE) -> Result:
     """Run ``n`` scenarios with seeds derived from ``seed``; each local table is deleted once checked.
 
     ``table_base``: put the tables there instead (``s3://bucket``), the workers' environment extended by ``env``.
     ``spark_share``: the share of scenarios whose maintenance is forced onto Spark. ``process_models``: these
     process models in turn rather than one drawn (a short run then has each). ``evolution_share``: the share of
-    scenarios in which a writer adds columns midway.
+    scenarios in which a writer adds columns midway; ``features_share``: the share whose table is on named table
+    features (created so, or upgraded midway by a writer).
     """
     result = Result()
     workers = Workers(writers, env)
@@ -513,7 +593,7 @@ def run(n: int, seed: int, base: Path, *, progress: Callable[[Result], None] | N
             uri = f"{table_base.rstrip('/')}/scenario-{seed}-{i}/t" if table_base else None
             model = process_models[i % len(process_models)] if process_models else None
             versions, mismatches, stats = scenario(workers, root, seed * 1_000_003 + i, uri, spark_share, model,
-                                                   evolution_share)
+                                                   evolution_share, features_share)
             result.scenarios += 1
             result.versions += versions
             result.mismatches += mismatches

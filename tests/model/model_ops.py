@@ -7,7 +7,9 @@ column types (dates, binary, time zones), and both sides build rows with one fun
 In a share of scenarios (:data:`EVOLUTION_SHARE`, :func:`draw_evolution`) one writer changes the schema midway:
 an ``add_columns`` operation adds 1 or 2 nullable value columns, or its write brings them with ``merge_schema``;
 from then on its records name the columns (``cols``) whose values it writes, and the other writers keep writing
-rows of the shape as created (nulls in the new columns).
+rows of the shape as created (nulls in the new columns). In another share (:data:`FEATURES_SHARE`,
+:func:`draw_features`) the table is on named table features: created on them, or moved there by one writer's
+``upgrade_protocol`` operation midway, with some features asked for.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import numpy as np
 import pyarrow as pa
 from shapes import Oracle, Row, Shape, random_shape
 
+from maintd.table.log.features import REGISTRY
+
 KEYS = 40
 """Key numbers a scenario's writers draw from: few enough that their operations collide."""
 ENGINES = ("in-process", "spark")
@@ -29,6 +33,8 @@ a fresh interpreter), threads of one process, or children forked (multiprocessin
 process that has itself written to a table and used the table's storage before forking."""
 
 
+FEATURE_NAMES = tuple(REGISTRY)
+"""The named features a scenario may ask for."""
 EVOLUTION_SHARE = 0.3
 """The share of scenarios in which a writer adds columns to the schema midway."""
 EVOLUTION_TYPES = ("int64", "string", "float64", "float32", "date", "bool", "timestamp", "binary", "int32")
@@ -59,6 +65,37 @@ def draw_evolution(seed: int, writers: int, share: float = EVOLUTION_SHARE) -> E
         return None
     columns = tuple((f"added{i}", str(rng.choice(EVOLUTION_TYPES))) for i in range(int(rng.integers(1, 3))))
     return Evolution(int(rng.integers(writers)), int(rng.integers(0, 2)), str(rng.choice(EVOLUTION_MODES)), columns)
+
+
+FEATURES_SHARE = 0.3
+"""The share of scenarios whose table is on named table features: created so, or moved there midway by a writer's
+``upgrade_protocol`` while the others write."""
+FEATURES_MODES = ("create", "upgrade")
+
+
+@dataclass(frozen=True)
+class Features:
+    """A scenario's table features: how the table gets onto named features (``create``: at create; ``upgrade``: by
+    writer ``writer`` before its operation ``at``), and the features asked for (their dependencies come along)."""
+
+    mode: str
+    asked: tuple[str, ...]
+    writer: int = 0
+    at: int = 0
+
+    def command(self) -> dict[str, Any]:
+        return {"at": self.at, "features": list(self.asked)}
+
+
+def draw_features(seed: int, writers: int, share: float = FEATURES_SHARE) -> Features | None:
+    """The table features of the scenario of ``seed`` (None in most: a legacy table), from a generator of its own so
+    that the rest of the scenario draws what it drew before."""
+    rng = np.random.default_rng([seed, 0xFEA7])
+    if rng.random() >= share:
+        return None
+    mode = str(rng.choice(FEATURES_MODES))
+    asked = tuple(n for n in FEATURE_NAMES if rng.random() < 0.3)
+    return Features(mode, asked, int(rng.integers(writers)), int(rng.integers(0, 3)))
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ one JSON object per line:
   (seen below the fault layer, so also when the storage then reported a failure);
 * ``{"type": "ghost", "version": v, "txn": id}``: a commit file of its own that it found to be no part of
   the history (published into history reclamation had removed) and took back;
-* ``{"type": "op", ...}``: one operation, its data (:func:`model_ops.record`; for ``add_columns``, the columns),
+* ``{"type": "op", ...}``: one operation, its data (:func:`model_ops.record`; for ``add_columns``, the columns;
+  for ``upgrade_protocol``, the features asked),
   the transaction ids it used,
   and what it was told: ``acked`` (with the version), ``unknown`` (CommitStateUnknownError), ``not_landed``
   (any other CommitError: it certainly did not land) or ``error`` (any other error; for a writer that too
@@ -154,15 +155,21 @@ def _op(kind: str, call: Any, **details: Any) -> str:
 
 
 def writer(uri: str, shape: Shape, plan: FaultPlan, rng: np.random.Generator, ops: int, offset: int,
-           evolve: dict[str, Any] | None = None) -> None:
+           evolve: dict[str, Any] | None = None, upgrade: dict[str, Any] | None = None) -> None:
     """Upserts, deletes, mixed changes and overwrites (of a partition, or of the table) of rows of ``shape``.
 
     ``evolve`` (:meth:`model_ops.Evolution.command`): before operation ``at``, add the columns ``cols`` (an
-    ``add_columns`` operation of its own, or with ``merge_schema`` in that write), then write values into them."""
+    ``add_columns`` operation of its own, or with ``merge_schema`` in that write), then write values into them.
+    ``upgrade`` (:meth:`model_ops.Features.command`): before operation ``at``, move the table to named features
+    (``Table.upgrade_protocol`` with ``features``), an operation of its own, while the other writers write."""
     table = _table(uri, plan)
     cols: list[list[str]] = []
     merge = False
     for i in range(ops):
+        if upgrade is not None and i == upgrade["at"]:
+            asked = list(upgrade["features"])
+            _op("upgrade_protocol", lambda asked=asked: table.upgrade_protocol(asked),
+                rec={"kind": "upgrade_protocol", "features": asked})
         if evolve is not None and i == evolve["at"]:
             cols = evolve["cols"]
             if evolve["mode"] == "add_columns":
@@ -355,7 +362,8 @@ def run_scenario(cmd: dict[str, Any]) -> None:
     rng = np.random.default_rng(cmd["seed"])
     try:
         if cmd["role"] == "writer":
-            writer(cmd["uri"], shape_of(cmd["shape"]), ctx.plan, rng, cmd["ops"], cmd["offset"], cmd.get("evolve"))
+            writer(cmd["uri"], shape_of(cmd["shape"]), ctx.plan, rng, cmd["ops"], cmd["offset"], cmd.get("evolve"),
+                   cmd.get("upgrade"))
         elif cmd["role"] == "maintainer":
             maintainer(cmd["uri"], ctx.plan, rng, cmd["rounds"], cmd.get("engine", "in-process"),
                        cmd.get("cluster_share", 0.5))

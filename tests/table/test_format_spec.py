@@ -213,7 +213,8 @@ BASE = "ds=p/bucket-00000/base-" + "a" * 32 + ".parquet"
 DELTA = "ds=p/bucket-00000/delta-L0-" + "b" * 32 + ".parquet"
 PRIOR = "ds=p/bucket-00000/prior-" + "c" * 32 + ".parquet"
 SAMPLES: dict[type[Any], Any] = {
-    Protocol: Protocol(min_reader_version=6, min_writer_version=6),
+    Protocol: Protocol(min_reader_version=7, min_writer_version=7, reader_features=("pins",),
+                       writer_features=("pins",)),
     Metadata: Metadata(table_id="t", name="orders", fields=(Field_(name="id", type="int64", nullable=False),
                                                             Field_(name="note", type="string", added=True)),
                        primary_key=("id",), partition_by=("ds",), buckets=4, properties={"k": "v"}, created_time=1),

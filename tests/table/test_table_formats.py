@@ -26,6 +26,8 @@ from maintd.table.log.actions import Protocol, action_from_dict
 from maintd.table.log.tablelog import checkpoint_path, commit_path
 
 FIXTURES = Path(__file__).with_name("fixtures")
+NAMED = Protocol(min_reader_version=7, min_writer_version=7, reader_features=(), writer_features=())
+"""Named table features, none: what a protocol-1 table is upgraded to."""
 
 
 @pytest.fixture
@@ -84,13 +86,15 @@ def test_a_protocol_1_table_is_reclaimed_and_its_writers_still_land(v1: Table) -
 
 
 def test_upgrading_the_protocol_makes_later_commits_self_verifying(v1: Table) -> None:
+    """A protocol-1 table implies no feature: it moves to named features with none, its commit files (of format
+    7) self-verifying from then on."""
     before = _reads()
     version = v1.upgrade_protocol()
-    assert Table.open(v1.uri).snapshot().protocol == Protocol(min_reader_version=2, min_writer_version=2)
+    assert Table.open(v1.uri).snapshot().protocol == NAMED
     assert v1.upgrade_protocol() == version, "a second upgrade is a no-op"
     after = v1.upsert(pa.table({"id": [70], "name": ["v2"], "ds": ["x"]}))
     first = (Path(v1.uri) / commit_path(after)).read_text().splitlines()[0]
-    assert json.loads(first)["header"]["version"] == after
+    assert json.loads(first)["header"]["version"] == after and json.loads(first)["header"]["format"] == 7
     reopened = Table.open(v1.uri)
     for v, rows in before.items():
         assert _rows(reopened, v) == rows
@@ -113,9 +117,9 @@ def test_the_cli_upgrades_the_protocol_only_when_confirmed(v1: Table, monkeypatc
 
     done = runner.invoke(app, ["table", "upgrade-protocol", v1.uri, "--yes"])
     assert done.exit_code == 0, done.output
-    assert "from protocol reader 1, writer 1 to reader 2, writer 2" in done.output
+    assert "from protocol reader 1, writer 1 to reader 7, writer 7 (named features: none)" in done.output
     assert f"at version {latest + 1}" in done.output
-    assert Table.open(v1.uri).snapshot().protocol == Protocol(min_reader_version=2, min_writer_version=2)
+    assert Table.open(v1.uri).snapshot().protocol == NAMED
     assert Table.open(v1.uri).history(limit=1)[0].operation == "UPGRADE PROTOCOL"
     again = runner.invoke(app, ["table", "upgrade-protocol", v1.uri, "--yes"])
     assert again.exit_code == 0 and "already; nothing changed" in again.output

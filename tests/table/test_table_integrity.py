@@ -82,10 +82,10 @@ def test_a_commit_file_carries_a_header_with_its_format_version_count_and_checks
 def test_a_commit_file_of_a_newer_format_is_refused_naming_both_formats(tmp_path: Path) -> None:
     table = _table(tmp_path / "t")
     commit = tmp_path / "t" / commit_path(2)
-    commit.write_bytes(commit.read_bytes().replace(b'"format":2', b'"format":7', 1))
-    with pytest.raises(UnsupportedProtocolError, match="format 7; this maintd reads up to format 6") as caught:
+    commit.write_bytes(commit.read_bytes().replace(b'"format":2', b'"format":8', 1))
+    with pytest.raises(UnsupportedProtocolError, match="format 8; this maintd reads up to format 7") as caught:
         Table.open(table.uri).read()
-    assert (caught.value.required, caught.value.supported) == (7, 6)
+    assert (caught.value.required, caught.value.supported) == (8, 7)
 
 
 # -- paths ----------------------------------------------------------------------------------------------------------
@@ -172,21 +172,22 @@ def _raise_protocol(table: Table, reader: int, writer: int) -> None:
 
 def test_a_table_needing_a_newer_reader_is_refused_naming_both_versions(tmp_path: Path) -> None:
     table = _table(tmp_path / "t")
-    _raise_protocol(table, reader=7, writer=7)
-    with pytest.raises(UnsupportedProtocolError, match="requires reader protocol version 7; this maintd reads up to "
-                                                         "version 6") as caught:
+    _raise_protocol(table, reader=8, writer=8)
+    with pytest.raises(UnsupportedProtocolError, match="requires reader protocol version 8; this maintd reads up to "
+                                                         "version 7") as caught:
         Table.open(table.uri).read()
-    assert (caught.value.required, caught.value.supported) == (7, 6) and table.uri in str(caught.value)
+    assert (caught.value.required, caught.value.supported) == (8, 7) and table.uri in str(caught.value)
+    assert caught.value.features == ()
 
 
 def test_a_table_needing_a_newer_writer_is_read_but_not_written_nor_reclaimed(tmp_path: Path) -> None:
     table = _table(tmp_path / "t")
-    _raise_protocol(table, reader=2, writer=7)
+    _raise_protocol(table, reader=2, writer=8)
     files = data_files_on_disk(tmp_path / "t")
     reopened = Table.open(table.uri)
     assert _ids(table.uri) == [1, 2, 3]
-    with pytest.raises(UnsupportedProtocolError, match="requires writer protocol version 7; this maintd writes up to "
-                                                         "version 6"):
+    with pytest.raises(UnsupportedProtocolError, match="requires writer protocol version 8; this maintd writes up to "
+                                                         "version 7"):
         reopened.upsert(pa.table({"id": [4], "name": ["d"]}))
     with pytest.raises(UnsupportedProtocolError):
         reclaim_table(reopened, orphan_grace=timedelta(0), force_short_grace=True)

@@ -27,7 +27,6 @@ from maintd import (
 )
 from maintd.storage import LocalStorage
 from maintd.table.log.actions import (
-    READER_VERSION,
     WRITER_VERSION,
     AddFile,
     CommitInfo,
@@ -162,7 +161,7 @@ def test_a_commit_writes_its_actions_in_order_stamped_with_its_time(tmp_path: Pa
     monkeypatch.setattr(transaction, "now_ms", lambda: snapshot.timestamp + 1000)
     txn = table.new_transaction("WRITE")
     pin = Pin(id="p", version=1, created=1, expires=2**50)
-    txn.set_protocol(snapshot.protocol)
+    txn.set_protocol(Protocol(min_reader_version=3, min_writer_version=3))  # pins need it
     txn.set_metadata(snapshot.metadata)
     txn.set_app_transaction("ingest", 7)
     txn.pin(pin)
@@ -233,7 +232,7 @@ def test_an_expiry_is_an_expire_action_on_protocol_3_and_commit_parameters_below
     # the commit that makes it protocol 3 already writes the action
     monkeypatch.setattr(transaction, "now_ms", lambda: snapshot.timestamp + 1000 - 2)
     txn = table.new_transaction("EXPIRE")
-    txn.set_protocol(Protocol(min_reader_version=READER_VERSION, min_writer_version=WRITER_VERSION))
+    txn.set_protocol(Protocol(min_reader_version=3, min_writer_version=3))
     txn.expire(before, timestamp)
     v = txn.commit()
     ts = info_of(committed(table, v)).timestamp

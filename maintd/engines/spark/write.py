@@ -55,7 +55,8 @@ from maintd.table.files.filters import RowFilter
 from maintd.table.files.partitions import partition_value
 from maintd.table.files.schema import OP_DELETE, OP_UPSERT
 from maintd.table.files.writer import prepare_changes, split_and_write
-from maintd.table.log.actions import SCHEMA_EVOLUTION_VERSION, Field_
+from maintd.table.log import features
+from maintd.table.log.actions import Field_
 from maintd.table.log.snapshot import PartitionKey, partition_key
 
 STREAM_APP_PREFIX = "spark-query-"
@@ -165,7 +166,7 @@ class WriteJob:
         target = self._target(snap)
         if target != snap.metadata:  # mergeSchema: the columns are added in the write's own commit
             txn.set_metadata(target)
-            txn.require_protocol(SCHEMA_EVOLUTION_VERSION)
+            txn.require_feature(features.ADDED_COLUMNS)
         if app is not None:
             txn.set_app_transaction(*app)
         if self.overwrite:

@@ -31,33 +31,19 @@ KeyValue = int | float | str | bool | None
 
 FileKind = Literal["delta", "base"]
 IsolationLevel = Literal["WriteSerializable", "Serializable"]
-READER_VERSION = 6
-"""The newest reader protocol this code implements (2: self-verifying commit files; 3: pins; 4: prior-row files;
-5: looked-up prior-row files; 6: schema evolution, docs/format.md)."""
-WRITER_VERSION = 6
-"""The newest writer protocol this code implements (2: also transaction records in checkpoints; 3: pins and
-expire records, which reclamation honours; 4: prior-row files, which reclamation deletes with their BaseFiles;
-5: looked-up prior-row files, which live while their BaseFiles do; 6: columns added to the schema, which
-files written before lack)."""
+FEATURES_VERSION = 7
+"""The table-features protocol: reader and writer version 7, whose ``protocol`` action lists the table's named
+features (:mod:`maintd.table.log.features`, docs/format.md "Table features") instead of implying a bundle by
+its number."""
+READER_VERSION = FEATURES_VERSION
+"""The newest reader protocol this code implements: the legacy versions 1 to 6 (2: self-verifying commit files;
+3: pins; 4: prior-row files; 5: looked-up prior-row files; 6: schema evolution) and 7, named table features."""
+WRITER_VERSION = FEATURES_VERSION
+"""The newest writer protocol this code implements (as :data:`READER_VERSION`; 2 also records transactions in
+checkpoints)."""
 BASE_VERSION = 2
-"""The protocol tables are created at (and ``Table.upgrade_protocol`` raises older tables to)."""
-PINS_VERSION = 3
-"""The protocol a table is raised to by its first pin: from then on only code that honours pins reads or
-writes it (older code refuses it with ``UnsupportedProtocolError``)."""
-PRIOR_ROWS_VERSION = 4
-"""The protocol of a table whose compactions store prior rows (property ``changes.prior.rows``): it may hold
-``prior`` actions, which older code does not know (it refuses the table by its protocol)."""
-LOOKUP_PRIORS_VERSION = 5
-"""The protocol of a table whose clusterings also look up prior rows (``changes.prior.rows=lookup``): its
-``prior`` actions may be *looked up* ones, added while their BaseFiles stay live. Code of protocol 4 would take
-their deletion time (0 until their BaseFiles are removed) for one long past and delete them at once, so it
-must refuse such a table."""
-SCHEMA_EVOLUTION_VERSION = 6
-"""The protocol of a table whose schema gained columns after it was created: its data files may lack columns
-of the schema (read as nulls). Code of protocol 5 would refuse such a file as damaged, or, reading only some
-columns, read it without them, so it must refuse the table."""
-FEATURES = {3: "pins", 4: "prior-rows files", 5: "looked-up prior-rows files", 6: "schema evolution"}
-"""What each protocol above the base one adds, named in the errors of code that does not read or write it."""
+"""The protocol tables are created at unless asked for named features: readable by every maintd since commit
+files verify themselves."""
 LOG_DIR_PREFIX = "_log/"
 
 
@@ -82,24 +68,64 @@ class _Action(BaseModel):
 
 
 class Protocol(_Action):
-    """Lowest reader and writer versions that understand this table (new tables: the newest of this code).
+    """Lowest reader and writer versions that understand this table, and, at version 7, its named features
+    (docs/format.md, "Table features").
 
-    Version 1: commit files are plain action lines. Version 2: each commit file starts with a header
-    line (format, version, action count, SHA-256 of the rest), and checkpoints record the transaction
-    ids of the commits they summarise. Version 3: the table may hold ``pin``, ``unpin`` and ``expire``
-    actions (its commit files and checkpoints are of format 3). This code reads and writes all three.
+    Versions 1 to 6 (*legacy*) each imply a bundle: 1, plain commit files; 2, self-verifying commit files and
+    transaction records in checkpoints; 3, also pins; 4, also prior-rows files; 5, also looked-up ones; 6, also
+    added columns. Version 7 (both the reader and the writer version) implies only what 2 does and lists the
+    features the table uses: ``reader_features`` (those a reader must know) and ``writer_features`` (every
+    feature, reader ones included). The two lists are written only at version 7, so every legacy protocol
+    serialises as before. What a protocol supports is answered by :mod:`maintd.table.log.features` alone.
     """
 
     min_reader_version: int = BASE_VERSION
     min_writer_version: int = BASE_VERSION
+    reader_features: tuple[str, ...] | None = None
+    writer_features: tuple[str, ...] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Protocol:
+        versions = (self.min_reader_version, self.min_writer_version)
+        if (FEATURES_VERSION in versions) and versions != (FEATURES_VERSION, FEATURES_VERSION):
+            raise ValueError(f"a table-features protocol has reader and writer version {FEATURES_VERSION}, not "
+                             f"reader {versions[0]} and writer {versions[1]}")
+        for version, listed, what in ((self.min_reader_version, self.reader_features, "reader_features"),
+                                      (self.min_writer_version, self.writer_features, "writer_features")):
+            if version < FEATURES_VERSION and listed is not None:
+                raise ValueError(f"{what} are listed only at version {FEATURES_VERSION} (this is {version})")
+            if version == FEATURES_VERSION and listed is None:
+                raise ValueError(f"a protocol of version {FEATURES_VERSION} lists its {what}")
+            if listed is not None and (len(set(listed)) != len(listed) or not all(listed)):
+                raise ValueError(f"{what} names a feature twice or an empty name")
+        if self.reader_features is not None and self.writer_features is not None:
+            missing = sorted(set(self.reader_features) - set(self.writer_features))
+            if missing:
+                raise ValueError(f"reader features {missing} are not among the writer features (writers must know "
+                                 "every reader feature)")
+        return self
+
+    @property
+    def table_features(self) -> bool:
+        """True for the table-features protocol (version 7): its features are listed, not implied."""
+        return self.min_reader_version == FEATURES_VERSION
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The feature lists are written only when present (version 7), so legacy protocols read as they did."""
+        out: dict[str, Any] = handler(self)
+        for key in ("reader_features", "writer_features"):
+            if out.get(key) is None:
+                out.pop(key, None)
+        return out
 
 
 class Field_(_Action):
     """One column of the table schema; ``type`` is a maintd type name (docs/format.md, "Types and schema").
 
-    ``added``: the column was added after the table was created (protocol 6, docs/format.md, "Schema
-    evolution"): always nullable, and data files written before may lack it (read as nulls), as may a
-    writer's batch.
+    ``added``: the column was added after the table was created (feature ``addedColumns``: protocol 6 or
+    named, docs/format.md, "Schema evolution"): always nullable, and data files written before may lack it
+    (read as nulls), as may a writer's batch.
     """
 
     name: str
@@ -202,13 +228,15 @@ class PriorRows(_Action):
     ``below``). So the change feed can read a key's rows before and after the writers' changes from this
     small file rather than from the BaseFiles, or from the many small DeltaFiles. It is never read as table
     data. It lives exactly as long as its BaseFiles: reclamation deletes it with them (``deletion_time`` is
-    the commit time at which they were removed, as in their ``remove`` actions). Protocol 4 tables only.
+    the commit time at which they were removed, as in their ``remove`` actions). Tables with feature
+    ``priorRows`` only (protocol 4 and up, or named).
 
-    A *looked-up* file (``lookup``, protocol 5) is written by a clustering instead, for the keys of the
-    DeltaFiles it merges: it holds the rows BaseFiles ``of`` hold for them (or markers) and every row of those
-    DeltaFiles, and it is added while ``of`` stay live. Its ``deletion_time`` is 0 until a commit removes one of ``of``;
-    from then on it is that commit's time (set as the log is read: :class:`~maintd.table.log.snapshot.
-    SnapshotBuilder`), so it too is deleted with its BaseFiles.
+    A *looked-up* file (``lookup``, feature ``lookedUpPriorRows``: protocol 5 and up, or named) is written by a
+    clustering instead, for the keys of the DeltaFiles it merges: it holds the rows BaseFiles ``of`` hold for
+    them (or markers) and every row of those DeltaFiles, and it is added while ``of`` stay live. Its
+    ``deletion_time`` is 0 until a commit removes one of ``of``; from then on it is that commit's time (set as
+    the log is read: :class:`~maintd.table.log.snapshot.SnapshotBuilder`), so it too is deleted with its
+    BaseFiles.
     """
 
     path: LogPath
@@ -236,7 +264,8 @@ class PriorRows(_Action):
     bytes: int = Field(ge=0)
     deletion_time: int = 0
     lookup: bool = False
-    """Written by a clustering that looked its keys up in BaseFiles ``of``, which it left live (protocol 5)."""
+    """Written by a clustering that looked its keys up in BaseFiles ``of``, which it left live (feature
+    ``lookedUpPriorRows``)."""
 
     @property
     def attached(self) -> bool:
@@ -287,7 +316,8 @@ class Txn(_Action):
 
 class Pin(_Action):
     """A reader lease: version ``version`` is kept readable (never expired, none of its files deleted) until
-    ``expires`` (ms), measured against reclamation's ``now``. Protocol 3 tables only.
+    ``expires`` (ms), measured against reclamation's ``now``. Tables with feature ``pins`` only
+    (protocol 3 and up, or named).
 
     ``who`` is ``user@host`` of the process that pinned it; ``reason`` is free text for operators.
     """
@@ -327,8 +357,8 @@ class Unpin(_Action):
 
 class Expire(_Action):
     """Reclamation's record of what it expires, committed before it deletes anything: every version before
-    ``before`` is expired (``timestamp``: the commit time of ``before``, ms). Protocol 3 tables only (older
-    tables carry the same two numbers in the ``commit_info`` parameters of an ``EXPIRE`` commit).
+    ``before`` is expired (``timestamp``: the commit time of ``before``, ms). Tables with feature ``pins`` only (the
+    others carry the same two numbers in the ``commit_info`` parameters of an ``EXPIRE`` commit).
 
     A pin of a version before ``before`` and this commit conflict, whichever lands first.
     """
@@ -345,8 +375,8 @@ PURGE_OPERATION = "PURGE"
 
 
 def expired_by(actions: Iterable[Action]) -> Expire | None:
-    """What a commit expires: its ``expire`` action or, in tables below protocol 3 (whose readers know no such
-    action), the ``oldest_retained_version`` and ``retained_timestamp`` parameters of an ``EXPIRE`` or ``PURGE``
+    """What a commit expires: its ``expire`` action or, in tables without feature ``pins`` (whose readers may know no
+    such action), the ``oldest_retained_version`` and ``retained_timestamp`` parameters of an ``EXPIRE`` or ``PURGE``
     commit; None if it expires nothing."""
     actions = list(actions)
     marks = [a for a in actions if isinstance(a, Expire)]

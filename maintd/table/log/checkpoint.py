@@ -2,14 +2,14 @@
 
 A checkpoint is a Parquet file (zstd) with one string column ``action``: one JSON log line per action of
 the state (protocol, metadata, one ``add`` per live file, one ``remove`` per tombstone, one ``txn`` per
-application; in tables of protocol 3 one ``pin`` per pin and the latest ``expire`` record, so that pins survive
-the expiry of the commits that made them; in tables of protocol 4 also one ``prior`` per prior-rows file). Its
+application; one ``pin`` per pin, in tables with feature ``pins`` also the latest ``expire`` record, so that pins
+survive the expiry of the commits that made them; one ``prior`` per prior-rows file). Its
 key-value metadata holds (docs/format.md, "Snapshots and checkpoints"):
 
 * ``version``, ``timestamp``: the version it holds and that version's commit time;
-* ``format`` (2, or the protocol in tables of protocol 3 or 4), ``actions`` (the row count) and ``sha256`` (of
-  the rows joined by ``\\n``): a damaged or cut checkpoint fails the check and loading falls back to an older one
-  (:mod:`maintd.table.log.tablelog`);
+* ``format`` (2, the protocol in legacy tables of protocol 3 to 6, 7 in tables on named features), ``actions``
+  (the row count) and ``sha256`` (of the rows joined by ``\\n``): a damaged or cut checkpoint fails the check and
+  loading falls back to an older one (:mod:`maintd.table.log.tablelog`);
 * ``txns``: ``{"from": v0, "records": [[txn_id, commit_time], ...]}``, the transaction id of every version
   from ``v0`` to ``version``. This is what answers "did my commit land at v?" once commit ``v`` is gone or
   was replaced: a checkpoint recording another transaction at ``v`` proves that a commit published there
@@ -27,15 +27,15 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from maintd.table.log import features
 from maintd.table.log.actions import Expire, RemoveFile, Txn, action_to_json
 from maintd.table.log.commitfile import Where, decode_lines
 from maintd.table.log.snapshot import Snapshot, SnapshotBuilder
 
-FORMAT = 6
-"""The newest checkpoint format: 3 for tables of protocol 3 (which may hold pins and expire records; older
-readers refuse it by its number), 4 for tables of protocol 4 (also prior-rows files), 5 for tables of
-protocol 5 (looked-up prior-rows files too), 6 for tables of protocol 6 (columns added to the schema), 2 for
-the others."""
+FORMAT = 7
+"""The newest checkpoint format (:func:`maintd.table.log.features.checkpoint_format`): 3 to 6 for legacy tables of
+those protocols (3: pins and expire records, which older readers refuse by the number; 4: also prior-rows files; 5:
+looked-up ones too; 6: columns added to the schema), 7 for tables on named features, 2 for the others."""
 
 
 def encode_checkpoint(snapshot: Snapshot) -> bytes:
@@ -47,11 +47,11 @@ def encode_checkpoint(snapshot: Snapshot) -> bytes:
               for a, v in snapshot.app_txns.items()]
     lines += [action_to_json(p) for p in snapshot.pins.values()]
     lines += [action_to_json(p) for p in snapshot.priors.values()]
-    fmt = min(snapshot.protocol.min_reader_version, FORMAT) if snapshot.protocol.min_reader_version >= 3 else 2
+    fmt = features.checkpoint_format(snapshot.protocol)
     extra: dict[str, str] = {}
-    if snapshot.expired is not None and fmt >= 3:
+    if snapshot.expired is not None and features.supports(snapshot.protocol, features.PINS):
         lines.append(action_to_json(snapshot.expired))
-    elif snapshot.expired is not None:  # readers of format 2 know no expire action; they ignore this key
+    elif snapshot.expired is not None:  # readers of tables without pins may know no expire action: a key they ignore
         extra["expired"] = snapshot.expired.model_dump_json()
     versions = sorted(snapshot.txns)
     txns = {"from": versions[0] if versions else snapshot.version + 1,

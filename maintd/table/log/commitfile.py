@@ -1,6 +1,7 @@
 """The bytes of one commit file: encoding, and decoding with the self-check (docs/format.md, "Commit files").
 
-Format 2 (protocol 2 tables) starts with a header line that makes every commit file self-verifying::
+Format 2 (protocol 2 tables; 3 to 6 in tables of those protocols, 7 in tables on named features, the same but
+for the number) starts with a header line that makes every commit file self-verifying::
 
     {"header":{"format":2,"version":7,"actions":4,"sha256":"<hex of every byte after this line>"}}
     {"commit_info":{...}}
@@ -20,21 +21,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from maintd.errors import CorruptLogError, UnsupportedProtocolError
+from maintd.table.log import features
 from maintd.table.log.actions import Action, CommitInfo, Protocol, action_from_dict, action_to_json
 
-FORMAT = 6
-"""The newest commit file format this code reads and writes (3: as 2, in tables of protocol 3, which may hold
-pins; 4: in tables of protocol 4, which may hold prior-row files; 5: in tables of protocol 5, whose prior-row
-files may be looked-up ones; 6: in tables of protocol 6, whose data files may lack columns added to the
-schema; older readers refuse a file by its number before they meet an action they do not
-know)."""
+FORMAT = 7
+"""The newest commit file format this code reads and writes: a legacy table's is its protocol version (2 to 6:
+3, tables that may hold pins; 4, also prior-row files; 5, also looked-up ones; 6, also columns added to the schema),
+a table on named features' is 7 (:func:`maintd.table.log.features.commit_format`). Older readers refuse a file by
+its number before they meet an action they do not know."""
 HEADER_KEY = "header"
 RECOVER = "Restore the file from a backup, or see docs/operations.md 'Recover'"
 
 
 def format_for(protocol: Protocol) -> int:
-    """The commit file format of a table of ``protocol``: its writer version (1 to 6)."""
-    return max(1, min(protocol.min_writer_version, FORMAT))
+    """The commit file format of a table of ``protocol`` (:func:`maintd.table.log.features.commit_format`)."""
+    return features.commit_format(protocol)
 
 
 def encode_commit(actions: Sequence[Action], *, version: int, fmt: int = 2) -> bytes:

@@ -17,9 +17,10 @@ ISOLATION_LEVEL = "isolation.level"
 CHECKPOINT_INTERVAL = "log.checkpoint.interval"
 PRIOR_ROWS = "changes.prior.rows"
 """``true``: compactions store the prior rows of the keys they fold (docs/format.md, "Prior rows"), so the change
-feed reads those instead of the BaseFiles. Setting it raises the table to protocol 4. ``lookup``: clusterings
-also look up and store the BaseFile rows of the keys they merge, so the feed over commits no compaction has
-folded yet reads those too (protocol 5). ``false`` (the default): none are stored."""
+feed reads those instead of the BaseFiles. Setting it enables feature ``priorRows`` (protocol 4 for a legacy
+table). ``lookup``: clusterings also look up and store the BaseFile rows of the keys they merge, so the feed over
+commits no compaction has folded yet reads those too (feature ``lookedUpPriorRows``, protocol 5). ``false`` (the
+default): none are stored."""
 PRIOR_ROWS_VALUES = ("false", "true", "lookup")
 MAINTD_PREFIX = "maintd."
 ISOLATION_LEVELS = ("WriteSerializable", "Serializable")

@@ -10,11 +10,9 @@ from typing import TypeVar
 from urllib.parse import quote
 
 from maintd.errors import UnsupportedProtocolError
+from maintd.table.log import features
 from maintd.table.log import properties as props
 from maintd.table.log.actions import (
-    FEATURES,
-    LOOKUP_PRIORS_VERSION,
-    PRIOR_ROWS_VERSION,
     READER_VERSION,
     WRITER_VERSION,
     Action,
@@ -95,11 +93,11 @@ class Snapshot:
     base_checkpoint: int = -1
     """The checkpoint this state was loaded from or last written as (-1: none)."""
     pins: Mapping[str, Pin] = field(default_factory=dict)
-    """Pins by id, expired ones too until a commit removes them (protocol 3 tables; docs/format.md, "Pins")."""
+    """Pins by id, expired ones too until a commit removes them (feature ``pins``; docs/format.md, "Pins")."""
     expired: Expire | None = None
     """The newest ``expire`` record: versions before ``expired.before`` were expired by reclamation."""
     priors: Mapping[str, PriorRows] = field(default_factory=dict)
-    """Prior-rows files by path (protocol 4 tables), kept as long as the tombstones of the BaseFiles they
+    """Prior-rows files by path (feature ``priorRows``), kept as long as the tombstones of the BaseFiles they
     answer for (docs/format.md, "Prior rows")."""
 
     def priors_of(self, path: str) -> list[PriorRows]:
@@ -130,14 +128,19 @@ class Snapshot:
         return min(self.txns) if self.txns else None
 
     def check_writable(self, uri: str) -> None:
-        """Refuse to write a table whose protocol needs a newer writer (:class:`UnsupportedProtocolError`)."""
-        required = self.protocol.min_writer_version
-        if required > WRITER_VERSION:
+        """Refuse to write a table whose protocol needs a newer writer, or that uses a feature this code does not
+        know, reader or writer feature (:class:`UnsupportedProtocolError`, naming the version or the features)."""
+        required = features.unsupported_version(self.protocol, write=True)
+        if required is not None:
             raise UnsupportedProtocolError(
                 f"table {uri} requires writer protocol version {required}; this maintd writes up to version "
-                f"{WRITER_VERSION}{_uses(required)}: upgrade maintd to write (or maintain) this table",
+                f"{WRITER_VERSION}: upgrade maintd to write (or maintain) this table",
                 required=required, supported=WRITER_VERSION,
             )
+        unknown = features.unknown_writer_features(self.protocol)
+        if unknown:
+            raise unsupported_features(uri, unknown, required=self.protocol.min_writer_version,
+                                       supported=WRITER_VERSION, write=True)
 
     @property
     def properties(self) -> Mapping[str, str]:
@@ -153,15 +156,15 @@ class Snapshot:
 
     @property
     def stores_prior_rows(self) -> bool:
-        """Compactions of this table write prior-rows files (``changes.prior.rows`` set, protocol 4)."""
-        return props.prior_rows(self.metadata.properties) and self.protocol.min_writer_version >= PRIOR_ROWS_VERSION
+        """Compactions of this table write prior-rows files (``changes.prior.rows`` set, feature ``priorRows``)."""
+        return props.prior_rows(self.metadata.properties) and features.supports(self.protocol, features.PRIOR_ROWS)
 
     @property
     def looks_up_prior_rows(self) -> bool:
         """Clusterings of this table also write looked-up prior-rows files (``changes.prior.rows=lookup``,
-        protocol 5)."""
+        feature ``lookedUpPriorRows``)."""
         return (props.lookup_prior_rows(self.metadata.properties)
-                and self.protocol.min_writer_version >= LOOKUP_PRIORS_VERSION)
+                and features.supports(self.protocol, features.LOOKED_UP_PRIOR_ROWS))
 
     @property
     def checkpoint_interval(self) -> int:
@@ -301,18 +304,28 @@ class SnapshotBuilder:
         return {v: r for v, r in self.txns.items() if v > at_most and (v > always or r[1] >= recent)}
 
 
-def _uses(required: int) -> str:
-    """What a table of protocol ``required`` uses that this code does not know, as far as it knows the names."""
-    known = [FEATURES[v] for v in sorted(FEATURES) if READER_VERSION < v <= required]
-    return f" (the table uses {', '.join(known)})" if known else ""
+def unsupported_features(uri: str | None, unknown: tuple[str, ...], *, required: int, supported: int,
+                         write: bool) -> UnsupportedProtocolError:
+    """The refusal of a table that uses features this code does not know, naming every one of them."""
+    what = "the table" if uri is None else f"table {uri}"
+    noun = "feature" if len(unknown) == 1 else "features"
+    does = "write (or maintain)" if write else "read"
+    return UnsupportedProtocolError(
+        f"{what} uses {noun} {', '.join(unknown)}, which this maintd does not support; upgrade maintd to {does} "
+        "this table", required=required, supported=supported, features=unknown)
 
 
-def check_readable(protocol: Protocol) -> None:
-    """Refuse a table whose protocol needs a newer reader (:class:`UnsupportedProtocolError`)."""
-    required = protocol.min_reader_version
-    if required > READER_VERSION:
+def check_readable(protocol: Protocol, uri: str | None = None) -> None:
+    """Refuse a table whose protocol needs a newer reader, or that uses a reader feature this code does not know
+    (:class:`UnsupportedProtocolError`, naming the version or the features)."""
+    required = features.unsupported_version(protocol, write=False)
+    if required is not None:
         raise UnsupportedProtocolError(
             f"the table requires reader protocol version {required}; this maintd reads up to version "
-            f"{READER_VERSION}{_uses(required)}: upgrade maintd to read this table",
+            f"{READER_VERSION}: upgrade maintd to read this table",
             required=required, supported=READER_VERSION,
         )
+    unknown = features.unknown_reader_features(protocol)
+    if unknown:
+        raise unsupported_features(uri, unknown, required=protocol.min_reader_version, supported=READER_VERSION,
+                                   write=False)

@@ -21,7 +21,7 @@ from maintd.storage import Storage
 from maintd.table.log.actions import Action
 from maintd.table.log.checkpoint import decode_checkpoint, encode_checkpoint
 from maintd.table.log.commitfile import commit_txn_id, decode_commit, decode_commit_txn_id, encode_commit
-from maintd.table.log.snapshot import Snapshot, SnapshotBuilder
+from maintd.table.log.snapshot import Snapshot, SnapshotBuilder, unsupported_features
 
 LOG_DIR = "_log"
 U64_MAX = 18446744073709551615
@@ -405,6 +405,9 @@ class TableLog:
         except UnsupportedProtocolError as exc:
             if str(exc).startswith("table "):
                 raise
+            if exc.features:
+                raise unsupported_features(self.storage.uri, exc.features, required=exc.required,
+                                           supported=exc.supported, write=False) from None
             raise UnsupportedProtocolError(f"table {self.storage.uri}: {exc}", required=exc.required,
                                            supported=exc.supported) from None
 

@@ -13,7 +13,7 @@ import pytest
 
 import maintd.table.log.checkpoint as checkpoint_module
 import maintd.table.log.commitfile as commitfile_module
-import maintd.table.log.snapshot as snapshot_module
+import maintd.table.log.features as features_module
 from maintd import MetadataChangedError, SchemaEvolutionError, SchemaMismatchError, Table, UnsupportedProtocolError
 from maintd.table.files.evolution import add_columns, parse_columns_spec
 from maintd.table.log.actions import Field_
@@ -165,13 +165,13 @@ def test_an_older_maintd_refuses_an_evolved_table_by_its_protocol(tmp_path: Path
     t.add_columns("a:int32")  # version 2: a checkpoint of format 6 too
     monkeypatch.setattr(commitfile_module, "FORMAT", 5)
     monkeypatch.setattr(checkpoint_module, "FORMAT", 5)
-    monkeypatch.setattr(snapshot_module, "READER_VERSION", 5)
+    monkeypatch.setattr(features_module, "READER_VERSION", 5)
     with pytest.raises(UnsupportedProtocolError, match="upgrade maintd") as caught:
         Table.open(t.uri).read()
     assert caught.value.required == 6
     monkeypatch.setattr(commitfile_module, "FORMAT", 6)
     monkeypatch.setattr(checkpoint_module, "FORMAT", 6)
-    with pytest.raises(UnsupportedProtocolError, match=r"requires reader protocol version 6.*uses schema evolution"):
+    with pytest.raises(UnsupportedProtocolError, match=r"requires reader protocol version 6"):
         Table.open(t.uri).read()
 
 

@@ -113,4 +113,6 @@ def test_a_table_for_a_newer_reader_is_refused_naming_both_versions() -> None:
     with pytest.raises(UnsupportedProtocolError, match=said + f"{READER_VERSION}: upgrade") as refused:
         check_readable(Protocol(min_reader_version=READER_VERSION + 1, min_writer_version=READER_VERSION + 1))
     assert (refused.value.required, refused.value.supported) == (READER_VERSION + 1, READER_VERSION)
-    check_readable(Protocol(min_reader_version=READER_VERSION, min_writer_version=WRITER_VERSION))
+    check_readable(Protocol(min_reader_version=6, min_writer_version=6))
+    check_readable(Protocol(min_reader_version=READER_VERSION, min_writer_version=WRITER_VERSION, reader_features=(),
+                            writer_features=()))

@@ -470,7 +470,7 @@ def test_a_table_for_a_newer_reader_is_refused_naming_the_table_once(tmp_path: P
     with pytest.raises(UnsupportedProtocolError) as err:
         TableLog(LocalStorage(table.uri)).load_snapshot()
     assert str(err.value) == (f"table {table.uri}: commit file {commit_path(2)} is in format 99; this maintd reads up "
-                              "to format 6: upgrade maintd to read this table")
+                              "to format 7: upgrade maintd to read this table")
 
 
 def test_a_log_without_metadata_is_corrupt_naming_the_table(tmp_path: Path) -> None:

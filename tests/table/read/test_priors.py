@@ -37,7 +37,8 @@ from maintd.reclaim import reclaim_table
 from maintd.reclaim.engine import list_files
 from maintd.reclaim.files import PartitionFilter, expired_data_files, find_orphans
 from maintd.table.files.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
-from maintd.table.log.actions import PRIOR_ROWS_VERSION, PriorRows
+from maintd.table.log import features
+from maintd.table.log.actions import PriorRows
 from maintd.table.log.checkpoint import decode_checkpoint, encode_checkpoint
 from maintd.table.log.tablelog import commit_path
 from maintd.table.read.priors import GroupPriors
@@ -117,7 +118,8 @@ def test_a_compaction_stores_the_base_rows_of_the_changed_keys_and_markers_for_n
 
 def test_a_table_without_the_property_and_a_compaction_without_base_files_store_none(tmp_path: Path) -> None:
     plain = _create(tmp_path / "plain", composite=False, properties={})
-    assert plain.snapshot().protocol.min_writer_version < PRIOR_ROWS_VERSION
+    assert not features.supports(plain.snapshot().protocol, features.PRIOR_ROWS)
+    assert plain.snapshot().protocol.min_writer_version == 2
     on = _create(tmp_path / "on", composite=False)
     rng = np.random.default_rng(2)
     for table in (plain, on):
@@ -369,7 +371,8 @@ def test_a_transaction_refuses_prior_rows_below_protocol_4_or_for_a_file_it_does
     live = next(iter(plain.snapshot().files))
     prior = PriorRows(path="bucket-00000/prior-" + "0" * 32 + ".parquet", of=(live,), deltas=("d.parquet",),
                       bucket=0, below=0, keys=1, rows=1, delta_rows=1, bytes=10)
-    with pytest.raises(InvalidInputError, match="prior-rows files need protocol 4"):
+    with pytest.raises(InvalidInputError,
+                       match=r"reader 2, writer 2\) lacks feature priorRows .*changes\.prior\.rows to true"):
         plain.new_transaction("X").add_prior(prior)
     on = _create(tmp_path / "on", composite=False)
     on.upsert(pa.table({"id": pa.array([1], pa.int64()), "v": [1.0]}))

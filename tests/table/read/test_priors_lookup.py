@@ -21,7 +21,7 @@ from maintd import InvalidInputError, Table
 from maintd.execution import ExecutionOptions, PlanDoc, PlanTaskDoc, commit_rewrites, run_plan
 from maintd.reclaim import reclaim_table
 from maintd.table.files.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
-from maintd.table.log.actions import LOOKUP_PRIORS_VERSION, PRIOR_ROWS_VERSION, PriorRows, action_to_json
+from maintd.table.log.actions import PriorRows, action_to_json
 from maintd.table.log.checkpoint import decode_checkpoint, encode_checkpoint
 from maintd.table.read.priors import GroupPriors
 
@@ -89,7 +89,7 @@ def _changed_table(root: Path, properties: dict[str, str] | None = None) -> tupl
 def test_a_clustering_looks_up_the_base_rows_of_the_keys_it_merges_and_stores_them_with_its_rows(
         tmp_path: Path) -> None:
     table = _create(tmp_path / "t")
-    assert table.snapshot().protocol.min_writer_version == LOOKUP_PRIORS_VERSION
+    assert table.snapshot().protocol.min_writer_version == 5  # a legacy table: looked-up prior rows are 5
     table.upsert(pa.table({"id": pa.array([1, 2, 3, 4], pa.int64()), "v": [1.0, 2.0, 3.0, 4.0]}))
     _run(table, "compact")
     (base,) = table.snapshot().files
@@ -333,17 +333,18 @@ def test_a_clustering_whose_base_files_were_compacted_meanwhile_commits_without_
 def test_a_transaction_refuses_a_looked_up_file_below_protocol_5_or_for_base_files_not_live_or_removed(
         tmp_path: Path) -> None:
     table, *_ = _changed_table(tmp_path / "t", properties={"changes.prior.rows": "true"})
-    assert table.snapshot().protocol.min_writer_version == PRIOR_ROWS_VERSION
+    assert table.snapshot().protocol.min_writer_version == 4
     snap = table.snapshot()
     base = next(p for p, f in snap.files.items() if f.kind == "base")
     delta = next(p for p, f in snap.files.items() if f.kind == "delta")
     prior = PriorRows(path="bucket-00000/prior-x.parquet", of=(base,), deltas=(delta,), bucket=0, below=1, keys=1,
                       rows=1, delta_rows=1, bytes=1, lookup=True)
     txn = table.new_transaction("CLUSTER")
-    with pytest.raises(InvalidInputError, match=r"protocol 5 .*changes\.prior\.rows to lookup"):
+    with pytest.raises(InvalidInputError,
+                       match=r"reader 4, writer 4.* lacks feature lookedUpPriorRows .*changes\.prior\.rows to lookup"):
         txn.add_prior(prior)
     table.set_properties(LOOKUP)
-    assert table.snapshot().protocol.min_writer_version == LOOKUP_PRIORS_VERSION
+    assert table.snapshot().protocol.min_writer_version == 5
     for of, remove, said in ((("bucket-00000/base-gone.parquet",), False, "does not hold"), ((base,), True,
                                                                                              "this commit removes")):
         txn = table.new_transaction("CLUSTER")
