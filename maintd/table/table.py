@@ -559,8 +559,7 @@ class Table:
         while the pin lives (until :meth:`unpin`, or until ``ttl`` passes by reclamation's clock).
 
         The first pin enables feature ``pins`` (a legacy table goes to protocol 3; older maintd then refuses the
-        table). Returns the pin
-        (its ``id`` is what :meth:`unpin` takes).
+        table). Returns the pin (its ``id`` is what :meth:`unpin` takes).
 
         Raises:
             InvalidInputError: ``ttl`` is not a positive timedelta (of at most a year).

@@ -9,7 +9,9 @@ every retained version (pinned ones too) and the change feed between random reta
 against the oracle of the shape, every acknowledged commit stands at its version, and no commit reported as
 not landed is in the history (``model_harness``). In a share of scenarios a writer adds columns midway
 (``Table.add_columns`` or ``merge_schema``): versions before read the schema as created, versions from the
-change the new columns, and maintenance after it writes them. ``MAINTD_MODEL_SCENARIOS`` and
+change the new columns, and maintenance after it writes them. In another share the table is on named table
+features (created so, or upgraded midway by a writer): every version's protocol is the one its history implies.
+``MAINTD_MODEL_SCENARIOS`` and
 ``MAINTD_MODEL_SEED`` change the count and the seed.
 """
 
@@ -45,3 +47,7 @@ def test_random_scenarios_of_writers_maintenance_and_reclamation_on_failing_stor
         # the default seed draws a schema change in 2 of its 12 scenarios (one by each mode)
         assert result.stats.get("schema evolution", 0) >= 1, result.stats
         assert result.stats.get("versions checked after a schema change", 0) > 0, result.stats
+        # and tables on named features in 4 (3 created so, 1 upgraded midway while the writers write)
+        assert result.stats.get("table features by create", 0) >= 1, result.stats
+        assert result.stats.get("table features by upgrade", 0) >= 1, result.stats
+    assert result.stats["protocols checked"] >= result.versions, result.stats

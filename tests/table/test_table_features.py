@@ -199,6 +199,19 @@ def test_a_malformed_protocol_is_refused(fields: dict[str, Any], tmp_path: Path)
         Table.open(table.uri).read()
 
 
+def test_a_newer_writer_version_beside_named_reader_features_is_refused_by_its_number(tmp_path: Path) -> None:
+    table = _table(tmp_path / "t", ["pins"])
+    table.upsert(pa.table({"id": [1], "v": ["a"]}))
+    _commit_protocol(table, {"min_reader_version": 7, "min_writer_version": 8, "reader_features": ["pins"],
+                             "writer_features": ["pins", "later"]})
+    reopened = Table.open(table.uri)
+    assert _rows(reopened) == [{"id": 1, "v": "a"}]
+    with pytest.raises(UnsupportedProtocolError, match="requires writer protocol version 8; this maintd writes up to "
+                                                       "version 7") as caught:
+        reopened.upsert(pa.table({"id": [2], "v": ["b"]}))
+    assert (caught.value.required, caught.value.supported, caught.value.features) == (8, 7, ())
+
+
 # -- tables created on named features, each feature alone ---------------------------------------------------------
 
 

@@ -87,7 +87,7 @@ class Protocol(_Action):
     @model_validator(mode="after")
     def _check(self) -> Protocol:
         versions = (self.min_reader_version, self.min_writer_version)
-        if (FEATURES_VERSION in versions) and versions != (FEATURES_VERSION, FEATURES_VERSION):
+        if FEATURES_VERSION in versions and min(versions) < FEATURES_VERSION:  # above 7: refused by the number
             raise ValueError(f"a table-features protocol has reader and writer version {FEATURES_VERSION}, not "
                              f"reader {versions[0]} and writer {versions[1]}")
         for version, listed, what in ((self.min_reader_version, self.reader_features, "reader_features"),
