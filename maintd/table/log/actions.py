@@ -220,23 +220,15 @@ class RemoveFile(_Action):
 
 class PriorRows(_Action):
     """A prior-rows file: what one compaction unit read for the keys the writers changed, kept for the change
-    feed (docs/format.md, "Prior rows"). Written by the compaction that removes BaseFiles ``of``, in its commit.
+    feed (docs/format.md, "Prior rows"); never read as table data. Feature ``priorRows``.
 
-    For every key of the unit's DeltaFile rows (its *keys*), the file holds the row BaseFiles ``of`` hold for
-    it at its version (``_maintd_version`` <= ``below``), or, if they hold none, a *marker* (the key,
-    ``_maintd_op`` = delete, version 0), and every row version of it in DeltaFiles ``deltas`` (versions above
-    ``below``). So the change feed can read a key's rows before and after the writers' changes from this
-    small file rather than from the BaseFiles, or from the many small DeltaFiles. It is never read as table
-    data. It lives exactly as long as its BaseFiles: reclamation deletes it with them (``deletion_time`` is
-    the commit time at which they were removed, as in their ``remove`` actions). Tables with feature
-    ``priorRows`` only (protocol 4 and up, or named).
+    For each key of the unit's DeltaFile rows it holds the row BaseFiles ``of`` hold at ``below`` (or a
+    *marker*: the key, op delete, version 0) and every version of the key in DeltaFiles ``deltas``. Written by
+    the compaction that removes ``of``, in its commit, and deleted with them (``deletion_time``).
 
-    A *looked-up* file (``lookup``, feature ``lookedUpPriorRows``: protocol 5 and up, or named) is written by a
-    clustering instead, for the keys of the DeltaFiles it merges: it holds the rows BaseFiles ``of`` hold for
-    them (or markers) and every row of those DeltaFiles, and it is added while ``of`` stay live. Its
-    ``deletion_time`` is 0 until a commit removes one of ``of``; from then on it is that commit's time (set as
-    the log is read: :class:`~maintd.table.log.snapshot.SnapshotBuilder`), so it too is deleted with its
-    BaseFiles.
+    A *looked-up* file (``lookup``, feature ``lookedUpPriorRows``) is written by a clustering for the keys of
+    the DeltaFiles it merges, while ``of`` stay live: its ``deletion_time`` is 0 until a commit removes one of
+    ``of``, then that commit's time (set as the log is read).
     """
 
     path: LogPath
