@@ -224,7 +224,7 @@ class PriorRows(_Action):
 
     For each key of the unit's DeltaFile rows it holds the row BaseFiles ``of`` hold at ``below`` (or a
     *marker*: the key, op delete, version 0) and every version of the key in DeltaFiles ``deltas``. Written by
-    the compaction that removes ``of``, in its commit, and deleted with them (``deletion_time``).
+    the compaction that removes ``of`` and deleted with them (``deletion_time``).
 
     A *looked-up* file (``lookup``, feature ``lookedUpPriorRows``) is written by a clustering for the keys of
     the DeltaFiles it merges, while ``of`` stay live: its ``deletion_time`` is 0 until a commit removes one of
