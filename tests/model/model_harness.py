@@ -65,7 +65,7 @@ from maintd import Table, VersionNotFoundError
 from maintd.reclaim import reclaim_table
 from maintd.storage.faulty import Fault, FaultPlan
 from maintd.table.log.actions import SCHEMA_EVOLUTION_VERSION, AddFile, RemoveFile
-from maintd.table.read.priors import GroupPriors
+from maintd.table.read.feed import GroupPriors
 from maintd.table.read.reader import read_snapshot
 
 WORKER = Path(__file__).with_name("model_worker.py")

@@ -107,7 +107,7 @@ def test_changes_read_only_the_row_groups_of_changed_keys(tmp_path: Any, monkeyp
             full_reads.extend(f.path for f in fs)
         return real_many(storage, metadata, fs, columns, threads)
 
-    monkeypatch.setattr("maintd.table.read.changes.read_data_files", spy_many)
+    monkeypatch.setattr("maintd.table.read.feed.driver.read_data_files", spy_many)
     monkeypatch.setattr("maintd.table.read.reader.read_data_file", spy)
     got = sorted_rows(table.changes(start, end), KEYS)
     assert [(r["id"], r["_change"]) for r in got] == [(5, "update"), (2000, "insert")]

@@ -40,7 +40,7 @@ from maintd.table.files.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
 from maintd.table.log.actions import PRIOR_ROWS_VERSION, PriorRows
 from maintd.table.log.checkpoint import decode_checkpoint, encode_checkpoint
 from maintd.table.log.tablelog import commit_path
-from maintd.table.read.priors import GroupPriors
+from maintd.table.read.feed import GroupPriors
 
 from ..table_helpers import feed_reads
 

@@ -20,16 +20,8 @@ from maintd.table.files.datafiles import file_schema, write_data_file
 from maintd.table.files.schema import OP_COLUMN, VERSION_COLUMN
 from maintd.table.log.actions import AddFile, Metadata
 from maintd.table.read import reader
-from maintd.table.read.reader import (
-    CHANGE_COLUMN,
-    CHANGE_VERSION_COLUMN,
-    changes_between,
-    diff_states,
-    key_columns,
-    read_bucket,
-    read_snapshot,
-    state_schema,
-)
+from maintd.table.read.feed import CHANGE_COLUMN, CHANGE_VERSION_COLUMN, changes_between, diff_states, state_schema
+from maintd.table.read.reader import key_columns, read_bucket, read_snapshot
 
 SCHEMA = "id:int64!,ds:string!,name:string"
 UPSERT, DELETE = 0, 1
