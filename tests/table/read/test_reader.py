@@ -1,7 +1,7 @@
 """Merge-on-read one piece at a time: a bucket's files read and merged, a snapshot read, two states diffed.
 
 Reads of whole tables are tested through ``Table.read`` and ``Table.changes`` elsewhere (tests/table/test_table_api.py,
-test_changes.py, the model check); here the reader's functions are called on data files written by hand
+feed/test_changes.py, the model check); here the reader's functions are called on data files written by hand
 (each with the rows, versions and key statistics a test needs) and their exact result is checked: rows and
 their order, columns and their types, and which way the files were read.
 """

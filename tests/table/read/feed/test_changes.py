@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from maintd import Table
 
-from ..table_helpers import Model, groups, maintain, rewrite_bucket, sorted_rows
+from ...table_helpers import Model, groups, maintain, rewrite_bucket, sorted_rows
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("ds", pa.string()), ("name", pa.string()),
                     ("amount", pa.float64())])

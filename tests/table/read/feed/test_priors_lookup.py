@@ -25,7 +25,7 @@ from maintd.table.log.actions import LOOKUP_PRIORS_VERSION, PRIOR_ROWS_VERSION, 
 from maintd.table.log.checkpoint import decode_checkpoint, encode_checkpoint
 from maintd.table.read.feed import GroupPriors
 
-from ..table_helpers import feed_reads
+from ...table_helpers import feed_reads
 
 LOOKUP = {"changes.prior.rows": "lookup"}
 
