@@ -41,6 +41,7 @@ MODULES = [
     "maintd/table/transaction.py",
     "maintd/reclaim/engine.py",
     "maintd/table/read/reader.py",
+    "maintd/table/read/feed/diff.py",
     "maintd/table/log/tablelog.py",
 ]
 

@@ -7,8 +7,8 @@ key, ``_maintd_op`` = delete, version 0) when they hold none, and every row it m
 changelog producer, run by maintenance rather than by the writer, so writers pay nothing.
 
 The file (a ``prior`` action with ``lookup`` set, feature ``lookedUpPriorRows``) answers for BaseFiles that
-stay live (:mod:`maintd.table.read.priors`). Its content depends only on files that never change, so it is right
-whether or not its commit lands; the commit conflicts with a concurrent removal of any of its BaseFiles.
+stay live (:mod:`maintd.table.read.feed.priors`). Its content depends only on files that never change, so it is
+right whether or not its commit lands; the commit conflicts with a concurrent removal of any of its BaseFiles.
 
 The clustering's chunks are written as they pass and their keys kept (one copy of the key columns,
 deduplicated per chunk). At the end each BaseFile whose key range holds one of them is read, only the row

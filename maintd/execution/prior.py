@@ -5,7 +5,7 @@ in BaseFiles, reading those few rows costs a decode of the whole bucket. A compa
 hand. So, in tables with ``changes.prior.rows``, each compaction unit also writes a *prior-rows file*: for every
 key of its DeltaFile rows, the row its BaseFiles hold for that key, or a marker (the key, ``_maintd_op`` =
 delete, version 0) when they hold none, and every row version of the key in its DeltaFiles. The feed then reads
-that one file instead (:mod:`maintd.table.read.changes`).
+that one file instead (:mod:`maintd.table.read.feed`).
 
 The file is an answer about the BaseFiles' content, which never changes, so it is right whether or not its
 commit lands; its commit names it (a ``prior`` action, feature ``priorRows``) so that reclamation deletes it with

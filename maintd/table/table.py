@@ -56,8 +56,8 @@ from maintd.table.log.snapshot import PartitionKey, Snapshot, SnapshotBuilder, p
 from maintd.table.log.tablelog import TableLog
 from maintd.table.log.timeline import now_ms
 from maintd.table.read import interop
-from maintd.table.read.changes import changed_files, incremental_changes
-from maintd.table.read.reader import changes_between, read_snapshot
+from maintd.table.read.feed import changed_files, changes_between, net_changes
+from maintd.table.read.reader import read_snapshot
 from maintd.table.read.scan import DEFAULT_BATCH_ROWS, TableScan, plan_scan
 from maintd.table.transaction import FRESH_BASE_SECONDS, StaleRead, Transaction
 
@@ -93,7 +93,7 @@ class ChangeInputs:
     groups: set[tuple[PartitionKey, int]]
     """The (partition, bucket) groups whose rows the data-changing commits between touched."""
     changed: list[AddFile] | None
-    """Every file they added or removed (:func:`~maintd.table.read.changes.changed_files`); None if one removed was
+    """Every file they added or removed (:func:`~maintd.table.read.feed.changed_files`); None if one removed was
     never added (a damaged log: the feed then diffs two full reads)."""
 
 
@@ -619,10 +619,9 @@ class Table:
         """
         start, end = self._change_range(start_version, end_version)
         r = self.change_inputs(start, end)
-        if r.changed is None:  # a removed file of unknown origin (a damaged log?): fall back to the full diff
-            return changes_between(self.storage, r.before, r.after, r.groups)
-        # prior-rows files of compactions after ``end`` answer too: the latest state knows them all
-        return incremental_changes(self.storage, r.before, r.after, r.changed, self.snapshot().priors.values())
+        # changed None (a removed file of unknown origin: a damaged log?): the feed diffs the groups whole. Prior-rows
+        # files of compactions after ``end`` answer too: the latest state knows them all
+        return net_changes(self.storage, r.before, r.after, r.groups, r.changed, self.snapshot().priors.values())
 
     def change_inputs(self, start: int, end: int) -> ChangeInputs:
         """What a change feed of (start, end] (both retained) starts from: the two states, the groups the

@@ -84,7 +84,7 @@ from maintd.reclaim import reclaim_table
 from maintd.storage.faulty import Fault, FaultPlan
 from maintd.table.log import features as table_features
 from maintd.table.log.actions import AddFile, Protocol, RemoveFile
-from maintd.table.read.priors import GroupPriors
+from maintd.table.read.feed import GroupPriors
 from maintd.table.read.reader import read_snapshot
 
 WORKER = Path(__file__).with_name("model_worker.py")

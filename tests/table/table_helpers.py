@@ -349,9 +349,9 @@ class FailingAfterPublishStorage(LocalStorage):
 def feed_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The data files the feed reads: rows of keys (files live at the two versions), or whole (changed files)."""
     seen: list[str] = []
-    from maintd.table.read import changes as feed
+    from maintd.table.read.feed import driver, keys
 
-    rows_of_keys, whole = feed.read_rows_of_keys, feed.read_data_files
+    rows_of_keys, whole = keys.read_rows_of_keys, driver.read_data_files
 
     def spy_keys(storage: Any, md: Any, f: Any, keys: pa.Table) -> pa.Table:
         seen.append(f.path)
@@ -361,6 +361,6 @@ def feed_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         seen.extend(f.path for f in files)
         return whole(storage, md, files, *args)
 
-    monkeypatch.setattr(feed, "read_rows_of_keys", spy_keys)
-    monkeypatch.setattr(feed, "read_data_files", spy_whole)
+    monkeypatch.setattr(keys, "read_rows_of_keys", spy_keys)
+    monkeypatch.setattr(driver, "read_data_files", spy_whole)
     return seen

@@ -29,7 +29,7 @@ from maintd.table import Snapshot, Table
 from maintd.table.files.filters import Predicate, RowFilter, typed
 from maintd.table.files.schema import TYPES, to_arrow
 from maintd.table.log.actions import Metadata, Protocol
-from maintd.table.read.reader import CHANGE_COLUMN, CHANGE_VERSION_COLUMN
+from maintd.table.read.feed import CHANGE_COLUMN, CHANGE_VERSION_COLUMN
 from maintd.table.read.scan import ChangeUnit, ScanPlan, ScanUnit, plan_changes, plan_scan, read_change_unit, read_unit
 
 BATCH_ROWS = 65_536

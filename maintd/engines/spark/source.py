@@ -65,7 +65,7 @@ from maintd.table.files.evolution import add_columns
 from maintd.table.files.filters import parse_filter
 from maintd.table.log import timeline
 from maintd.table.log.actions import Field_
-from maintd.table.read.reader import CHANGE_COLUMN, CHANGE_VERSION_COLUMN
+from maintd.table.read.feed import CHANGE_COLUMN, CHANGE_VERSION_COLUMN
 
 SOURCE_NAME = "maintd"
 

@@ -1,32 +1,22 @@
-"""Merge-on-read: the visible rows of a snapshot, and the net changes between two versions."""
+"""Merge-on-read: the visible rows of a snapshot (the change feed diffs two of them: :mod:`maintd.table.read.feed`)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from maintd.storage import Storage
 from maintd.table.files.datafiles import read_data_file, read_data_files, read_runs_of_files, with_hidden_columns
-from maintd.table.files.evolution import fill_missing
 from maintd.table.files.keys import sort_key
-from maintd.table.files.lazy import lazy_module
 from maintd.table.files.merge import first_of_each_key_hashed, latest_rows
 from maintd.table.files.schema import HIDDEN_COLUMNS, OP_COLUMN, VERSION_COLUMN, to_arrow
 from maintd.table.log.actions import AddFile, Metadata
 from maintd.table.log.snapshot import PartitionKey, Snapshot
 
-if TYPE_CHECKING:
-    import pyarrow.compute as pc
-else:
-    pc = lazy_module("pyarrow.compute")  # imported by the first call: see maintd.table.files.lazy
-
-CHANGE_COLUMN = "_change"
-CHANGE_VERSION_COLUMN = "_change_version"
 _THREADS = 4
 _PARALLEL_FILES = 8
 
@@ -34,15 +24,6 @@ _PARALLEL_FILES = 8
 def key_columns(metadata: Metadata) -> list[str]:
     """The columns that identify a row: partition columns, then the primary key."""
     return list(dict.fromkeys([*metadata.partition_by, *metadata.primary_key]))
-
-
-
-
-def state_schema(metadata: Metadata) -> pa.Schema:
-    """The schema of a state :func:`diff_states` compares: every table column (nullable), then the version."""
-    schema = to_arrow(metadata.fields)
-    return pa.schema([*[schema.field(c).with_nullable(True) for c in metadata.column_names],
-                      pa.field(VERSION_COLUMN, pa.int64())])
 
 
 def read_bucket(storage: Storage, metadata: Metadata, files: Sequence[AddFile], columns: Sequence[str] | None,
@@ -166,58 +147,3 @@ def read_snapshot(storage: Storage, snapshot: Snapshot, columns: Sequence[str] |
         cols = list(columns) if columns is not None else list(md.column_names)
         return _empty(md, cols, keep_hidden)
     return pa.concat_tables(tables)
-
-
-def changes_between(storage: Storage, before: Snapshot, after: Snapshot,
-                    touched: set[tuple[PartitionKey, int]]) -> pa.Table:
-    """Net changes from ``before`` to ``after`` restricted to the touched groups.
-
-    One row per key whose visible state differs: ``_change`` is ``insert``, ``update`` or
-    ``delete``; ``_change_version`` is the version of the row after the change (null for deletes,
-    whose delete row compaction may already have dropped). Deleted keys show their last row.
-    """
-    md = after.metadata
-    schema = state_schema(md)
-    # the columns added between the two versions (docs/format.md, "Schema evolution") are nulls at ``before``
-    a = fill_missing(read_snapshot(storage, before, groups=touched, keep_hidden=True), schema, schema.names)
-    b = read_snapshot(storage, after, groups=touched, keep_hidden=True).select(schema.names)
-    return diff_states(md, a.cast(schema), b.cast(schema))
-
-
-def diff_states(md: Metadata, a: pa.Table, b: pa.Table) -> pa.Table:
-    """The net changes from state ``a`` to state ``b`` (visible rows with their version, one per key;
-    :func:`state_schema`): inserts, updates (some value differs) and deletes, sorted by key."""
-    keys = key_columns(md)
-    values = [c for c in md.column_names if c not in keys]
-    a = a.rename_columns([c if c in keys else f"{c}__a" for c in a.column_names]).append_column(
-        "__in_a", pa.repeat(pa.scalar(True), a.num_rows))
-    b = b.rename_columns([c if c in keys else f"{c}__b" for c in b.column_names]).append_column(
-        "__in_b", pa.repeat(pa.scalar(True), b.num_rows))
-    j = a.join(b, keys=keys, join_type="full outer", coalesce_keys=True)
-    in_a = pc.fill_null(j.column("__in_a"), False)
-    in_b = pc.fill_null(j.column("__in_b"), False)
-    differs = pa.repeat(pa.scalar(False), j.num_rows)
-    for c in values:
-        ne = pc.fill_null(pc.not_equal(j.column(f"{c}__a"), j.column(f"{c}__b")), False)
-        null_mismatch = pc.xor(pc.is_null(j.column(f"{c}__a")), pc.is_null(j.column(f"{c}__b")))
-        differs = pc.or_(differs, pc.or_(ne, null_mismatch))
-    insert = pc.and_(in_b, pc.invert(in_a))
-    delete = pc.and_(in_a, pc.invert(in_b))
-    update = pc.and_(pc.and_(in_a, in_b), differs)
-    kind = pc.if_else(insert, "insert", pc.if_else(delete, "delete", pc.if_else(update, "update", None)))
-    j = j.append_column(CHANGE_COLUMN, kind).filter(pc.is_valid(kind))
-    out = {}
-    for c in md.column_names:
-        if c in keys:
-            out[c] = j.column(c)
-        else:
-            out[c] = pc.if_else(pc.equal(j.column(CHANGE_COLUMN), "delete"), j.column(f"{c}__a"), j.column(f"{c}__b"))
-    out[CHANGE_COLUMN] = j.column(CHANGE_COLUMN)
-    out[CHANGE_VERSION_COLUMN] = j.column(f"{VERSION_COLUMN}__b")
-    result = pa.table(out)
-    schema = to_arrow(md.fields)
-    result = result.cast(pa.schema([*[schema.field(c).with_nullable(True) for c in md.column_names],
-                                    pa.field(CHANGE_COLUMN, pa.string()),
-                                    pa.field(CHANGE_VERSION_COLUMN, pa.int64())]))
-    return result.sort_by([(k, "ascending") for k in keys])
-

@@ -34,8 +34,7 @@ from maintd.table.files.pruning import buckets_for, file_may_match, partition_ma
 from maintd.table.files.schema import HIDDEN_COLUMNS, to_arrow
 from maintd.table.log.actions import AddFile, Metadata, PriorRows
 from maintd.table.log.snapshot import Snapshot, by_group, format_partition, partition_key
-from maintd.table.read.changes import incremental_changes
-from maintd.table.read.reader import changes_between
+from maintd.table.read.feed import net_changes
 
 DEFAULT_SPLIT_BYTES = 256 << 20
 """A bucket whose files hold more bytes than this is read in key ranges of about this size."""
@@ -269,6 +268,4 @@ def read_change_unit(storage: Storage, before: Snapshot, after: Snapshot, unit: 
     group = {(partition_key(unit.partition, after.metadata.partition_by), unit.bucket)}
     was = replace(before, files={f.path: f for f in unit.before}, tombstones={})
     now = replace(after, files={f.path: f for f in unit.after}, tombstones={})
-    if unit.changed is None:
-        return changes_between(storage, was, now, group)
-    return incremental_changes(storage, was, now, unit.changed, unit.priors)
+    return net_changes(storage, was, now, group, unit.changed, unit.priors)

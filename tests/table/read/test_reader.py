@@ -1,7 +1,7 @@
 """Merge-on-read one piece at a time: a bucket's files read and merged, a snapshot read, two states diffed.
 
 Reads of whole tables are tested through ``Table.read`` and ``Table.changes`` elsewhere (tests/table/test_table_api.py,
-test_changes.py, the model check); here the reader's functions are called on data files written by hand
+feed/test_changes.py, the model check); here the reader's functions are called on data files written by hand
 (each with the rows, versions and key statistics a test needs) and their exact result is checked: rows and
 their order, columns and their types, and which way the files were read.
 """
@@ -20,16 +20,8 @@ from maintd.table.files.datafiles import file_schema, write_data_file
 from maintd.table.files.schema import OP_COLUMN, VERSION_COLUMN
 from maintd.table.log.actions import AddFile, Metadata
 from maintd.table.read import reader
-from maintd.table.read.reader import (
-    CHANGE_COLUMN,
-    CHANGE_VERSION_COLUMN,
-    changes_between,
-    diff_states,
-    key_columns,
-    read_bucket,
-    read_snapshot,
-    state_schema,
-)
+from maintd.table.read.feed import CHANGE_COLUMN, CHANGE_VERSION_COLUMN, changes_between, diff_states, state_schema
+from maintd.table.read.reader import key_columns, read_bucket, read_snapshot
 
 SCHEMA = "id:int64!,ds:string!,name:string"
 UPSERT, DELETE = 0, 1

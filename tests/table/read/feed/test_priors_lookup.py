@@ -23,9 +23,9 @@ from maintd.reclaim import reclaim_table
 from maintd.table.files.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
 from maintd.table.log.actions import PriorRows, action_to_json
 from maintd.table.log.checkpoint import decode_checkpoint, encode_checkpoint
-from maintd.table.read.priors import GroupPriors
+from maintd.table.read.feed import GroupPriors
 
-from ..table_helpers import feed_reads
+from ...table_helpers import feed_reads
 
 LOOKUP = {"changes.prior.rows": "lookup"}
 

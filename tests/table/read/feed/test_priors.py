@@ -41,9 +41,9 @@ from maintd.table.log import features
 from maintd.table.log.actions import PriorRows
 from maintd.table.log.checkpoint import decode_checkpoint, encode_checkpoint
 from maintd.table.log.tablelog import commit_path
-from maintd.table.read.priors import GroupPriors
+from maintd.table.read.feed import GroupPriors
 
-from ..table_helpers import feed_reads
+from ...table_helpers import feed_reads
 
 PRIOR = {"changes.prior.rows": "true"}
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from maintd import Table
 
-from ..table_helpers import Model, groups, maintain, rewrite_bucket, sorted_rows
+from ...table_helpers import Model, groups, maintain, rewrite_bucket, sorted_rows
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("ds", pa.string()), ("name", pa.string()),
                     ("amount", pa.float64())])
@@ -107,7 +107,7 @@ def test_changes_read_only_the_row_groups_of_changed_keys(tmp_path: Any, monkeyp
             full_reads.extend(f.path for f in fs)
         return real_many(storage, metadata, fs, columns, threads)
 
-    monkeypatch.setattr("maintd.table.read.changes.read_data_files", spy_many)
+    monkeypatch.setattr("maintd.table.read.feed.driver.read_data_files", spy_many)
     monkeypatch.setattr("maintd.table.read.reader.read_data_file", spy)
     got = sorted_rows(table.changes(start, end), KEYS)
     assert [(r["id"], r["_change"]) for r in got] == [(5, "update"), (2000, "insert")]
@@ -186,3 +186,38 @@ def test_rows_of_keys_skip_row_groups_and_files_by_key_statistics(tmp_path: Any,
     assert decoded == []
     with pytest.raises(DataFileMissingError):  # one wanted key inside the range: the file is opened
         read_rows_of_keys(table.storage, snap.metadata, f, pa.table({"a": ["k0600", "k0001"], "b": [0, 0]}))
+
+
+def test_when_the_changed_files_are_not_known_the_feed_diffs_the_touched_groups_whole(tmp_path: Any,
+                                                                                       monkeypatch: Any) -> None:
+    """A removed file that no commit added (a damaged log): every strategy but the full diff declines, and the
+    feed equals the full diff."""
+    from maintd.table.read.feed import STRATEGIES
+
+    table = Table.create(str(tmp_path / "t"), SCHEMA, primary_key="id", partition_by="ds", buckets=2)
+    start = table.upsert(pa.table({"id": list(range(20)), "ds": ["d1", "d2"] * 10, "name": ["a"] * 20,
+                                   "amount": [1.0] * 20}))
+    table.upsert(pa.table({"id": [1, 30], "ds": ["d2", "d1"], "name": ["b", "c"], "amount": [2.0, 3.0]}))
+    table.delete(pa.table({"id": [2], "ds": ["d1"]}))
+
+    def unknown(*_: Any) -> Any:
+        raise KeyError("a removed file of unknown origin")
+
+    monkeypatch.setattr("maintd.table.table.changed_files", unknown)
+    assert table.change_inputs(start, table.version).changed is None
+    used: list[str] = []
+
+    def counted(answer: Any) -> Any:
+        def wrapped(self: Any, group: Any) -> Any:
+            found = answer(self, group)
+            if found is not None:
+                used.append(self.name)
+            return found
+        return wrapped
+
+    for strategy in STRATEGIES:
+        monkeypatch.setattr(type(strategy), "answer", counted(type(strategy).answer))
+    got = sorted_rows(table.changes(start), KEYS)
+    assert {(r["id"], r["_change"]) for r in got} == {(1, "update"), (2, "delete"), (30, "insert")}
+    assert got == sorted_rows(table.full_changes(start), KEYS)
+    assert used and set(used) == {"full diff"}

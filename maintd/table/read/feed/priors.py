@@ -1,31 +1,23 @@
-"""Prior-rows files as the change feed reads them (docs/format.md, "Prior rows").
+"""Prior-rows files as the change feed reads them (docs/format.md, "Prior rows"): one group's, each read once.
 
 A compaction unit of a table with ``changes.prior.rows`` stores, for the keys of its DeltaFile rows, the rows
 its BaseFiles hold (or a marker: none) and every row version of those keys in its DeltaFiles
-(:mod:`maintd.execution.prior`). The feed of one (partition, bucket) group over (start, end] uses them in these
-ways:
+(:mod:`maintd.execution.prior`); a clustering of a table with ``changes.prior.rows=lookup`` stores the same for
+the DeltaFiles it merged, looked up in the BaseFiles still live. :class:`GroupPriors` answers the strategies'
+questions of them:
 
-* **a whole record**: the files of one compaction, one from every unit of its task (so they hold every
-  DeltaFile row it read), whose BaseFiles are all live at ``start`` and at ``end``, and whose DeltaFiles
-  include every file the data-changing commits of (start, end] added to the group. Then the group's changed keys are the
-  keys of their DeltaFile rows of versions in (start, end], and the key's state at either version is its
-  newest row of at most that version among their rows: the BaseFiles live at both versions are theirs, and
-  every DeltaFile row live at either version is in one of their DeltaFiles (a row leaves the bucket's
-  DeltaFiles only into a BaseFile, or by an overwrite, which would have removed their BaseFiles too). No
-  other file is read.
-* **BaseFile answers**: otherwise, for a state in which all BaseFiles of a file are live, its BaseFile rows and
-  markers stand in for reading those BaseFiles, for the keys it lists;
-* **changed rows** and **DeltaFile rows**: a file not bounded to a key range holds every row of its
-  DeltaFiles, so the changed files it names, and the DeltaFiles of either state it names, are not opened
-  (:meth:`GroupPriors.changed_rows`, :meth:`GroupPriors.file_rows`). When the BaseFile answers and those
-  rows are every row a group needs, it is built with the whole records (:meth:`GroupPriors.answered`).
+* **a whole record** (:meth:`GroupPriors.record`, :meth:`GroupPriors.rows`): the files of one compaction that hold
+  every row the feed of a group needs (:mod:`maintd.table.read.feed.record`);
+* **changed rows** and **DeltaFile rows** (:meth:`GroupPriors.changed_rows`, :meth:`GroupPriors.file_rows`): a
+  file not bounded to a key range holds every row of its DeltaFiles, so the changed files it names, and the
+  DeltaFiles of either state it names, are not opened; with the BaseFile answers, they may be every row a group
+  needs (:meth:`GroupPriors.answered`, :mod:`maintd.table.read.feed.answered`);
+* **BaseFile answers** (:meth:`GroupPriors.usable`, :meth:`GroupPriors.base_rows`, :meth:`GroupPriors.listed`):
+  for a state in which all BaseFiles of a file are live, its BaseFile rows and markers stand in for reading
+  those BaseFiles, for the keys it lists (:mod:`maintd.table.read.feed.keys`).
 
-The files clusterings look up (tables with ``changes.prior.rows=lookup``) are used in every way but as a whole
-record: they answer for BaseFiles still live, for the keys of the DeltaFiles a clustering merged, and hold
-its rows, so the feed over commits no compaction has folded yet reads neither the BaseFiles nor the many
-small changed files.
-
-A file that cannot be read is not used (a warning), and the feed reads the data files instead.
+A clustering's looked-up files are used in every way but as a whole record. A file that cannot be read is not
+used (a warning), and the feed reads the data files instead.
 """
 
 from __future__ import annotations
@@ -44,7 +36,6 @@ from maintd.storage import Storage
 from maintd.table.files.datafiles import file_schema, rows_with_keys
 from maintd.table.files.evolution import added_columns, fill_missing
 from maintd.table.files.lazy import lazy_module
-from maintd.table.files.merge import latest_rows
 from maintd.table.files.schema import OP_COLUMN, OP_DELETE, VERSION_COLUMN
 from maintd.table.log.actions import AddFile, Metadata, PriorRows
 
@@ -84,10 +75,14 @@ class GroupPriors:
 
     # -- a whole record ------------------------------------------------------------------------------------
     def record(self, changed: Sequence[AddFile], was: set[str], now: set[str]) -> list[PriorRows] | None:
-        """The files of one compaction that hold every row the feed needs (see the module), or None.
+        """The files of one compaction that hold every row the feed needs, or None.
 
-        ``changed``: the group's files added or removed by the data-changing commits of the range; ``was``,
-        ``now``: the paths of the group's live files at its start and end.
+        They do when they are one from every unit of its task (so they hold every DeltaFile row it read), their
+        BaseFiles are all live at both versions, and their DeltaFiles include every changed file: the BaseFiles
+        live at both versions are theirs, and every DeltaFile row live at either version is in one of their
+        DeltaFiles (a row leaves the bucket's DeltaFiles only into a BaseFile, or by an overwrite, which would
+        have removed their BaseFiles too). ``changed``: the group's files added or removed by the data-changing
+        commits of the range; ``was``, ``now``: the paths of the group's live files at its start and end.
         """
         by_commit: dict[int, list[PriorRows]] = defaultdict(list)
         for p in self.priors:
@@ -115,15 +110,14 @@ class GroupPriors:
 
     # -- changed rows --------------------------------------------------------------------------------------
     def changed_rows(self, changed: Sequence[AddFile], start: int, end: int) -> Held | None:
-        """Every row the changed files of the group hold, from prior-rows files instead of the files, or None.
+        """Every row the group's changed files (``changed``: added or removed by the range's data-changing
+        commits) hold, from prior-rows files instead of the files, or None.
 
-        A file holds every row of the DeltaFiles it names when it is not bounded to a key range (a
-        clustering's looked-up file, or a compaction of one unit). If every changed file is one of those
-        DeltaFiles and was added in (start, end] (none was taken away by an overwrite: its rows would be
-        older), the changed files' rows are exactly their rows of versions in (start, end]: every row of such
-        a version was written by a commit of the range into one of the changed files (and moved, at most,
-        into other DeltaFiles by a clustering: the same rows, found once). ``changed``: the group's files
-        added or removed by the data-changing commits of the range.
+        A file not bounded to a key range holds every row of the DeltaFiles it names. If every changed file is
+        one of those and was added in (start, end] (none taken away by an overwrite: its rows would be older),
+        their rows are exactly those files' rows of versions in (start, end]: every row of such a version was
+        written by a commit of the range into a changed file (and moved, at most, into other DeltaFiles by a
+        clustering: the same rows, found once).
         """
         need = {f.path for f in changed}
         if not need or any(f.min_version <= start for f in changed):
@@ -150,7 +144,8 @@ class GroupPriors:
         prior-rows files hold those DeltaFiles (:meth:`file_rows`). A file lists every key of its DeltaFile
         rows, so every changed key. The BaseFiles are the same at both versions, so every DeltaFile row live
         at one that is not newer than the other is live at the other too (it can only have moved between
-        DeltaFiles): the states are the newest rows of at most each version (:func:`record_states`)."""
+        DeltaFiles): the states are the newest rows of at most each version
+        (:func:`maintd.table.read.feed.base.record_states`)."""
         bases = {f.path for f in was if f.kind == "base"}
         if bases != {f.path for f in now if f.kind == "base"} or any(set(p.of) != bases for p in held.cover):
             return None
@@ -219,15 +214,6 @@ class GroupPriors:
                       deltas=t.filter(pc.invert(older)))
 
 
-def record_states(rows: Sequence[pa.Table], start: int, end: int, keys: Sequence[str]) -> tuple[pa.Table, pa.Table]:
-    """The visible rows at ``start`` and at ``end`` (newest row of each key, deletes dropped; ``keys``: the columns
-    a row is identified by) from the rows of whole records (:meth:`GroupPriors.rows`) of any number of groups."""
-    t = pa.concat_tables(rows)
-    v = t.column(VERSION_COLUMN)
-    return (latest_rows(t.filter(pc.less_equal(v, start)), keys),
-            latest_rows(t.filter(pc.less_equal(v, end)), keys))
-
-
 def _every_row(p: PriorRows) -> bool:
     """Whether ``p`` holds every row of its DeltaFiles: it is not bounded to a key range (a clustering's
     looked-up file, or a compaction of one unit)."""
@@ -247,4 +233,4 @@ def _complete(ps: Sequence[PriorRows]) -> bool:
     return len(ps) == ps[0].units and sorted(p.unit for p in ps) == list(range(ps[0].units))
 
 
-__all__ = ["GroupPriors", "Held", "record_states"]
+__all__ = ["GroupPriors", "Held"]
