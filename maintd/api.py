@@ -1,7 +1,7 @@
 """``maintd.Table``: the table of :mod:`maintd.table` with maintenance, reclamation and PURGE from Python.
 
 The table format cannot run maintenance itself (the layers put execution above it), so the public
-``Table`` is this subclass, one layer up: ``table.maintain()`` is what ``maintd run --no-reclaim`` does to
+``Table`` is this subclass, one layer up. ``table.maintain()`` is what ``maintd run --no-reclaim`` does to
 one table (the same :class:`~maintd.execution.runner.Runner`: plan with the policy, execute, commit in
 groups), ``table.reclaim()`` what ``maintd gc`` does, ``table.purge()`` what ``maintd purge`` does.
 

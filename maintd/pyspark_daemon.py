@@ -5,9 +5,9 @@ This module is PySpark's own daemon (:mod:`pyspark.daemon`) with three changes:
 
 * the worker's input stream reads through :class:`QuickAckReader`, which sets ``TCP_QUICKACK`` before every
   read, so the kernel's delayed acknowledgement does not hold back the JVM's next write of a task (over a Unix
-  domain socket the stream is PySpark's);
+  domain socket the stream is PySpark's).
 * after a task that imported modules, :func:`freeze_after_imports` collects and freezes what survives
-  (``gc.freeze``), so the collection PySpark runs after every task walks only what tasks allocate;
+  (``gc.freeze``), so the collection PySpark runs after every task walks only what tasks allocate.
 * with ``MAINTD_WORKER_PRELOAD=1`` in the executors' environment, :func:`preload` imports what maintd's tasks
   import before the first fork, so every worker starts with it loaded (a failed preload is reported on
   standard error and the workers import for themselves).

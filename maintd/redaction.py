@@ -3,16 +3,16 @@
 Every error maintd raises (:class:`~maintd.errors.MaintdError` redacts its own message), every log line (the
 loguru patcher and sink, the driver JVM's output forwarded through them), ``repr`` of settings and storage
 options, the command line's output (errors, ``--json``), ``/readyz`` and the errors stored in the state store
-go through :func:`redact_secrets`; the environment of every child process maintd starts (the driver JVM and its
+go through :func:`redact_secrets`. The environment of every child process maintd starts (the driver JVM and its
 Python workers, the fork server of plans run in process and its children) goes through :func:`child_environment`.
 
 Three kinds of secret are removed from any text:
 
-* passwords in URLs (``scheme://user:password@host``) and ``password=`` pairs;
+* passwords in URLs (``scheme://user:password@host``) and ``password=`` pairs.
 * the values of credential-like keys written as ``key=value``, ``key: value`` or ``"key": "value"``
   (``aws_secret_access_key``, ``aws_session_token``, ``azure_storage_sas_key``, ``client_secret``,
   ``X-Amz-Security-Token``, ``X-Amz-Signature``, an Azure SAS ``sig=``...) and PEM private-key blocks
-  (the body of a GCS service account key);
+  (the body of a GCS service account key).
 * every secret value maintd was configured with (:func:`register_secret`): the storage options of the
   settings and the credential variables of the environment (``AWS_SECRET_ACCESS_KEY``...), wherever and
   however they show up, because an error message of a storage library may quote one without its key.

@@ -10,7 +10,7 @@ Names that are not settings but are allowed:
 
 - ``MAINTD_CONFIG``: the settings file;
 - ``MAINTD_WORKER_PRELOAD`` and ``MAINTD_WORKER_PRELOADED``: read and set by the daemon module of Spark's
-  Python workers (:mod:`maintd.pyspark_daemon`); a local session's workers inherit the daemon's environment;
+  Python workers (:mod:`maintd.pyspark_daemon`); a local session's workers inherit the daemon's environment.
 - ``MAINTD_TEST_*`` and ``MAINTD_CI_*``: read by maintd's own test suite and CI, never by maintd;
 - Kubernetes service links: for a Service named ``maintd`` Kubernetes gives every pod of the namespace
   ``MAINTD_SERVICE_HOST``, ``MAINTD_SERVICE_PORT``, ``MAINTD_PORT``, ``MAINTD_PORT_9464_TCP``... A name is

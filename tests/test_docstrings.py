@@ -31,7 +31,10 @@ MAX_MODULE_WORDS = 250
 PENDING = frozenset({
 })
 
-SENTENCE_END = re.compile(r"(?<=[.!?:;])\s+")
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=::)\s+")
+"""A sentence ends at ``.``, ``!`` or ``?`` (and where a literal block starts, after ``::``)."""
+CLAUSE_END = re.compile(r"(?<=[.!?:;])\s+")
+"""Figures are looked for clause by clause, so a limit and a measuring word in separate clauses do not make one."""
 TREE_LINE = re.compile(r"[├└│]")
 """A line that draws a tree (the exception tree of ``maintd/errors.py``) is a figure of the text, not prose."""
 QUANTITY = r"(?<![\w.])\d[\d,.]*\s?(?:ns|us|µs|ms|s|min|KiB|kB|KB|MiB|MB|GiB|GB|%)(?![\w/])"
@@ -64,8 +67,21 @@ def prose(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not TREE_LINE.search(line))
 
 
-def sentences(text: str) -> list[str]:
-    return [s for s in SENTENCE_END.split(" ".join(text.split())) if s]
+def without_literal_blocks(text: str) -> str:
+    """``text`` without its literal blocks (the indented code after a line that ends with ``::``)."""
+    kept: list[str] = []
+    block: int | None = None  # the indentation of the ``::`` line whose literal block is being skipped
+    for line in text.splitlines():
+        indent = len(line) - len(line.lstrip())
+        if block is not None and (not line.strip() or indent > block):
+            continue
+        block = indent if line.rstrip().endswith("::") else None
+        kept.append(line)
+    return "\n".join(kept)
+
+
+def sentences(text: str, end: re.Pattern[str] = SENTENCE_END) -> list[str]:
+    return [s for s in end.split(" ".join(text.split())) if s]
 
 
 def docstrings(tree: ast.Module) -> Iterator[tuple[str, int, str, int]]:
@@ -107,7 +123,7 @@ def comments(source: str) -> Iterator[tuple[int, str]]:
 
 def figures(text: str) -> list[str]:
     """The sentences of ``text`` that quote a measured figure."""
-    return [s for s in sentences(text)
+    return [s for s in sentences(text, CLAUSE_END)
             if (FIGURE.search(s) and MEASURED.search(s)) or (TIMING.search(s) and COMPARED.search(s))
             or ESTIMATED.search(s)]
 
@@ -125,7 +141,7 @@ def problems_in(source: str, where: str) -> list[str]:
         words = len(text.split())
         if words > limit:
             found.append(f"{where}:{line} {name}: docstring of {words} words (at most {limit})")
-        for sentence in sentences(text):
+        for sentence in sentences(without_literal_blocks(text)):
             if len(sentence.split()) > MAX_SENTENCE_WORDS:
                 found.append(f"{where}:{line} {name}: sentence of {len(sentence.split())} words: {sentence[:80]}...")
         for sentence in figures(text):
@@ -178,6 +194,10 @@ def test_long_docstrings_and_sentences_fail() -> None:
         "docstring of 153 words (at most 120)", *["sentence of 51 words"] * 3]
     tree = "\n".join(f"├── {sentence}" for _ in range(10))
     assert not problems_in(f'"""A module.\n\n{tree}\n"""\n', "errors.py")  # a drawn tree is not prose
+    clauses = "; ".join(" ".join(["word"] * 17) for _ in range(3)) + "."  # colons and semicolons end no sentence
+    assert [p.split(": ")[1] for p in problems_in(f'"""{clauses}"""\n', "m.py")] == ["sentence of 51 words"]
+    literal = "\n".join(f"    {sentence[:-1]}" for _ in range(3))  # a literal block is code, not prose
+    assert not problems_in(f'"""Example::\n\n{literal}\n\nThe end."""\n', "m.py")
 
 
 @pytest.mark.parametrize("text", [

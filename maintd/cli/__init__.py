@@ -3,7 +3,7 @@
 Every command lives in its own module with a ``register(app)`` function; the root app imports them in
 :data:`COMMAND_MODULES` order. Errors from the library (:class:`maintd.errors.MaintdError`, every subclass,
 present and future) are printed as one clear line naming what is wrong, passwords redacted, with exit code
-2 for bad input or a missing table and 1 for work that failed (README, "Exit codes"); operating-system errors
+2 for bad input or a missing table and 1 for work that failed (README, "Exit codes"). Operating-system errors
 about a path are one line and exit code 2 too (``OSError``: not a directory, no permission); other
 unexpected errors keep their traceback. Logging is configured before any command runs (WARNING, no
 variable values in tracebacks, secrets redacted; see :mod:`maintd.service.logging`); the daemon and

@@ -2,9 +2,10 @@
 
 It creates a partitioned primary-key table in a local warehouse directory, streams a few hundred
 micro-batches of upserts and deletes into it (each one a commit, so small files pile up in every
-bucket), prints the table's health, runs maintenance with the packaged policy (in child processes of this machine:
-the demo table is below ``spark.maintd.inProcess.maxInputBytes``; a larger one would run on local Spark),
-prints the health again with the read speedup, and checks that the rows read before and after are identical.
+bucket), and prints the table's health. It then runs maintenance with the packaged policy, in child processes of
+this machine (the demo table is below ``spark.maintd.inProcess.maxInputBytes``; a larger one would run on local
+Spark). Last, it prints the health again with the read speedup, and checks that the rows read before and after
+are identical.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Targets come from the table's policy (a policy file's ``target`` section, table properties
 ``maintd.target.*``), with ``--target NAME=VALUE`` over them. The table's write pattern is learned once and the
-policy knobs and the maintenance interval are searched with the simulator (:mod:`maintd.simulate.tune`); the
+policy knobs and the maintenance interval are searched with the simulator (:mod:`maintd.simulate.tune`). The
 tuned policy is printed beside the current one with the trade-off curve and why, as JSON, written as a policy
 file the daemon and ``maintd simulate`` load, or drawn.
 """

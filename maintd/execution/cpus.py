@@ -5,7 +5,7 @@ A Kubernetes pod limited to 2 CPUs on a 64-core node sees 64 cores in ``os.cpu_c
 and its threads by :func:`usable_cpus` instead: the CPUs of ``os.sched_getaffinity`` (a ``cpuset``, ``taskset``),
 at most the quota of the process's cgroup and of every cgroup above it, rounded up:
 
-* cgroup v2: ``cpu.max`` (``"200000 100000"`` is 2 CPUs, ``"max 100000"`` no quota);
+* cgroup v2: ``cpu.max`` (``"200000 100000"`` is 2 CPUs, ``"max 100000"`` no quota).
 * cgroup v1: ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us`` (a quota of -1 is none).
 
 The cgroup is the one ``/proc/self/cgroup`` names; under a cgroup namespace (a container) that is ``/``,

@@ -3,9 +3,9 @@
 Two ways to read, chosen by the task's memory budget (:mod:`maintd.execution.rewrite`):
 
 * **whole** (:func:`read_all`): every input fetched with one read and decoded from memory in parallel
-  threads (Parquet decoding releases the GIL); the fast path of the small-file case;
+  threads (Parquet decoding releases the GIL); the fast path of the small-file case.
 * **streams** (:func:`file_stream`): a Parquet reader per input with a small read buffer and no
-  pre-buffering, so an open input costs about two pages per column, not a row group; only the row
+  pre-buffering, so an open input costs about two pages per column, not a row group. Only the row
   groups that can hold keys of the task's range are read (the ``maintd.key_index`` footer entry of
   files maintd wrote, else the leading key column's statistics).
 

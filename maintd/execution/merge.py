@@ -221,7 +221,7 @@ def stable_order(k: np.ndarray) -> np.ndarray:
     """The indices that sort the integers ``k`` stably (equal values keep their order), as int64.
 
     When the span of ``k`` leaves room for a row number in 63 bits, each value is packed with its row
-    number into one word, ``(value - min) << bits | row``: the words are distinct and sort in exactly the
+    number into one word, ``(value - min) << bits | row``. The words are distinct and sort in exactly the
     stable order of ``k``, so numpy's unstable sort of plain integers (vectorised: x86-simd-sort where the
     processor has AVX-512 or AVX2) sorts them in place and the low bits are the indices (docs/benchmarks.md
     compares it with timsort). Wider spans use timsort (``np.argsort(kind="stable")``), which merges presorted

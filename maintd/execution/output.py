@@ -274,7 +274,7 @@ class OutputFile:
             self.writer = pq.ParquetWriter(self.sink, written, **options, store_schema=False)
 
     def _as_written(self, t: pa.Table, encoded: Mapping[str, pa.DictionaryArray | None]) -> pa.Table:
-        """``t`` with its text columns as the writer schema types them: a chosen column whose dictionary does not
+        """``t`` with its text columns as the writer schema types them. A chosen column whose dictionary does not
         fit this row group is given whole (the Parquet writer then falls back to plain pages part way, and the
         column is no longer listed in the footer), another text column as plain values."""
         for c in self.text:

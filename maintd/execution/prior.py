@@ -2,7 +2,7 @@
 
 The change feed of (a, b] needs, for every key a commit in between wrote, the key's row at ``a`` and at ``b``;
 in BaseFiles, reading those few rows costs a decode of the whole bucket. A compaction has exactly those rows at
-hand. So, in tables with ``changes.prior.rows``, each compaction unit also writes a *prior-rows file*: for every
+hand. So, in tables with ``changes.prior.rows``, each compaction unit also writes a *prior-rows file*. For every
 key of its DeltaFile rows, the row its BaseFiles hold for that key, or a marker (the key, ``_maintd_op`` =
 delete, version 0) when they hold none, and every row version of the key in its DeltaFiles. The feed then reads
 that one file instead (:mod:`maintd.table.read.feed`).
@@ -43,7 +43,7 @@ class PriorWriter:
     ``below``: the greatest version any of the unit's BaseFiles holds; every DeltaFile row is newer (a
     compaction takes every DeltaFile of its bucket). Every unit of a task that reads BaseFiles and DeltaFiles
     (``spec.prior_rows``) writes a file, even one whose key range holds none of the task's BaseFiles or none of
-    its DeltaFiles: it then answers for what its task names (:class:`~maintd.execution.specs.TaskPriors`), so
+    its DeltaFiles. It then answers for what its task names (:class:`~maintd.execution.specs.TaskPriors`), so
     that the feed can use the task's files as a whole record. A unit whose versions do not separate so writes
     nothing.
     """

@@ -3,7 +3,7 @@
 A unit reads its input files restricted to its key range, merges them and writes its output files:
 
 * ``cluster``: every row version kept, sorted by (primary key, version), into one DeltaFile at the
-  target level carrying ``_maintd_op`` and ``_maintd_version``;
+  target level carrying ``_maintd_op`` and ``_maintd_version``.
 * ``compact``: the greatest version per key, deletes dropped, into BaseFiles of about
   ``target_file_bytes`` each (:mod:`maintd.execution.output`).
 
@@ -11,10 +11,10 @@ Several units may share one Spark task (a *pack*, :func:`run_pack_json`): each i
 reported and, on failure, cleaned up on its own.
 
 **Memory.** A unit stays within ``task_memory_bytes`` (rows, read buffers and merge copies; the worker's
-interpreter and libraries come on top), whatever the size of its inputs, in one of three modes:
+interpreter and libraries come on top), whatever the size of its inputs, in one of three modes.
 
 * *memory*: inputs whose estimated decoded size fits are fetched whole and merged in one step (checked
-  against the footers and while decoding: past the limit the unit streams instead);
+  against the footers and while decoding: past the limit the unit streams instead).
 * *stream*: each input is streamed in bounded record batches through a k-way merge
   (:func:`maintd.execution.merge.merge_streams`);
 * *spill*: when even the open readers of all inputs would not fit, groups of inputs are merged into sorted

@@ -2,7 +2,7 @@
 
 **Packs.** Units are packed into Spark tasks of about ``task_input_bytes`` of input each (balanced by input
 bytes plus a fixed cost per file, biggest first), and into at least one Spark task per core the cluster has
-when the run starts: a large run has as many Spark tasks as its input calls for, and a small one still uses
+when the run starts. A large run has as many Spark tasks as its input calls for, and a small one still uses
 every core while paying a Python Spark task's fixed cost once per core rather than once per bucket.
 
 **Jobs.** Each pack runs as its own Spark job (one task), submitted from a driver thread, with about two Spark
@@ -72,7 +72,7 @@ class Backend(Protocol):
 class LocalBackend:
     """Packs run in threads of this process (tables whose storage a child process would not find, tests, or
     ``spark.maintd.inProcess.workers=threads``), each with the timeout of :func:`~maintd.execution.local.pack_timeout`
-    (``timeout`` overrides it): a thread cannot be killed, so a pack still running then is reported failed and its
+    (``timeout`` overrides it). A thread cannot be killed, so a pack still running then is reported failed and its
     thread left to end on its own (whatever it writes afterwards is never committed; orphan cleanup takes it)."""
 
     engine = "in-process"

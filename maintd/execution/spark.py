@@ -2,7 +2,7 @@
 
 maintd runs on the session the user runs it with:
 
-* **an existing session** (a notebook, an application embedding maintd, a test): used as it is;
+* **an existing session** (a notebook, an application embedding maintd, a test): used as it is.
 * **under** ``spark-submit`` (``jobs/maintenance_job.py``): the session the submission configured,
   master and deploy settings included; maintd's own ``spark`` settings do not override any of them;
 * **otherwise** maintd builds one from its ``spark`` settings (``master`` or ``remote``, ``app_name``,
@@ -94,7 +94,7 @@ DAEMON_MODULE_CONF = "spark.python.daemon.module"
 DAEMON_MODULE = "maintd.pyspark_daemon"
 """PySpark's daemon with workers that acknowledge the JVM's writes at once and freeze what their imports left
 for the collector: tens of milliseconds less per Python task (:mod:`maintd.pyspark_daemon`). Off by default (it
-replaces a private function of PySpark's): ``spark.worker_daemon: true`` sets it in sessions maintd builds, once
+replaces a private function of PySpark's). ``spark.worker_daemon: true`` sets it in sessions maintd builds, once
 :func:`maintd.pyspark_daemon.incompatibility` finds the running pyspark as it expects, and unless the settings
 name a daemon module themselves or ship code with ``spark.submit.pyFiles`` (the daemon starts before any shipped
 file is on its path, so it needs maintd installed on the executors)."""

@@ -4,7 +4,7 @@ A plan task is the unit of commit (one bucket's rewrite lands whole or not at al
 unit of execution (one Spark task's worth of work, or part of one). Clustering is always one unit: it
 writes one DeltaFile. A compaction is split into key ranges (:func:`maintd.table.files.keys.split_key_ranges`)
 when its inputs exceed ``task_input_bytes``, so no bucket is rewritten by a single thread, or when the
-bucket keeps BaseFiles the compaction does not rewrite (*fences*): no output may span a kept file's
+bucket keeps BaseFiles the compaction does not rewrite (*fences*). No output may span a kept file's
 key range, so the ranges are cut at every fence.
 
 Cut points come from the first keys of the bucket's BaseFiles (disjoint key ranges) and, for inputs
@@ -12,7 +12,7 @@ large enough to hold several row groups, from their footers: the key index of fi
 (the first key of every row group), else the leading key column's row-group minimums. That is one
 small read per large file, in the driver, only for the compactions that are split by size. A range
 reads only the row groups that can hold its keys, so a writer's small files (one row group, keys
-spread over the whole bucket) are read by every range they overlap: a bucket made of nothing else
+spread over the whole bucket) are read by every range they overlap. A bucket made of nothing else
 gains no parallelism from a split, and none is made where no cut point exists.
 """
 

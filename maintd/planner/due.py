@@ -7,7 +7,7 @@ max_age_hours``), the time since a bucket's last compaction (``compaction.max_in
 pressure), and the expiry of pins that hold history back. A daemon that found nothing to do can therefore
 skip planning an unchanged table until the earliest of those moments, and re-plan exactly then.
 
-:func:`next_time_trigger` returns that moment. It is conservative: it takes every such threshold of every
+:func:`next_time_trigger` returns that moment. It is conservative. It takes every such threshold of every
 file of every bucket that holds DeltaFiles (buckets without DeltaFiles have no time trigger), leaving out only
 those that cannot fire (an age rule of a level with fewer than two files, the minimum interval of a bucket
 without a BaseFile). So it may name a moment at which the plan is still empty (the daemon then plans once

@@ -2,11 +2,11 @@
 
 Three kinds of file are deleted, each for its own reason:
 
-* **log files** (``log``): commits and checkpoints of versions older than the oldest retained version;
+* **log files** (``log``): commits and checkpoints of versions older than the oldest retained version.
 * **data files** (``data``): files removed by a commit at or before the oldest retained version, so no
   retained version reads them (they are tombstones of the latest snapshot). Prior-rows files go with their
   BaseFiles (they carry the deletion time of the commit that removed them; a looked-up one whose BaseFiles
-  are all live has none, and stays);
+  are all live has none, and stays).
 * **orphans** (``orphan``): files no log entry references (a writer or a job that crashed before its
   commit landed), once older than the grace period, because an in-flight writer's files look the same.
 
@@ -111,7 +111,7 @@ def log_files_below(listing: Listing, floor: int) -> list[FileRef]:
     Checkpoints go first so that none is left to start a replay from while commits below ``floor`` go: a
     commit a late writer publishes into the removed history is then never read as part of a version.
     Commits go oldest first so that the commits left always form one unbroken range up to the latest
-    version, which the version lookups rely on, even if the deletion stops half-way; and so that while a
+    version, which the version lookups rely on, even if the deletion stops half-way. And so that while a
     commit is there, every commit after it is too (how a committer tells that its version was never removed).
     """
     commits: list[tuple[int, FileRef]] = []

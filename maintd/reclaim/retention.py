@@ -11,7 +11,7 @@ holds at ``now``. Pins whose TTL passed are ignored, and removed by the run's ex
 
 Before it deletes anything, a run commits what it expires (an ``EXPIRE`` commit) on top of the state it
 planned from, so a pin of an expired version that lands first makes it fail
-(:class:`~maintd.errors.PinConflictError`) and the run plans again: no pin is acknowledged for a version whose
+(:class:`~maintd.errors.PinConflictError`) and the run plans again. No pin is acknowledged for a version whose
 files are deleted. A run with nothing to expire commits nothing, and expire commits are no history
 (:func:`maintd.table.log.timeline.past_expire_commits`), so runs on an idle table add no commits.
 

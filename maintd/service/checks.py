@@ -4,11 +4,11 @@ The daemon checks every table it owns once per maintenance interval. Most tables
 the last check, and the planner is pure (:func:`maintd.planner.plan` of the same snapshot and policy
 changes only with ``now``), so a check needs to plan only when the table changed or when a time trigger
 of its last plan comes due (:func:`maintd.planner.next_time_trigger`). :class:`LogWatch` remembers, for
-every table whose last plan found nothing, the version it planned from and that moment; a check then
+every table whose last plan found nothing, the version it planned from and that moment. A check then
 costs one look at the log and nothing else:
 
 - on a store that lists in lexical order (object stores), one LIST of the first names of ``_log/``, whose
-  first commit name is the newest version (:meth:`~maintd.table.log.tablelog.TableLog.latest_version`);
+  first commit name is the newest version (:meth:`~maintd.table.log.tablelog.TableLog.latest_version`).
 - elsewhere (a local disk), versions are dense, so one ``stat`` of the commit after the version seen tells
   whether anything was committed since.
 

@@ -2,12 +2,12 @@
 
 Pages (``GET`` only; nothing on them changes a table, the store or the daemon):
 
-- ``/``: the fleet, every table's health at a glance, one page at a time, the unhealthiest first; filtered and
+- ``/``: the fleet, every table's health at a glance, one page at a time, the unhealthiest first. Filtered and
   ordered by query parameters (``q``, ``state``, ``sort``, ``desc``, ``page``, ``per``), with the targets each
-  table misses; the warehouse roots;
+  table misses; the warehouse roots.
 - ``/table?uri=...``: one table, its runs over time (inline SVG), its runs, the plan of its newest run explained
   bucket by bucket, and what its log says now (properties, pins, policy with the knobs the daemon tuned, files
-  by bucket and level), its targets, measured figures, gaps and last re-tune;
+  by bucket and level), its targets, measured figures, gaps and last re-tune.
 - ``/run?id=...``: one run, its measures, tasks, error and decisions;
 - ``/daemon``: the replicas and their leases, this replica's queue, its settings with every secret redacted.
 

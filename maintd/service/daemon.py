@@ -750,7 +750,7 @@ def pass_period(interval: float, jitter_seconds: float) -> tuple[float, float]:
 
 def due(elapsed: float, interval: float, cadence: float, jitter_seconds: float) -> bool:
     """Whether a table checked ``elapsed`` seconds ago, with check interval ``interval``, must be checked by a
-    pass that runs for ``cadence`` (:func:`pass_period`): the next pass may come a whole period plus its
+    pass that runs for ``cadence`` (:func:`pass_period`). The next pass may come a whole period plus its
     jitter later, so a table is skipped only while its next check would still be ``interval`` minus the same
     margin after its last. A table whose interval is the pass's own (or shorter) is checked at every pass."""
     if interval <= cadence:

@@ -7,7 +7,7 @@ schedules, leases and records; this module does the work and turns what happened
 source of the table gauges) and counters. It shares one Runner (so one policy file and one
 SparkSession) between every table thread.
 
-A maintenance run first plans from the table as it is; a plan with nothing to do ends the run there (no
+A maintenance run first plans from the table as it is. A plan with nothing to do ends the run there (no
 run is recorded, see :class:`~maintd.service.recording.RunRow`) and is remembered with the version it saw
 and its next time trigger, so that :meth:`TableJobs.check` can tell from one look at the log whether the
 next check needs to plan at all (:mod:`maintd.service.checks`). A plan with work hands the table to the
@@ -179,8 +179,8 @@ class TableJobs:
 
     def warehouse_ready(self) -> bool:
         """The readiness check ``warehouse``: fails (raises) when every warehouse root failed its last search
-        and no table is registered, the daemon then having nothing to maintain because of a storage error;
-        one root failing while others (or explicit tables) are maintained keeps the daemon ready, the root
+        and no table is registered, the daemon then having nothing to maintain because of a storage error.
+        One root failing while others (or explicit tables) are maintained keeps the daemon ready, the root
         being shown in ``/metrics`` and ``maintd status``."""
         scans = self.root_scans()
         if not scans or any(scan.ok for scan in scans):

@@ -3,7 +3,7 @@
 The JVM writes to the process's stderr with log4j2. Left alone it prints Spark's INFO lines in its own
 text format between maintd's JSON lines, which a log collector cannot parse. maintd ships two log4j2
 configurations beside this module and passes one to the driver JVM when the session is built, through
-``spark.driver.extraJavaOptions`` (the only moment JVM options can be given):
+``spark.driver.extraJavaOptions`` (the only moment JVM options can be given).
 
 - ``log4j2/json.properties`` with ``log4j2/event.json``, log4j2's JSON template layout shaped like loguru's
   JSON lines (``{"text": ..., "record": {"time", "level": {"name"}, "message", "name", ...}}``, levels named

@@ -8,7 +8,7 @@ other and never both see a row as free; on SQLite the transaction holds the data
 
 Clock skew: expiry is written and compared with the *database* clock (``now()`` in PostgreSQL), never
 with a replica's clock, so replicas whose clocks disagree still agree on expiry. A holder must stop
-committing for a table once its own lease may have expired; it decides that with its monotonic clock::
+committing for a table once its own lease may have expired. It decides that with its monotonic clock::
 
     started = time.monotonic()          # read *before* the call
     held = store.acquire_leases(me, due, duration, limit)

@@ -1,6 +1,6 @@
 """Logging with loguru: readable text on a terminal, JSON lines in Kubernetes, never a password.
 
-Secrets are removed twice, because either layer alone misses something: a *patcher* redacts the message and
+Secrets are removed twice, because either layer alone misses something. A *patcher* redacts the message and
 the ``extra`` values of every record (so every sink, even one added later, gets clean records), and the sink
 redacts the final text, which also covers tracebacks (formatted after patchers ran) and the JSON
 serialisation. Records of the standard :mod:`logging` module (APScheduler, SQLAlchemy, py4j) are forwarded to

@@ -1,7 +1,7 @@
 """``maintd run`` under the same rules as the daemon: one runner per table, every run recorded.
 
 With a state store (``store.url`` configured, or the default SQLite file of a local daemon present),
-each table is maintained only under its lease, exactly as a daemon replica does: a table whose lease
+each table is maintained only under its lease, exactly as a daemon replica does. A table whose lease
 another holder (a daemon, another ``maintd run``) has is skipped and reported, never maintained twice at
 once. The lease is renewed while the run lasts and checked right before the commit; the maintenance run
 and the reclamation that follows are recorded in the store (``maintd status``, ``maintd history``, the

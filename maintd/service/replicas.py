@@ -2,15 +2,15 @@
 
 Every daemon renews a row of ``maintd_replicas`` with its leases (database clock). The replicas seen within
 :func:`live_for` (``lease_duration_seconds - 1.5 * lease_renew_interval_seconds``: 30 s by default) are
-live; each table belongs to the live replica whose hash of (replica, table) is highest (rendezvous hashing:
+live. Each table belongs to the live replica whose hash of (replica, table) is highest (rendezvous hashing:
 when a replica comes or goes, only the tables it owned or takes move, and every replica computes the same
 owner from the same list). A replica checks only the tables it owns, so a table is checked once per
 interval whatever the number of replicas.
 
-A replica that dies stops renewing its row: the others see it gone at their first renewal after
-:func:`live_for`, so within ``live_for + lease_renew_interval_seconds`` of its death (50 s of the 60 s lease
-by default: within one lease period whenever the renewal interval is at most a third of it), take its
-tables, and check at once those they took. A replica that stops cleanly removes its row, so its tables
+A replica that dies stops renewing its row. The others see it gone at their first renewal after
+:func:`live_for`, so within ``live_for + lease_renew_interval_seconds`` of its death, take its tables, and
+check at once those they took. By default that is 50 s of the 60 s lease: within one lease period whenever
+the renewal interval is at most a third of it. A replica that stops cleanly removes its row, so its tables
 move on at the others' next renewal. Two replicas may briefly disagree on the owner while
 their lists differ; both may then check a table, which costs a look at its log: a run still needs the
 table's lease (:mod:`maintd.service.leases`), so no table is ever maintained by two replicas at once.

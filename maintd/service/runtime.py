@@ -2,7 +2,7 @@
 
 Start order is chosen for Kubernetes probes. Signal handlers come first, so a SIGTERM during start-up still
 ends in a clean exit 0; then the fork server that runs small plans in child processes (before any thread
-reads the environment, see :mod:`maintd.execution.local`); then the state store (its schema upgraded); then
+reads the environment, see :mod:`maintd.execution.local`). Then the state store (its schema upgraded); then
 the HTTP endpoint (``/readyz`` says 503 until the state store answers); then the scheduler. No JVM starts
 with the daemon: the SparkSession is started by the first plan that needs Spark and stopped when idle
 (:mod:`maintd.service.spark_driver`). Shutdown runs in reverse, every step even if one before it failed: the

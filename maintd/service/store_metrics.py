@@ -8,7 +8,7 @@ histograms stay per replica.
 
 Served from the store: the per-table gauges (``maintd_table_*``, ``maintd_backlog_*``,
 ``maintd_last_success_timestamp_seconds``); the fleet-wide gauge histograms of the layout measures
-(``maintd_fleet_*``, a few numbers a table extracted by the database); ``maintd_tables``,
+(``maintd_fleet_*``, a few numbers a table extracted by the database). ``maintd_tables``,
 ``maintd_leases_held`` and the roots' health, counted by the database; and ``maintd_store_up``, 0 when the
 store did not answer, the other store gauges then being absent rather than stale. Only enabled tables have
 series.

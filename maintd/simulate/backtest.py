@@ -1,6 +1,6 @@
 """Simulating the past: replay a table's recorded writes under a policy and compare with what really happened.
 
-The learning window becomes the whole stretch to check: the simulation starts from the state just before its
+The learning window becomes the whole stretch to check. The simulation starts from the state just before its
 first writer commit, replays exactly the commits writers made (at their times), runs maintenance at the
 daemon's cadence (or at the recorded run times, which is what makes the comparison fair when they exist), and
 is sampled every hour. The real table is sampled at the same times by replaying its log. The error of a

@@ -1,11 +1,12 @@
 """The simulation: a table's write pattern replayed in simulated time, maintained by the real planner.
 
 Starting from a real snapshot, events run in time order: writer commits (the learned trace, shifted by whole
-periods), maintenance passes (``maintd.planner.plan(snapshot, policy, now)`` on the simulated state, then every
-task's output estimated by :class:`~maintd.simulate.sizes.SizeModel` and committed, as
-:func:`maintd.execution.commit_rewrites` commits a run: one commit, inputs removed, outputs added), reclamation
-passes (files no retained version reads are dropped, by the rule of :mod:`maintd.reclaim`) and samples of the
-state. In a table with ``changes.prior.rows``, a compaction that rewrites a BaseFile also writes prior-rows files
+periods), maintenance passes, reclamation passes and samples of the state. A maintenance pass runs
+``maintd.planner.plan(snapshot, policy, now)`` on the simulated state, then estimates every task's output by
+:class:`~maintd.simulate.sizes.SizeModel` and commits it, as :func:`maintd.execution.commit_rewrites` commits a
+run (one commit, inputs removed, outputs added). A reclamation pass drops the files no retained version reads, by
+the rule of :mod:`maintd.reclaim`.
+In a table with ``changes.prior.rows``, a compaction that rewrites a BaseFile also writes prior-rows files
 (their bytes estimated by the size model); they are history: kept, and reclaimed, with the BaseFiles it removed.
 With ``lookup``, a clustering of a bucket that has BaseFiles writes one too, estimated the same way: it stays
 while the bucket's BaseFiles do and becomes history at the bucket's next compaction.

@@ -2,7 +2,7 @@
 
 Both are small reads. The overhead is the Parquet footer (and the two magic numbers) of the newest file of each
 layout. The key overlap is measured only when the log shows no compaction to learn it from (a table maintd has
-not maintained yet, or not compacted lately): the primary-key columns of a sample of buckets are read, bounded
+not maintained yet, or not compacted lately). The primary-key columns of a sample of buckets are read, bounded
 by a byte budget, and every upsert row version of their DeltaFiles is checked against the keys live before it.
 """
 

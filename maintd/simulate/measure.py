@@ -1,7 +1,7 @@
 """The measures targets are checked against, from one simulation of a policy (:mod:`maintd.planner.targets`).
 
 Per policy and maintenance interval: the p95 over simulated time of the files a reader opens in the fullest
-bucket (the layout's read amplification, as the daemon measures it); the p95 over time of the age of the
+bucket (the layout's read amplification, as the daemon measures it). The p95 over time of the age of the
 oldest level-0 file; the write amplification (bytes maintenance wrote / bytes writers wrote); and the bytes
 maintenance rewrote, the cost tuning minimises. A run can be cut short once it has rewritten more than a bound
 (a cheaper policy that meets the targets is already known), or at a deadline: the search throws such runs

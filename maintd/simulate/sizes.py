@@ -6,12 +6,12 @@ lines learned from the merges the log shows (least squares, when their sizes var
 else anchored at the measured overhead:
 
 * clustering keeps every row version: ``fixed + ratio x input payload`` bytes per target level (else
-  ``overhead + input payload``);
+  ``overhead + input payload``).
 * compaction keeps the latest row of each live key: ``b + U x (1 - overlap) - D`` rows from a bucket's base rows
   ``b``, upsert rows ``U`` and delete rows ``D``. The *key overlap*, the share of upserts that replace a live
   key, is learned from past compactions (per bucket, shrunk towards the table's) or measured on a sample of
   files (:mod:`maintd.simulate.keys`). Bytes are ``fixed + bytes per row x rows``, learned from the BaseFiles (or
-  the level-0 bytes per upsert row);
+  the level-0 bytes per upsert row).
 * a compaction of a table with ``changes.prior.rows`` that rewrites a BaseFile also writes prior-rows files,
   whose bytes are a line of their *driver* (the DeltaFiles' payload plus BaseFile bytes per row x (upserts x
   overlap + deletes)) learned from the log, else ``merged overhead + driver``.

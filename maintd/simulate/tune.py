@@ -3,7 +3,7 @@
 ``maintd tune`` learns the table's write pattern once (as ``maintd simulate`` does), then searches the policy
 knobs and the maintenance interval (:mod:`~maintd.simulate.search`), simulating each candidate through the real
 planner and measuring it (:mod:`~maintd.simulate.measure`). Two stages keep a week's search within its time
-budget: a coordinate search over a short horizon (one day), ranked by ceilings calibrated against the whole
+budget. A coordinate search over a short horizon (one day), ranked by ceilings calibrated against the whole
 horizon from the start (the current policy runs on both), then the best candidates simulated over the whole
 horizon, where runs that rewrite more than the cheapest one meeting the targets are cut short. Candidates are
 simulated in batches, over several processes when there are CPUs (:mod:`~maintd.simulate.evaluate`). The
@@ -225,7 +225,7 @@ def _coordinate_search(s: _Search, first: Candidate, days: int, until: float) ->
 
 def _check_shortlist(s: _Search, days: int) -> bool:
     """The best candidates of the short horizon (bounded by the cheapest known to meet the targets), then the
-    points of its curve, simulated on the whole horizon: those bounded the same way except the end with the
+    points of its curve, simulated on the whole horizon. Those bounded the same way except the end with the
     fewest read files, so the curve keeps its reach without simulating in full what cannot be chosen."""
     ranked = sorted(s.coarse, key=lambda c: key(s.coarse[c], s.coarse_targets))
     front = {p[3] for p in pareto([_point(s.coarse[c], c, s) for c in s.coarse])}

@@ -1,6 +1,6 @@
 """Storage: moves bytes for a table and offers the one primitive commits need, put-if-absent.
 
-Storages are unaware of each other and of the table format; :func:`storage_for_uri` picks one by URI scheme
+Storages are unaware of each other and of the table format. :func:`storage_for_uri` picks one by URI scheme
 (:data:`maintd.storage.base.BUILTIN_STORAGES`, each storage's module imported on the first use of its scheme):
 local paths (:mod:`maintd.storage.local`), and S3 (``s3://``, ``s3a://``), GCS (``gs://``) and Azure (``az://``,
 ``abfss://``) through obstore (:mod:`maintd.storage.objectstore`), whose conditional put (S3 and Azure

@@ -162,7 +162,7 @@ class Storage(abc.ABC):
 
     def update_atomic(self, path: str, change: Callable[[bytes | None], bytes | None]) -> bytes | None:
         """Replace ``path`` by ``change(current)`` (None: absent) unless ``change`` returns None, atomically with
-        respect to every other :meth:`update_atomic` of the path: two updates never both read one value and
+        respect to every other :meth:`update_atomic` of the path. Two updates never both read one value and
         then both write, so a value that only ever grows (the reclamation watermark, the checkpoint hint) is
         never moved back by a concurrent writer. Returns what the path holds afterwards.
 

@@ -3,13 +3,13 @@
 obstore runs every request on one tokio runtime per process, started by its first request. ``fork`` copies
 only the calling thread, so a child forked after that (Gunicorn and Celery prefork workers, ``multiprocessing``
 with the fork start method, PySpark's worker daemon) inherits a runtime without its threads, and its first
-request waits forever; tokio documents fork as unsupported and obstore offers no way to start another runtime.
+request waits forever. Tokio documents fork as unsupported and obstore offers no way to start another runtime.
 A child forked after the parent used obstore therefore sends its S3 requests through botocore (pure Python,
 its clients made per process, :func:`client`), and an object-store storage made in the parent and used in the
 child switches over on its first request (``maintd.storage.objectstore``). GCS and Azure have no such second
 client; a forked child refuses them with :class:`~maintd.errors.ForkedProcessError`, which says what to do.
 
-The functions take a :class:`BotoStore` where obstore takes a store, and answer as obstore does: a missing key is
+The functions take a :class:`BotoStore` where obstore takes a store, and answer as obstore does. A missing key is
 a ``FileNotFoundError``, a lost conditional write an ``AlreadyExistsError`` or ``PreconditionError``, any other
 failure an obstore ``GenericError`` whose message carries the S3 error code and HTTP status, which
 :func:`~maintd.storage.objectstore.storage_error` reads as it reads obstore's own.

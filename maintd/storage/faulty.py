@@ -4,9 +4,9 @@ stall, succeed without saying so, or kill the process, by rule or at random with
 It exists to prove the log's promises (an acknowledged commit is always visible, a commit reported as not
 landed never is, nothing outside the table is touched) under the failures real storages have:
 
-* ``fail``: the operation raises before it applies (a refused request);
+* ``fail``: the operation raises before it applies (a refused request).
 * ``fail_after``: it applies, then raises (the answer got lost: normal on object stores and NFS, and the
-  reason every commit must be able to tell whether it landed);
+  reason every commit must be able to tell whether it landed).
 * ``delay``: it sleeps first (widens race windows between processes);
 * ``crash`` / ``crash_after``: the process is killed with SIGKILL before / after the operation applies,
   which stops it at a named step (``put_if_absent`` of ``_log/*.json`` is "publishing a commit",

@@ -8,7 +8,7 @@
   with the version), so finding it costs one request however long the history is
   (:attr:`lists_in_order`). That needs a store that lists in lexical order, which is a property of the
   store: S3 Express One Zone directory buckets (``--x-s3``) list in no order, ``listing_order: unordered``
-  says so of any store, and a listing seen out of order makes the storage unordered from then on; the log
+  says so of any store, and a listing seen out of order makes the storage unordered from then on. The log
   then finds the latest version without relying on order (:mod:`maintd.table.log.tablelog`).
 * **Data files** stream through pyarrow's own filesystems (``S3FileSystem``, ``GcsFileSystem``,
   ``AzureFileSystem``), configured from the same options: C++ ranged reads and multipart uploads, no

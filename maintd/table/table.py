@@ -154,7 +154,7 @@ class Table:
         """Create a table: version 0 holds the protocol and the metadata.
 
         ``features``: None (the default) creates the table at legacy protocol 2, readable by every maintd since
-        self-verifying commit files (or 4 or 5 when ``changes.prior.rows`` needs it); an iterable of feature names
+        self-verifying commit files (or 4 or 5 when ``changes.prior.rows`` needs it). An iterable of feature names
         (empty too) creates it on named table features: those, what they depend on and what its properties need
         (docs/format.md, "Table features").
 

@@ -60,7 +60,7 @@ commit are kept."""
 LOOKED_UP_SECONDS = 1.0
 """A base found as the latest version by a lookup of the log that started less than this long ago is published on
 without first reading the commit it builds on again (the landing check after the publish decides in every case).
-Any other base (a writer's own last commit, a maintenance run's read version) is checked first: its commit must
+Any other base (a writer's own last commit, a maintenance run's read version) is checked first. Its commit must
 still carry the transaction id the base recorded, so that no commit is published above a gap or into another
 incarnation of the table (one dropped and created again, or rolled back)."""
 

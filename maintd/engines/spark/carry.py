@@ -1,6 +1,6 @@
 """The storage options the data source's Spark tasks carry to the executors (credentials only when asked).
 
-The reader and the writer run their tasks on executors, which open the table themselves: they carry the
+The reader and the writer run their tasks on executors, which open the table themselves. They carry the
 table's options that are not credentials, and the driver's credentials too only when the session's conf
 says ``spark.maintd.storage.shipOptions=true`` (:data:`maintd.storage.SHIP_CONF`) or its master is local
 (its Python workers are children of this process, on this machine, and have no credentials of their own

@@ -3,7 +3,7 @@
 Spark plans a Python data source in a Python worker on the driver: the reader is built there
 (``DataSource.reader``), pickled *before* ``partitions()`` runs, and shipped with every task. So a
 reader holds only what its tasks need (the table URI, the version, the metadata, the columns and
-the filter), never a snapshot; ``partitions()`` loads the snapshot, plans the scan
+the filter), never a snapshot. ``partitions()`` loads the snapshot, plans the scan
 (:func:`maintd.table.read.scan.plan_scan`) and returns one Spark partition per unit (a (partition,
 bucket), or a key range of a large bucket) carrying that unit's ``add`` actions. An executor
 opens nothing but those files: no log replay, no listing.

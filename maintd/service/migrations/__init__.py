@@ -5,7 +5,7 @@ does it on demand. One transaction does it all, under the store's lock (a Postgr
 SQLite's write lock), so replicas that start together migrate once. What it finds decides what it does:
 
 - an empty database: the tables are created from the model (:mod:`maintd.service.schema`) and stamped
-  with the newest revision; the tests prove the migrations build the very same schema;
+  with the newest revision; the tests prove the migrations build the very same schema.
 - the tables of maintd 0.1.0, which created its schema without migrations: stamped ``0001`` (that
   schema, see ``versions/v0001_baseline.py``), then upgraded;
 - an older revision: upgraded; the newest revision: nothing;

@@ -1,6 +1,6 @@
 """Bucket assignment: ``bucket = hash(primary key) mod write.bucket.num`` (docs/format.md, "Buckets").
 
-The hash is specified bit for bit so any process or language assigns the same bucket:
+The hash is specified bit for bit so any process or language assigns the same bucket.
 
 * ``mix64(x)`` is the SplitMix64 finaliser over unsigned 64-bit integers (wrapping arithmetic)::
 
@@ -9,9 +9,9 @@ The hash is specified bit for bit so any process or language assigns the same bu
       z = (z ^ (z >> 27)) * 0x94D049BB133111EB
       return z ^ (z >> 31)
 
-* A column value hashes to ``mix64(v)``: integers, dates (days since epoch), timestamps
+* A column value hashes to ``mix64(v)``. Integers, dates (days since epoch), timestamps
   (microseconds since epoch) and booleans (0/1) as their signed 64-bit value reinterpreted as
-  unsigned; strings (UTF-8) and binaries as their FNV-1a 64-bit hash (offset
+  unsigned. Strings (UTF-8) and binaries as their FNV-1a 64-bit hash (offset
   0xCBF29CE484222325, prime 0x100000001B3) fed through ``mix64``.
 * A key of columns c1..cn hashes to ``h_n`` with ``h_0 = 0`` and ``h_i = mix64(h_{i-1} XOR hash(c_i))``.
 * ``bucket = h_n mod buckets``. Null key values are rejected before hashing.

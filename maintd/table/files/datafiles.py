@@ -79,8 +79,8 @@ def text_columns(schema: pa.Schema) -> list[str]:
 
 
 def delta_coded(schema: pa.Schema, key_columns: Sequence[str], constant: Sequence[str] = ()) -> list[str]:
-    """The columns of ``schema`` that level-0 and level-1 files store ``DELTA_BINARY_PACKED`` and uncompressed:
-    the integer, date and timestamp key columns (sorted in a file: small deltas) and the hidden ones (an op
+    """The columns of ``schema`` that level-0 and level-1 files store ``DELTA_BINARY_PACKED`` and uncompressed.
+    The integer, date and timestamp key columns (sorted in a file: small deltas) and the hidden ones (an op
     of 0 or 1, versions close to each other), but not ``constant`` ones (a dictionary of one value,
     :mod:`maintd.execution.output`). These pack into a few bits per value, faster than LZ4 compresses them
     plain and smaller. Value columns stay plain: random wide integers (an epoch in microseconds, a hash)
@@ -332,7 +332,7 @@ def read_runs_of_files(storage: Storage, metadata: Metadata, files: Sequence[Add
     reduce a run on the thread that read it.
 
     What the files share (their full paths' checks, the columns to read and where they are in a file of the
-    expected schema) is worked out once for all of them, not per file: with hundreds of small files, the
+    expected schema) is worked out once for all of them, not per file. With hundreds of small files, the
     Python work per file holds the GIL while the other threads wait to start their next decode.
     """
     plans: dict[tuple[str, int | None], _Projection] = {}

@@ -6,9 +6,9 @@ dictionary it stays an array of small integers at every step (docs/design.md, "D
 * writers and maintenance outputs store such a column dictionary-encoded: :func:`encode_text` decides per
   column, by a sample first (mostly distinct values stay plain), then by the size of the whole dictionary;
 * the footer lists the columns whose every page, in every row group, is dictionary-encoded
-  (:data:`DICTIONARY_KEY`, :func:`dictionary_columns`);
+  (:data:`DICTIONARY_KEY`, :func:`dictionary_columns`).
 * a maintenance unit whose every input lists a column reads it as a dictionary, merges the indices and
-  writes dictionary and indices as they are, after dropping the entries no row uses;
+  writes dictionary and indices as they are, after dropping the entries no row uses.
 * the footer's ``ARROW:schema`` still says ``string`` (:func:`arrow_schema_metadata`), so every other reader
   reads the column as it always did.
 

@@ -2,9 +2,9 @@
 
 Only nullable value columns can be added (docs/format.md, "Schema evolution"). A column added later is marked
 ``added`` in the metadata: data files written before lack it, and so may a writer's batch, and both read as
-nulls. Nothing else about a column may change: dropping or renaming one would orphan the values older files
-hold, a new type would make older files disagree with the schema (widening included: maintd's readers take a
-file's columns at the schema's types), and key, partition and NOT NULL columns are what rows are identified
+nulls. Nothing else about a column may change. Dropping or renaming one would orphan the values older files
+hold, and a new type would make older files disagree with the schema (widening included: maintd's readers take
+a file's columns at the schema's types). Key, partition and NOT NULL columns are what rows are identified
 and bucketed by, which files written before cannot be made to satisfy. Each such request is refused with
 :class:`~maintd.errors.SchemaEvolutionError` naming the column and what to do instead.
 """

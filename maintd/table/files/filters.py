@@ -2,9 +2,9 @@
 
 A filter is an OR of ANDs of simple predicates (``column op value``), the form pyarrow's
 ``filters=`` argument and Spark's pushed filters take. It is kept as data rather than as an
-opaque ``pyarrow.compute.Expression`` because readers *look into it*: predicates on partition
-columns skip whole (partition, bucket) groups, equalities on every primary-key column name the
-only buckets that can hold the key, and ranges on the leading key column skip files by their
+opaque ``pyarrow.compute.Expression`` because readers *look into it*. Predicates on partition
+columns skip whole (partition, bucket) groups, and equalities on every primary-key column name the
+only buckets that can hold the key. Ranges on the leading key column skip files by their
 ``key_min`` / ``key_max`` (:mod:`maintd.table.read.scan`). Rows are filtered after the merge, so a
 predicate on a value column never resurrects an older version of a row.
 

@@ -1,15 +1,15 @@
 """The bytes of one checkpoint: the full state at a version, self-verifying, with transaction records.
 
 A checkpoint is a Parquet file (zstd) with one string column ``action``: one JSON log line per action of
-the state (protocol, metadata, one ``add`` per live file, one ``remove`` per tombstone, one ``txn`` per
-application; one ``pin`` per pin, in tables with feature ``pins`` also the latest ``expire`` record, so that pins
-survive the expiry of the commits that made them; one ``prior`` per prior-rows file). Its
+the state. Those are the protocol, metadata, one ``add`` per live file, one ``remove`` per tombstone, one ``txn``
+per application, one ``pin`` per pin and one ``prior`` per prior-rows file. In tables with feature ``pins`` it also
+holds the latest ``expire`` record, so that pins survive the expiry of the commits that made them. Its
 key-value metadata holds (docs/format.md, "Snapshots and checkpoints"):
 
-* ``version``, ``timestamp``: the version it holds and that version's commit time;
+* ``version``, ``timestamp``: the version it holds and that version's commit time.
 * ``format`` (2, the protocol in legacy tables of protocol 3 to 6, 7 in tables on named features), ``actions``
   (the row count) and ``sha256`` (of the rows joined by ``\\n``): a damaged or cut checkpoint fails the check and
-  loading falls back to an older one (:mod:`maintd.table.log.tablelog`);
+  loading falls back to an older one (:mod:`maintd.table.log.tablelog`).
 * ``txns``: ``{"from": v0, "records": [[txn_id, commit_time], ...]}``, the transaction id of every version
   from ``v0`` to ``version``. This is what answers "did my commit land at v?" once commit ``v`` is gone or
   was replaced: a checkpoint recording another transaction at ``v`` proves that a commit published there

@@ -8,7 +8,7 @@ why). The evidence, cheapest first:
    we built on recorded there. Reclamation deletes commits oldest first, so while ``v - 1`` is the commit we
    built on, the commit at ``v`` was never removed, and the history runs through our file. One small read.
 2. otherwise the latest state, loaded afresh from the newest checkpoint (checkpoints record the transaction
-   ids of the commits they summarise), decides: our id at ``v``: landed; another id: our file is not part
+   ids of the commits they summarise), decides: our id at ``v``: landed. Another id: our file is not part
    of the table (published into removed history), so the attempt did not land and the file is taken back;
    no record reaching back to ``v``: it cannot be known.
 
@@ -84,8 +84,8 @@ class Attempt:
             budget.pause()
 
     def base_stands(self) -> bool:
-        """Whether the commit this attempt builds on (``version - 1``) is still the one its base recorded there:
-        the same file of the same incarnation of the table, so that a publish of ``version`` continues the
+        """Whether the commit this attempt builds on (``version - 1``) is still the one its base recorded there.
+        The same file of the same incarnation of the table, so that a publish of ``version`` continues the
         table's history (never above a gap, never in a table dropped and created again, or rolled back)."""
         if self.version == 0:
             return True

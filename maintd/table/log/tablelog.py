@@ -56,7 +56,7 @@ def oldest_buildable(commits: Iterable[int], checkpoints: Iterable[int], latest:
 
     What reclamation plans from. A commit left below that run (published into removed history by a writer
     that died before taking it back) is no version of the table, and its commit time says nothing about the
-    table's history, so it is never taken for the oldest version (nor for the oldest retained one); nor is a
+    table's history, so it is never taken for the oldest version (nor for the oldest retained one). Nor is a
     commit whose checkpoints are gone (a reclamation stopped between its steps): it can no longer be built.
     """
     present = set(commits)
@@ -136,7 +136,7 @@ class TableLog:
 
         On a store that lists in lexical order, the first commit name listed. Otherwise a probe forward that
         relies on no order, from ``_last_checkpoint`` while that checkpoint exists, else from the newest commit
-        listed; ``hint`` (a version this process knows to exist) is used only from the newest checkpoint on,
+        listed. ``hint`` (a version this process knows to exist) is used only from the newest checkpoint on,
         since below it a commit file may stand in removed history (docs/format.md, "Latest-version lookup").
 
         A commit file that stands above a gap (neither the commit before it nor a checkpoint of its own version
@@ -197,7 +197,7 @@ class TableLog:
             limit *= 8
 
     def _probe_forward(self, known: int) -> int:
-        """The last commit of the unbroken run that starts at ``known`` (which exists): a galloping search that
+        """The last commit of the unbroken run that starts at ``known`` (which exists). A galloping search that
         assumes the run is dense, then a look at the commit found, which must stand on the one before it (a
         commit file above a gap, published into a table created again or rolled back, is passed over)."""
         seen = {known}

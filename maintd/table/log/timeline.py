@@ -88,7 +88,7 @@ def oldest_retained_version(log: TableLog, latest: int, retain_hours: int, now_m
                             start: int | None = None) -> int:
     """The oldest version that is still retained (Delta Lake's rule): the newest version committed at or before
     ``now - retain hours``, which was the table's state at that moment, so every time in the window can be
-    read; the oldest version that can still be built (``start``, by :func:`oldest_available` if not given)
+    read. The oldest version that can still be built (``start``, by :func:`oldest_available` if not given)
     when none was committed that early; the latest when 0."""
     if retain_hours == 0:
         return past_expire_commits(log, latest, start if start is not None else 0)

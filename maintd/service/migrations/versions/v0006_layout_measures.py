@@ -1,7 +1,7 @@
 """The layout measures the fleet-wide histograms read, in columns of their own beside the layout.
 
 Every ``/metrics`` scrape reads four numbers of every enabled table (read amplification, the commit time of
-the oldest level-0 file, history bytes, bytes held by pins); extracting them from the JSON layouts put a
+the oldest level-0 file, history bytes, bytes held by pins). Extracting them from the JSON layouts put a
 scrape on PostgreSQL over its time goal at 10,000 tables (docs/benchmarks.md, "The web console at 10,000
 tables"). They are written with the layout and backfilled here from the layouts already stored.
 

@@ -2,7 +2,7 @@
 
 Applies whenever the files the data-changing commits of the range added or removed are known. A key's state can
 differ between the two versions only if one of those files holds a row of it, so every row of a changed file is
-a row of a changed key: each is read once, whole (with every other group's, :class:`Reads`), and serves both as
+a row of a changed key. Each is read once, whole (with every other group's, :class:`Reads`), and serves both as
 the source of the changed keys and as its own rows in the states. The rows of those keys in the group's other
 live files are read as :mod:`maintd.table.read.feed.keys` reads them.
 """

@@ -2,7 +2,7 @@
 stand in for them: the state the strategies that read data files build (:mod:`.changedrows`, :mod:`.datafiles`).
 
 Of a state's files, a BaseFile is read for the keys its prior-rows files do not answer for (none, if they answer
-for all), a DeltaFile that a prior-rows file holds whole is not opened, and any other file is read for the keys
+for all), and a DeltaFile that a prior-rows file holds whole is not opened. Any other file is read for the keys
 only (:func:`maintd.table.files.datafiles.read_rows_of_keys`: the row groups whose key statistics enclose one).
 """
 

@@ -2,15 +2,15 @@
 
 A compaction unit of a table with ``changes.prior.rows`` stores, for the keys of its DeltaFile rows, the rows
 its BaseFiles hold (or a marker: none) and every row version of those keys in its DeltaFiles
-(:mod:`maintd.execution.prior`); a clustering of a table with ``changes.prior.rows=lookup`` stores the same for
+(:mod:`maintd.execution.prior`). A clustering of a table with ``changes.prior.rows=lookup`` stores the same for
 the DeltaFiles it merged, looked up in the BaseFiles still live. :class:`GroupPriors` answers the strategies'
 questions of them:
 
 * **a whole record** (:meth:`GroupPriors.record`, :meth:`GroupPriors.rows`): the files of one compaction that hold
-  every row the feed of a group needs (:mod:`maintd.table.read.feed.record`);
+  every row the feed of a group needs (:mod:`maintd.table.read.feed.record`).
 * **changed rows** and **DeltaFile rows** (:meth:`GroupPriors.changed_rows`, :meth:`GroupPriors.file_rows`): a
   file not bounded to a key range holds every row of its DeltaFiles, so the changed files it names, and the
-  DeltaFiles of either state it names, are not opened; with the BaseFile answers, they may be every row a group
+  DeltaFiles of either state it names, are not opened. With the BaseFile answers, they may be every row a group
   needs (:meth:`GroupPriors.answered`, :mod:`maintd.table.read.feed.answered`);
 * **BaseFile answers** (:meth:`GroupPriors.usable`, :meth:`GroupPriors.base_rows`, :meth:`GroupPriors.listed`):
   for a state in which all BaseFiles of a file are live, its BaseFile rows and markers stand in for reading
@@ -78,7 +78,7 @@ class GroupPriors:
         """The files of one compaction that hold every row the feed needs, or None.
 
         They do when they are one from every unit of its task (so they hold every DeltaFile row it read), their
-        BaseFiles are all live at both versions, and their DeltaFiles include every changed file: the BaseFiles
+        BaseFiles are all live at both versions, and their DeltaFiles include every changed file. The BaseFiles
         live at both versions are theirs, and every DeltaFile row live at either version is in one of their
         DeltaFiles (a row leaves the bucket's DeltaFiles only into a BaseFile, or by an overwrite, which would
         have removed their BaseFiles too). ``changed``: the group's files added or removed by the data-changing
@@ -115,7 +115,7 @@ class GroupPriors:
 
         A file not bounded to a key range holds every row of the DeltaFiles it names. If every changed file is
         one of those and was added in (start, end] (none taken away by an overwrite: its rows would be older),
-        their rows are exactly those files' rows of versions in (start, end]: every row of such a version was
+        their rows are exactly those files' rows of versions in (start, end]. Every row of such a version was
         written by a commit of the range into a changed file (and moved, at most, into other DeltaFiles by a
         clustering: the same rows, found once).
         """
@@ -138,7 +138,7 @@ class GroupPriors:
 
     def answered(self, held: Held, was: Sequence[AddFile], now: Sequence[AddFile],
                  need: set[str]) -> pa.Table | None:
-        """Every row the group's states need, with ``held``, or None: the BaseFile rows of the changed keys, the
+        """Every row the group's states need, with ``held``, or None. The BaseFile rows of the changed keys, the
         changed rows, and the rows of those keys in the other DeltaFiles of either state (``was``, ``now``: the
         group's live files), when the files that hold ``held`` answer for every BaseFile of both states and
         prior-rows files hold those DeltaFiles (:meth:`file_rows`). A file lists every key of its DeltaFile
