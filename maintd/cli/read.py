@@ -79,7 +79,7 @@ def read_command(
 
 def _first_rows(table: Any, version: int, columns: list[str] | None, limit: int) -> tuple[pa.Table, int | str]:
     """The first ``limit`` merged rows of ``version``, reading bucket after bucket only until there are enough,
-    and the table's row count. Exact when the file statistics tell it (every bucket one file), else
+    and the table's row count. The count is exact when the file statistics tell it (every bucket one file), else
     ``at most N`` (a key may have a row in several files; counting them would need the full read avoided)."""
     import pyarrow as pa
 

@@ -2,9 +2,9 @@
 
 Compactions are rare, so until the next one the feed over the newest commits would decode the BaseFiles of
 every changed bucket. A clustering of such a table therefore also looks the keys of the DeltaFiles it merges up
-in the bucket's live BaseFiles, once, and stores what it finds. The BaseFile row of each key, or a marker (the
-key, ``_maintd_op`` = delete, version 0) when they hold none, and every row it merges. It is Paimon's ``lookup``
-changelog producer, run by maintenance rather than by the writer, so writers pay nothing.
+in the bucket's live BaseFiles, once, and stores what it finds. It stores the BaseFile row of each key, or a
+marker (the key, ``_maintd_op`` = delete, version 0) when they hold none, and every row it merges. It is Paimon's
+``lookup`` changelog producer, run by maintenance rather than by the writer, so writers pay nothing.
 
 The file (a ``prior`` action with ``lookup`` set, feature ``lookedUpPriorRows``) answers for BaseFiles that
 stay live (:mod:`maintd.table.read.feed.priors`). Its content depends only on files that never change, so it is

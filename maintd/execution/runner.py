@@ -41,8 +41,8 @@ Progress = Callable[[str, str], None]
 @dataclass
 class TableHealth:
     """Files and bytes of a snapshot, by file kind and level (``L0``, ``L1``, ``L2``, ``base``), and what they
-    cost readers. The files a reader of one bucket opens (the read amplification, at most and on average over
-    the buckets), when the oldest level-0 file was committed (level 0 waits for clustering), and the bytes
+    cost readers. Those are the files a reader of one bucket opens (the read amplification, at most and on
+    average over the buckets), when the oldest level-0 file was committed (level 0 waits for clustering), and the bytes
     of removed files still kept for the retained history."""
 
     files: int = 0

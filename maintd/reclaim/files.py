@@ -111,8 +111,9 @@ def log_files_below(listing: Listing, floor: int) -> list[FileRef]:
     Checkpoints go first so that none is left to start a replay from while commits below ``floor`` go: a
     commit a late writer publishes into the removed history is then never read as part of a version.
     Commits go oldest first so that the commits left always form one unbroken range up to the latest
-    version, which the version lookups rely on, even if the deletion stops half-way. And so that while a
-    commit is there, every commit after it is too (how a committer tells that its version was never removed).
+    version, which the version lookups rely on, even if the deletion stops half-way. They also go oldest first so
+    that while a commit is there, every commit after it is too (how a committer tells that its version was never
+    removed).
     """
     commits: list[tuple[int, FileRef]] = []
     checkpoints: list[tuple[int, FileRef]] = []

@@ -128,9 +128,10 @@ class Metrics:
 
     def attach_probes(self, probes: Mapping[str, Callable[[], Mapping[str, str]]],
                       names: Mapping[str, Iterable[str]]) -> None:
-        """Serve ``maintd_probe_check_ok{probe, check}``. 1 while a check of a probe passes, 0 while it fails, run at
-        every scrape (``probes``: probe name to a function returning the failing checks; ``names``: every check of
-        each probe), so that alerts see the Spark driver or the store down as ``/readyz`` and ``/healthz`` do."""
+        """Serve ``maintd_probe_check_ok{probe, check}``: 1 while a check of a probe passes, 0 while it fails.
+        Checks run at every scrape (``probes``: probe name to a function returning the failing checks; ``names``:
+        every check of each probe), so that alerts see the Spark driver or the store down as ``/readyz`` and
+        ``/healthz`` do."""
         if self._probes_attached:
             return
         self.registry.register(_ProbeChecks(probes, names))

@@ -1,7 +1,7 @@
 """The predictions: frozen models of what the simulation of each policy foretells, per day and over time.
 
 A report holds, per policy and per simulated day: files per level (at the end of the day and on average);
-read amplification (files a read merges per bucket). Write amplification (bytes maintenance wrote per byte
+read amplification (files a read merges per bucket). It also holds write amplification (bytes maintenance wrote per byte
 writers wrote); maintenance tasks and bytes; reclaimed and reclaimable bytes; the history kept for time travel;
 and the age of the oldest row version still in a DeltaFile. It adds an hourly series for plots and
 round-trips through JSON (``maintd simulate --json``).

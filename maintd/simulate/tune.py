@@ -3,9 +3,9 @@
 ``maintd tune`` learns the table's write pattern once (as ``maintd simulate`` does), then searches the policy
 knobs and the maintenance interval (:mod:`~maintd.simulate.search`), simulating each candidate through the real
 planner and measuring it (:mod:`~maintd.simulate.measure`). Two stages keep a week's search within its time
-budget. A coordinate search over a short horizon (one day), ranked by ceilings calibrated against the whole
-horizon from the start (the current policy runs on both), then the best candidates simulated over the whole
-horizon, where runs that rewrite more than the cheapest one meeting the targets are cut short. Candidates are
+budget. First comes a coordinate search over a short horizon (one day), ranked by ceilings calibrated against
+the whole horizon from the start (the current policy runs on both). Then the best candidates are simulated over
+the whole horizon, where runs that rewrite more than the cheapest one meeting the targets are cut short. Candidates are
 simulated in batches, over several processes when there are CPUs (:mod:`~maintd.simulate.evaluate`). The
 answer is the chosen policy with its predictions beside the current one's, the trade-off curve between read
 and write amplification, and which target binds: the one the choice is closest to missing, or, when a complete

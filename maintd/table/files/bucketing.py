@@ -9,10 +9,10 @@ The hash is specified bit for bit so any process or language assigns the same bu
       z = (z ^ (z >> 27)) * 0x94D049BB133111EB
       return z ^ (z >> 31)
 
-* A column value hashes to ``mix64(v)``. Integers, dates (days since epoch), timestamps
-  (microseconds since epoch) and booleans (0/1) as their signed 64-bit value reinterpreted as
-  unsigned. Strings (UTF-8) and binaries as their FNV-1a 64-bit hash (offset
-  0xCBF29CE484222325, prime 0x100000001B3) fed through ``mix64``.
+* A column value hashes to ``mix64(v)``. For integers, dates (days since epoch), timestamps
+  (microseconds since epoch) and booleans (0/1), ``v`` is their signed 64-bit value reinterpreted as
+  unsigned. For strings (UTF-8) and binaries, ``v`` is their FNV-1a 64-bit hash (offset
+  0xCBF29CE484222325, prime 0x100000001B3), fed through ``mix64``.
 * A key of columns c1..cn hashes to ``h_n`` with ``h_0 = 0`` and ``h_i = mix64(h_{i-1} XOR hash(c_i))``.
 * ``bucket = h_n mod buckets``. Null key values are rejected before hashing.
 

@@ -1,8 +1,8 @@
 """Primary keys as the log stores them: their one order, key ranges, and splitting a bucket into ranges.
 
 Every data file is sorted by primary key (Arrow's ascending sort of the key columns) and its ``add`` action
-records the first and the last key (``key_min``/``key_max``) as JSON scalars. Integers and booleans as they
-are, strings as they are, binary as lowercase hex, dates and timestamps as ISO text (:func:`key_value`;
+records the first and the last key (``key_min``/``key_max``) as JSON scalars. Integers and booleans are written
+as they are, strings as they are, binary as lowercase hex, dates and timestamps as ISO text (:func:`key_value`;
 :func:`column_value` turns them back into values of the column's type). :func:`sort_key` orders keys in
 that form exactly as Arrow's sort orders the key columns, for every key type, so nothing here opens a file.
 

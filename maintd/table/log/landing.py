@@ -85,7 +85,7 @@ class Attempt:
 
     def base_stands(self) -> bool:
         """Whether the commit this attempt builds on (``version - 1``) is still the one its base recorded there.
-        The same file of the same incarnation of the table, so that a publish of ``version`` continues the
+        That is, the same file of the same incarnation of the table, so that a publish of ``version`` continues the
         table's history (never above a gap, never in a table dropped and created again, or rolled back)."""
         if self.version == 0:
             return True

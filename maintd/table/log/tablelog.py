@@ -197,8 +197,8 @@ class TableLog:
             limit *= 8
 
     def _probe_forward(self, known: int) -> int:
-        """The last commit of the unbroken run that starts at ``known`` (which exists). A galloping search that
-        assumes the run is dense, then a look at the commit found, which must stand on the one before it (a
+        """The last commit of the unbroken run that starts at ``known`` (which exists). It is found by a galloping
+        search that assumes the run is dense, then a look at the commit found, which must stand on the one before it (a
         commit file above a gap, published into a table created again or rolled back, is passed over)."""
         seen = {known}
         top = self._gallop(known, seen)

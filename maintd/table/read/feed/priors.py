@@ -138,9 +138,9 @@ class GroupPriors:
 
     def answered(self, held: Held, was: Sequence[AddFile], now: Sequence[AddFile],
                  need: set[str]) -> pa.Table | None:
-        """Every row the group's states need, with ``held``, or None. The BaseFile rows of the changed keys, the
-        changed rows, and the rows of those keys in the other DeltaFiles of either state (``was``, ``now``: the
-        group's live files), when the files that hold ``held`` answer for every BaseFile of both states and
+        """Every row the group's states need, with ``held``: the BaseFile rows of the changed keys, the changed
+        rows, and the rows of those keys in the other DeltaFiles of either state (``was``, ``now``: the group's
+        live files). None unless the files that hold ``held`` answer for every BaseFile of both states and
         prior-rows files hold those DeltaFiles (:meth:`file_rows`). A file lists every key of its DeltaFile
         rows, so every changed key. The BaseFiles are the same at both versions, so every DeltaFile row live
         at one that is not newer than the other is live at the other too (it can only have moved between
