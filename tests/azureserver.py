@@ -15,11 +15,11 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
 from s3server import free_port, stop_server
+from waiting import wait_until
 
 ACCOUNT = "devstoreaccount1"
 """The emulator's well-known development account and key (public: they are in Azurite's documentation)."""
@@ -48,16 +48,21 @@ class AzureServer:
             [command, "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--inMemoryPersistence",
              "--loose", "--skipApiVersionCheck"],
             stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
+
+        def answering() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError("azurite-blob exited")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=2).close()
-                break
             except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"azurite-blob did not start on {self.endpoint} (see {self.log.name})") from None
-                time.sleep(0.1)
+                return False
+            return True
+
+        try:
+            wait_until(answering, f"azurite-blob on {self.endpoint}")
+        except AssertionError:
+            self.stop()
+            raise RuntimeError(f"azurite-blob did not start on {self.endpoint} (see {self.log.name})") from None
 
     @property
     def options(self) -> dict[str, str]:

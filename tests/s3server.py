@@ -14,12 +14,13 @@ import re
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
+
+from waiting import wait_until
 
 ACCESS_KEY = "testing-access-key"
 SECRET_KEY = "testing-secret-key-never-shown"
@@ -45,16 +46,21 @@ class S3Server:
         # moto's own application, with conditional puts made atomic as on S3 (see tests/s3app.py)
         self.proc = subprocess.Popen([sys.executable, str(LAUNCHER), "-H", "127.0.0.1", "-p", str(self.port)],
                                      stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
+
+        def answering() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError("moto_server exited")
             try:
                 urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=2).close()
-                break
             except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"moto_server did not start on {self.endpoint}") from None
-                time.sleep(0.1)
+                return False
+            return True
+
+        try:
+            wait_until(answering, f"moto_server on {self.endpoint}")
+        except AssertionError:
+            self.stop()
+            raise RuntimeError(f"moto_server did not start on {self.endpoint}") from None
 
     @property
     def options(self) -> dict[str, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from waiting import wait_until
 
 from maintd import Table
 from maintd.engines.spark.write import STREAM_APP_PREFIX
@@ -69,12 +69,13 @@ class Stream:
 
     def wait_for(self, q: Any, batch: int, timeout: float = 300) -> None:
         """Until the table holds micro-batch ``batch`` (the query's commits are the events waited on)."""
-        deadline = time.monotonic() + timeout
-        while self.table.snapshot().app_txns.get(self.app_id or "", -1) < batch:
+
+        def committed() -> bool:
             if q.exception() is not None:
                 raise AssertionError(f"the query failed: {q.exception()}")
-            assert time.monotonic() < deadline, f"micro-batch {batch} was not committed in {timeout}s"
-            time.sleep(0.2)
+            return self.table.snapshot().app_txns.get(self.app_id or "", -1) >= batch
+
+        wait_until(committed, f"micro-batch {batch} to be committed", timeout=timeout, poll=0.2)
 
 
 def _streamed(table: Table, app_id: str) -> list[int]:

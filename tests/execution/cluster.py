@@ -15,13 +15,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyspark
+from waiting import wait_until
 
 SPARK_HOME = Path(pyspark.__file__).parent
 START_TIMEOUT = 120.0
@@ -92,15 +92,14 @@ def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
 
 
 def _wait(ready: object, procs: list[subprocess.Popen[bytes]], what: str) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
+    def up() -> bool:
         if any(p.poll() is not None for p in procs):
             raise RuntimeError(f"a Spark daemon exited while waiting for {what}; see its log")
         with contextlib.suppress(OSError, ValueError):
-            if ready():  # type: ignore[operator]
-                return
-        time.sleep(0.5)
-    raise TimeoutError(f"waited {START_TIMEOUT:.0f} s for {what}")
+            return bool(ready())  # type: ignore[operator]
+        return False
+
+    wait_until(up, what, timeout=START_TIMEOUT, poll=0.5)
 
 
 def _stop(p: subprocess.Popen[bytes]) -> None:

@@ -14,12 +14,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
 from maintd import Table
 from maintd.service.store import StateStore
@@ -79,11 +79,13 @@ def test_maintd_run_on_a_standalone_cluster_completes_when_an_executor_is_killed
     proc = _maintd_run(table, tmp_path, env)
     try:
         held = markers / "held"
-        deadline = time.monotonic() + RUN_TIMEOUT
-        while not (held.exists() and held.read_text()) and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert held.exists(), "no task started on the cluster"
-        worker = int(held.read_text())  # the Python worker running the held task, inside an executor
+
+        def held_pid() -> str:
+            assert proc.poll() is None, "maintd run ended before a task started on the cluster"
+            return held.read_text() if held.exists() else ""
+
+        # the Python worker running the held task, inside an executor
+        worker = int(wait_until(held_pid, "a task to start on the cluster", timeout=RUN_TIMEOUT, poll=0.2))
         executor = worker
         while executor > 1 and executor not in spark_cluster.executor_pids():
             executor = parent_of(executor)

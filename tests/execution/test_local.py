@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from loguru import logger
+from waiting import wait_until
 
 from maintd.errors import ConfigError
 from maintd.execution import ExecutionOptions, execute, run_plan
@@ -220,10 +221,8 @@ def test_a_cancelled_run_starts_no_further_pack_and_kills_a_running_one(tmp_path
     errors: list[BaseException] = []
     thread = threading.Thread(target=lambda: _catch(errors, backend.run, [specs[:1]]))
     thread.start()
-    deadline = time.monotonic() + 60
-    while not (markers / "stopped").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    pid = int((markers / "stopped").read_text())
+    stopped = markers / "stopped"
+    pid = int(wait_until(lambda: stopped.exists() and stopped.read_text(), "the pack's process to stop"))
     backend.cancel()
     thread.join(30)
     assert not thread.is_alive() and errors and "abandoned" in str(errors[0])

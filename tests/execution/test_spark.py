@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from waiting import wait_until
 
 from maintd.execution import ExecutionOptions, commit_rewrites, discard_outputs, execute, run_plan
 
@@ -121,9 +122,8 @@ def test_a_writer_in_another_process_and_maintenance_both_land(tmp_path: Path, s
                               env=env)
     try:
         results = execute(plan, table, spark)
-        deadline = time.monotonic() + 60
-        while table.version == plan.read_version and time.monotonic() < deadline:
-            time.sleep(0.05)  # commit only once the writer has landed after the read version
+        # commit only once the writer has landed after the read version
+        wait_until(lambda: table.version != plan.read_version, "the writer to land after the read version")
         landed_before_commit = table.version - plan.read_version
         outcome = commit_rewrites(table, plan, results)
     finally:
@@ -355,11 +355,15 @@ def test_a_python_worker_stopped_with_sigstop_is_killed_at_the_timeout_and_its_j
     report = run_plan(plan_all(table, "compact"), table, spark, options, commit=True)
     pid = int((markers / "stopped").read_text())
     assert report.engine == "spark" and [r.ok for r in report.results] == [True] * 2 and report.retried >= 1
-    deadline = time.monotonic() + 30  # Spark kills the cancelled task's worker (spark.python.task.killTimeout)
-    while Path(f"/proc/{pid}").exists() and (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-                                             != "Z") and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
+
+    def gone() -> bool:  # dead, or a zombie
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
+    # Spark kills the cancelled task's worker (spark.python.task.killTimeout)
+    wait_until(gone, "Spark to kill the stopped Python worker", poll=0.2)
     snap = table.snapshot()
     on_disk = {f.path for f in table.storage.walk() if f.path.startswith("bucket-")}
     assert on_disk == set(snap.files) | set(snap.tombstones), "the stopped attempt's output was left behind"

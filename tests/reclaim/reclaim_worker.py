@@ -20,7 +20,6 @@ import json
 import os
 import signal
 import sys
-import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -30,6 +29,9 @@ import pyarrow.parquet as pq
 
 from maintd import Table
 from maintd.reclaim import reclaim_table
+
+sys.path.insert(0, str(next(p for p in Path(__file__).resolve().parents if (p / "waiting.py").exists())))
+from waiting import wait_until  # the tests' one way to wait
 
 
 def reclaim(uri: str, now: str, step: str, n: int) -> None:
@@ -75,11 +77,7 @@ def write_paused(uri: str, sync: str) -> None:
             # written whole, then renamed: the test polls for the name and must never read it half-written
             Path(sync, "paused.tmp").write_text(path)
             os.replace(Path(sync, "paused.tmp"), Path(sync, "paused"))
-            deadline = time.monotonic() + 120
-            while not Path(sync, "resume").exists():
-                if time.monotonic() > deadline:
-                    raise SystemExit("never told to resume")
-                time.sleep(0.01)
+            wait_until(Path(sync, "resume").exists, "the signal to resume", timeout=120)
         return publish(self, path, data)
 
     LocalStorage.put_if_absent = put_if_absent  # type: ignore[method-assign]

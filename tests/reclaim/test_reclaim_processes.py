@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
@@ -17,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from freezegun import freeze_time
 from reclaim_helpers import History, build, data_files_on_disk, orphan, rows
+from waiting import wait_until
 
 from maintd import Table
 from maintd.reclaim import reclaim_table
@@ -128,11 +128,11 @@ def test_a_writer_process_publishing_into_the_reclaimed_past_takes_it_back_and_l
     writer = subprocess.Popen([sys.executable, str(WORKER), "write-paused", table.uri, str(sync)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
-        while not (sync / "paused").exists():
+        def paused() -> bool:
             assert writer.poll() is None, writer.communicate()
-            assert time.monotonic() < deadline, "the writer never reached its publish"
-            time.sleep(0.01)
+            return (sync / "paused").exists()
+
+        wait_until(paused, "the writer to reach its publish", timeout=120)
         about_to_publish = (sync / "paused").read_text()
         assert about_to_publish == commit_path(table.version + 1)
         other = Table.open(table.uri)

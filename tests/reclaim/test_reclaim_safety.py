@@ -25,6 +25,8 @@ from maintd.table.log.checkpoint import decode_checkpoint
 from maintd.table.log.tablelog import checkpoint_path
 
 HOUR = timedelta(hours=1)
+LISTING_SECONDS = 0.01
+"""How long a stand-in slow listing takes (simulated), so that a run's reported seconds cannot round to 0."""
 
 
 def table_with_history(root: Path, commits: int = 4) -> Table:
@@ -173,8 +175,8 @@ def test_a_dry_run_says_so_and_how_long_it_took(tmp_path: Path, monkeypatch: Any
     table = table_with_history(tmp_path / "t")
     real_walk = LocalStorage.walk
 
-    def slow_walk(self: LocalStorage, path: str = "") -> Any:  # a listing that takes a measurable time, so
-        time.sleep(0.01)  # the reported seconds cannot round to 0 on a fast machine
+    def slow_walk(self: LocalStorage, path: str = "") -> Any:  # a listing that takes a measurable time
+        time.sleep(LISTING_SECONDS)
         return real_walk(self, path)
 
     monkeypatch.setattr(LocalStorage, "walk", slow_walk)

@@ -17,25 +17,31 @@ from maintd import Table
 from maintd.storage import LocalStorage
 from maintd.table.log.tablelog import LAST_CHECKPOINT, RECLAIMED, TableLog
 
+STALL_SECONDS = 0.4
+"""How long a slow storage stalls after its read (an injected delay): the fast call runs meanwhile."""
+
 
 class SlowReads(LocalStorage):
-    """Stalls right after reading ``path``: the read value is old by the time it is written back."""
+    """Stalls right after reading ``path``: the read value is old by the time it is written back. ``stalled``
+    is set once it has read and begun to stall."""
 
     def __init__(self, uri: str, path: str) -> None:
         super().__init__(uri)
         self.path = path
+        self.stalled = threading.Event()
 
     def read(self, path: str) -> bytes:
         data = super().read(path)
         if path == self.path:
-            time.sleep(0.4)
+            self.stalled.set()
+            time.sleep(STALL_SECONDS)
         return data
 
 
-def race(slow_call: object, fast_call: object) -> None:
+def race(slow: SlowReads, slow_call: object, fast_call: object) -> None:
     first = threading.Thread(target=slow_call)  # type: ignore[arg-type]
     first.start()
-    time.sleep(0.15)  # it has read the old value and stalls
+    assert slow.stalled.wait(60), "the slow call never read"  # it has read the old value and stalls
     fast_call()  # type: ignore[operator]
     first.join()
 
@@ -44,8 +50,9 @@ def test_a_reclamation_that_read_an_older_watermark_never_writes_it_back(tmp_pat
     root = tmp_path / "t"
     table = Table.create(str(root), "id:int64!", primary_key="id", buckets=1)
     table.log.advance_reclaimed_watermark(2, 200)
-    slow = TableLog(SlowReads(str(root), RECLAIMED))
-    race(lambda: slow.advance_reclaimed_watermark(5, 500),
+    storage = SlowReads(str(root), RECLAIMED)
+    slow = TableLog(storage)
+    race(storage, lambda: slow.advance_reclaimed_watermark(5, 500),
          lambda: TableLog(LocalStorage(str(root))).advance_reclaimed_watermark(9, 900))
     assert (table.log.reclaimed_version(), table.log.reclaimed_watermark()) == (9, 900)
 
@@ -57,8 +64,9 @@ def test_a_writer_of_an_older_checkpoint_never_moves_the_hint_back(tmp_path: Pat
     for i in range(20):
         table.upsert(pa.table({"id": [i]}))
     older, newer = table.snapshot(10), table.snapshot(20)
-    slow = TableLog(SlowReads(str(root), LAST_CHECKPOINT))
+    storage = SlowReads(str(root), LAST_CHECKPOINT)
+    slow = TableLog(storage)
     table.log.write_checkpoint(table.snapshot(5))  # a hint both writers read as older than theirs
-    race(lambda: slow.write_checkpoint(older),
+    race(storage, lambda: slow.write_checkpoint(older),
          lambda: TableLog(LocalStorage(str(root))).write_checkpoint(newer))
     assert table.log.last_checkpoint_hint() == 20

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from maintd.errors import ConfigError
 from maintd.execution.budget import Budget, Cost
@@ -19,7 +20,7 @@ from maintd.settings import Settings, load_settings
 from maintd.storage.requests import install_request_gate
 
 from .conftest import StoreTarget
-from .test_daemon import TABLES, Recorder, make_settings, wait_for
+from .test_daemon import TABLES, Recorder, make_settings
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -144,7 +145,7 @@ def test_tables_are_served_unhealthiest_first_while_the_budget_binds(tmp_path: P
                     maintain, Recorder(), holder="d1", budget=budget)
     daemon.start()
     try:
-        wait_for(lambda: len(maintain.calls) == len(TABLES))
+        wait_until(lambda: len(maintain.calls) == len(TABLES))
     finally:
         daemon.stop()
         store.close()

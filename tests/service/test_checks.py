@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from loguru import logger
+from waiting import wait_until
 
 from maintd import Table
 from maintd.errors import PolicyError
@@ -132,15 +133,6 @@ def idle(daemon: Daemon) -> Callable[[], bool]:
     return lambda: not daemon._snapshot() and not daemon._queue
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
-
-
 def test_unchanged_tables_are_not_planned_again_and_write_no_run(
     tmp_path: Path, store: StateStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -155,19 +147,19 @@ def test_unchanged_tables_are_not_planned_again_and_write_no_run(
                     check=jobs.check, holder="d1")
     try:
         daemon.run_pass(RunKind.MAINTENANCE)  # first pass: every table planned once, found nothing
-        wait_for(idle(daemon))
+        wait_until(idle(daemon))
         assert sorted(planned.tables) == sorted(t.uri for t in tables)
         for _ in range(3):
             daemon.run_pass(RunKind.MAINTENANCE)
-            wait_for(idle(daemon))
+            wait_until(idle(daemon))
         assert len(planned.tables) == 3, "unchanged tables are not planned again"
         write(tables[0], Model(), commits=1, seed=9)  # a writer commits: that table is planned at its next check
         daemon.run_pass(RunKind.MAINTENANCE)
-        wait_for(idle(daemon))
+        wait_until(idle(daemon))
         assert planned.tables[3:] == [tables[0].uri]
         clock[0] += timedelta(hours=25)  # compaction's max_interval_hours (24 h) comes due for every table
         daemon.run_pass(RunKind.MAINTENANCE)
-        wait_for(idle(daemon))
+        wait_until(idle(daemon))
         assert set(planned.tables[4:]) == {t.uri for t in tables}, "and each ran its compaction"
     finally:
         daemon.stop(grace_seconds=60)
@@ -198,12 +190,12 @@ def test_a_pass_over_unchanged_tables_logs_one_info_line(
     try:
         daemon.run_pass(RunKind.MAINTENANCE)
         daemon.run_pass(RunKind.RECLAIM)
-        wait_for(idle(daemon))
+        wait_until(idle(daemon))
         handler = logger.add(sink, level="INFO")
         try:
             for kind in (RunKind.MAINTENANCE, RunKind.RECLAIM):  # nothing to do anywhere, nor to reclaim
                 daemon.run_pass(kind)
-                wait_for(idle(daemon))
+                wait_until(idle(daemon))
         finally:
             logger.remove(handler)
     finally:
@@ -237,14 +229,14 @@ def test_a_table_that_failed_is_planned_at_its_next_check_even_unchanged(
     monkeypatch.setattr(maintd.planner, "plan", plan)
     try:
         daemon.run_pass(RunKind.MAINTENANCE)
-        wait_for(idle(daemon))
+        wait_until(idle(daemon))
         [run] = store.history(table.uri)
         assert run.status == "failed"
         failing[0] = False
-        wait_for(lambda: (r := store.get_table(table.uri)) is not None and r.retry_after is not None
-                 and r.retry_after < store.db_now())
+        wait_until(lambda: (r := store.get_table(table.uri)) is not None and r.retry_after is not None
+                   and r.retry_after < store.db_now(), "the backoff to end")
         daemon.run_pass(RunKind.MAINTENANCE)
-        wait_for(idle(daemon))
+        wait_until(idle(daemon))
     finally:
         daemon.stop(grace_seconds=60)
     record = store.get_table(table.uri)

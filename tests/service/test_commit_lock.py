@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import sqlalchemy as sa
+from waiting import wait_until
 
 from maintd import Table
 from maintd.service.commit_lock import StateStoreCommitRecords, install, record_key
@@ -132,11 +132,11 @@ def test_a_holder_stopped_between_its_check_and_its_write_overwrites_no_commit(
 
     holder = writer(holder_url, 1, tmp_path / "stopped")
     try:
-        deadline = time.monotonic() + 60
-        while not stopped(holder.pid):
+        def holder_stopped() -> bool:
             assert holder.poll() is None, holder.communicate()
-            assert time.monotonic() < deadline, "the holder never reached its write"
-            time.sleep(0.05)
+            return stopped(holder.pid)
+
+        wait_until(holder_stopped, "the holder to stop before its write")
         if store_target.backend == "postgresql":
             terminate_sessions(store_target.url, "maintd-holder")
         other = writer(store_target.url, 2, None)

@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from maintd.service.daemon import Daemon
 from maintd.service.records import Decision, RunKind, RunResult, RunStatus
@@ -17,6 +18,10 @@ from maintd.service.store import StateStore
 from maintd.settings import Settings
 
 TABLES = [f"/wh/t{i}" for i in range(4)]
+BUSY_SECONDS = 0.15
+"""How long a stand-in run pretends to work where runs must overlap (simulated work, not a wait)."""
+LOOK_GAP_SECONDS = 0.02
+"""How long a stand-in run pretends to work between its two looks at its lease (simulated work, not a wait)."""
 
 
 def make_settings(tmp_path: Path, **scheduler: float) -> Settings:
@@ -69,19 +74,12 @@ def store(tmp_path: Path) -> Iterator[StateStore]:
     opened.close()
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
-
-
 def test_every_table_is_maintained_and_recorded_with_its_decisions(tmp_path: Path, store: StateStore) -> None:
     maintain = Recorder()
     daemon = Daemon(make_settings(tmp_path), store, maintain, Recorder(), holder="d1")
     daemon.start()
     try:
-        wait_for(lambda: set(TABLES) <= set(maintain.calls))
+        wait_until(lambda: set(TABLES) <= set(maintain.calls))
     finally:
         daemon.stop()
     runs = store.history(kind=RunKind.MAINTENANCE)
@@ -91,11 +89,11 @@ def test_every_table_is_maintained_and_recorded_with_its_decisions(tmp_path: Pat
 
 
 def test_no_more_tables_than_the_limit_are_maintained_at_once(tmp_path: Path, store: StateStore) -> None:
-    maintain = Recorder(lambda uri: time.sleep(0.15))
+    maintain = Recorder(lambda uri: time.sleep(BUSY_SECONDS))
     daemon = Daemon(make_settings(tmp_path), store, maintain, Recorder(), holder="d1")
     daemon.start()
     try:
-        wait_for(lambda: len(set(maintain.calls)) == len(TABLES))
+        wait_until(lambda: len(set(maintain.calls)) == len(TABLES))
     finally:
         daemon.stop()
     assert maintain.peak == 2
@@ -110,7 +108,7 @@ def test_a_failing_table_backs_off_and_does_not_stop_the_others(tmp_path: Path, 
     daemon = Daemon(make_settings(tmp_path), store, maintain, Recorder(), holder="d1")
     daemon.start()
     try:
-        wait_for(lambda: maintain.calls.count("/wh/t1") >= 2)
+        wait_until(lambda: maintain.calls.count("/wh/t1") >= 2)
     finally:
         daemon.stop()
     assert maintain.calls.count("/wh/t0") == 1, "the failing table waits for its backoff"
@@ -129,10 +127,10 @@ def test_backoff_doubles_up_to_the_maximum(tmp_path: Path, store: StateStore) ->
 
 
 def test_stopping_lets_a_run_finish_within_the_grace_period(tmp_path: Path, store: StateStore) -> None:
-    maintain = Recorder(lambda uri: time.sleep(0.5))
+    maintain = Recorder(lambda uri: daemon.stopping.wait(60))  # in flight until the stop has begun
     daemon = Daemon(make_settings(tmp_path, max_concurrent_tables=1), store, maintain, Recorder(), holder="d1")
     daemon.start()
-    wait_for(lambda: maintain.active == 1)
+    wait_until(lambda: maintain.active == 1, "a run in flight")
     daemon.stop(grace_seconds=60)
     assert [r.status for r in store.history(kind=RunKind.MAINTENANCE)] == ["succeeded"]
     assert store.lease_holders() == {}
@@ -143,7 +141,7 @@ def test_a_run_past_the_grace_period_is_abandoned_and_its_lease_released(tmp_pat
     maintain = Recorder(lambda uri: release.wait(60))
     daemon = Daemon(make_settings(tmp_path, max_concurrent_tables=1), store, maintain, Recorder(), holder="d1")
     daemon.start()
-    wait_for(lambda: maintain.active == 1)
+    wait_until(lambda: maintain.active == 1)
     daemon.stop(grace_seconds=0.1)
     try:
         assert [r.status for r in store.history(kind=RunKind.MAINTENANCE)] == ["abandoned"]
@@ -158,8 +156,8 @@ def test_tables_leased_by_another_daemon_are_left_alone(tmp_path: Path, store: S
     daemon = Daemon(make_settings(tmp_path), store, maintain, Recorder(), holder="d1")
     daemon.start()
     try:
-        wait_for(lambda: {"/wh/t2", "/wh/t3"} <= set(maintain.calls))
-        time.sleep(0.3)
+        # two passes over every table: t2 and t3 maintained twice, t0 and t1 passed over twice
+        wait_until(lambda: all(maintain.calls.count(u) >= 2 for u in ("/wh/t2", "/wh/t3")), "a second pass")
     finally:
         daemon.stop()
     assert not {"/wh/t0", "/wh/t1"} & set(maintain.calls)
@@ -174,7 +172,7 @@ def test_a_failed_result_is_recorded_and_backed_off_like_an_exception(tmp_path: 
     daemon = Daemon(make_settings(tmp_path), store, maintain, Recorder(), holder="d1")
     daemon.start()
     try:
-        wait_for(lambda: len(store.history("/wh/t1", kind=RunKind.MAINTENANCE)) >= 2)
+        wait_until(lambda: len(store.history("/wh/t1", kind=RunKind.MAINTENANCE)) >= 2)
     finally:
         daemon.stop()
     [failed] = store.history("/wh/t0", kind=RunKind.MAINTENANCE)
@@ -191,22 +189,22 @@ def test_a_run_ending_after_the_grace_period_stays_abandoned(tmp_path: Path, sto
     maintain = Recorder(lambda uri: release.wait(60))
     daemon = Daemon(make_settings(tmp_path, max_concurrent_tables=1), store, maintain, Recorder(), holder="d1")
     daemon.start()
-    wait_for(lambda: maintain.active == 1)
+    wait_until(lambda: maintain.active == 1)
     daemon.stop(grace_seconds=0.1)
     release.set()
-    wait_for(lambda: maintain.active == 0)
-    wait_for(lambda: not daemon._snapshot())  # the run's thread has finished recording (or not) its end
+    wait_until(lambda: maintain.active == 0)
+    wait_until(lambda: not daemon._snapshot())  # the run's thread has finished recording (or not) its end
     [run] = store.history(kind=RunKind.MAINTENANCE)
     assert (run.status, run.error) == ("abandoned", "the daemon stopped (grace period over)")
 
 
 def test_a_pass_that_finds_every_slot_busy_runs_its_tables_as_slots_free_up(tmp_path: Path, store: StateStore) -> None:
-    maintain, reclaim = Recorder(lambda uri: time.sleep(0.05)), Recorder()
+    maintain, reclaim = Recorder(lambda uri: time.sleep(BUSY_SECONDS)), Recorder()
     settings = make_settings(tmp_path, max_concurrent_tables=1, maintenance_interval_seconds=0.05)
     daemon = Daemon(settings, store, maintain, reclaim, holder="d1")
     daemon.start()
     try:  # the one reclamation pass (interval: an hour) competes with maintenance for the only slot
-        wait_for(lambda: set(reclaim.calls) == set(TABLES) and len(maintain.calls) >= len(TABLES))
+        wait_until(lambda: set(reclaim.calls) == set(TABLES) and len(maintain.calls) >= len(TABLES))
     finally:
         daemon.stop()
     assert maintain.peak == 1 and len(maintain.calls) >= len(TABLES)
@@ -236,7 +234,7 @@ def test_a_failing_maintenance_does_not_hold_back_reclamation_nor_is_cleared_by_
     daemon = Daemon(settings, store, maintain, reclaim, holder="d1")
     daemon.start()
     try:
-        wait_for(lambda: reclaim.calls.count("/wh/t0") >= 3)
+        wait_until(lambda: reclaim.calls.count("/wh/t0") >= 3)
     finally:
         daemon.stop()
     [failed] = store.history("/wh/t0", kind=RunKind.MAINTENANCE)
@@ -253,7 +251,7 @@ def test_a_table_is_never_run_twice_at_once_nor_its_lease_freed_under_a_run(tmp_
 
     def work(uri: str) -> None:
         holders = store.lease_holders()
-        time.sleep(0.02)
+        time.sleep(LOOK_GAP_SECONDS)
         if holders.get(uri) != "d1" or store.lease_holders().get(uri) != "d1":
             unheld.append(uri)
 
@@ -263,7 +261,7 @@ def test_a_table_is_never_run_twice_at_once_nor_its_lease_freed_under_a_run(tmp_
     daemon = Daemon(settings, store, maintain, reclaim, holder="d1")
     daemon.start()
     try:
-        wait_for(lambda: len(maintain.calls) + len(reclaim.calls) >= 80, timeout=60)
+        wait_until(lambda: len(maintain.calls) + len(reclaim.calls) >= 80, "80 runs")
     finally:
         daemon.stop()
     assert unheld == []
@@ -315,7 +313,7 @@ def test_the_work_view_shows_runs_in_flight_and_the_queue_without_changing_them(
         def maintenance_queued() -> list[str]:
             return sorted(u for kind, u in daemon.work().queued if kind == "maintenance")
 
-        wait_for(lambda: len(maintain.calls) == 1 and len(maintenance_queued()) == len(TABLES) - 1)
+        wait_until(lambda: len(maintain.calls) == 1 and len(maintenance_queued()) == len(TABLES) - 1)
         work = daemon.work()
         [(uri, kind, seconds, _run_id)] = work.running
         assert uri == maintain.calls[0] and kind == "maintenance" and seconds >= 0

@@ -13,17 +13,17 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote
 
 import pyarrow.parquet as pq
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import wait_until
 
 from maintd.service.records import RunKind, RunRecord
 from maintd.service.store import StateStore
@@ -34,7 +34,6 @@ from .warehouse import Model, create, read_sorted, write
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent
-T = TypeVar("T")
 
 POLICY = """
 default:
@@ -96,7 +95,7 @@ class Daemon:
                 [sys.executable, "-m", "maintd", "daemon", "--config", str(config)],
                 stdout=out, stderr=subprocess.STDOUT, cwd=config.parent, env=env,
             )
-        self.url = wait_for(self._endpoint, "the HTTP endpoint to be up", timeout=30)
+        self.url = wait_until(self._endpoint, "the HTTP endpoint to be up", timeout=30)
 
     def _endpoint(self) -> str | None:
         assert self.proc.poll() is None, f"the daemon exited early:\n{self.log.read_text()}"
@@ -131,16 +130,6 @@ class Daemon:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
-
-
-def wait_for(probe: Callable[[], T | None], what: str, timeout: float = 180) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = probe()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.25)
 
 
 class _NONE:
@@ -192,9 +181,10 @@ def test_the_daemon_maintains_and_reclaims_under_a_writer_stops_on_sigterm_and_r
                                str(tmp / "written.parquet")], stderr=subprocess.PIPE, text=True)
 
     # Maintenance and reclamation happen while the writer writes, within a bounded time.
-    first = wait_for(lambda: rewrote(store, orders.uri), "maintenance of the written table")
-    wait_for(lambda: rewrote(store, other), "maintenance of the other table")
-    wait_for(lambda: daemon.metric("maintd_files_reclaimed_total", table=orders.uri), "reclamation of the table")
+    first = wait_until(lambda: rewrote(store, orders.uri), "maintenance of the written table", timeout=180)
+    wait_until(lambda: rewrote(store, other), "maintenance of the other table", timeout=180)
+    wait_until(lambda: daemon.metric("maintd_files_reclaimed_total", table=orders.uri), "reclamation of the table",
+               timeout=180)
     assert writer.wait(timeout=60) == 0, writer.stderr.read() if writer.stderr else ""
 
     # The broken policy is reported for its table only: a failed run naming the error, a metric, a backoff.
@@ -208,9 +198,10 @@ def test_the_daemon_maintains_and_reclaims_under_a_writer_stops_on_sigterm_and_r
     assert daemon.metric("maintd_bytes_rewritten_total", table=orders.uri) >= first.metrics["bytes_written"] > 0
     assert daemon.metric("maintd_table_files", table=orders.uri) > 0
     assert daemon.metric("maintd_runs_total", kind="reclaim", status="succeeded") >= 1
-    wait_for(lambda: daemon.metric("maintd_tables", state="failing") == 1, "the broken table counted as failing")
-    wait_for(lambda: runs(store, broken, RunKind.RECLAIM) or (store.get_table(broken) or _NONE).reclaim_succeeded_at,
-             "a failing maintenance does not hold reclamation back (one that deleted nothing is no run)")
+    wait_until(lambda: daemon.metric("maintd_tables", state="failing") == 1, "the broken table counted as failing",
+               timeout=180)
+    wait_until(lambda: runs(store, broken, RunKind.RECLAIM) or (store.get_table(broken) or _NONE).reclaim_succeeded_at,
+               "a failing maintenance does not hold reclamation back (one that deleted nothing is no run)", timeout=180)
     assert daemon.get("/readyz")[0] == 200 and daemon.get("/healthz") == (200, "ok\n")
 
     # The web console of the daemon (on a loopback address: served without credentials) shows the same runs:
@@ -234,17 +225,21 @@ def test_the_daemon_maintains_and_reclaims_under_a_writer_stops_on_sigterm_and_r
     write(orders, model, commits=12, seed=3)
     again = Daemon(warehouse["config"], tmp / "daemon2.log")
     warehouse["daemons"].append(again)
-    resumed = wait_for(lambda: rewrote(store, orders.uri, after_id=last_id), "maintenance after the restart")
+    resumed = wait_until(lambda: rewrote(store, orders.uri, after_id=last_id), "maintenance after the restart",
+                         timeout=180)
     assert resumed.holder != first.holder
     assert runs(store, broken) == [failed], "the broken table still waits for its backoff"
     assert again.terminate() == 0
     assert read_sorted(orders.uri).equals(model.table())
 
 
-def spawn_worker(target: StoreTarget, holder: str, tables: int, work: float) -> subprocess.Popen[str]:
+def spawn_worker(target: StoreTarget, holder: str, tables: int, work: float,
+                 passes: Path | None = None) -> subprocess.Popen[str]:
+    """A daemon of stand-in runs of ``work`` seconds; with ``passes``, the file its number of maintenance passes
+    so far is written to."""
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "daemon_worker.py"), target.url, target.db_schema or "-", holder, str(tables),
-         str(work)],
+         str(work), *([str(passes)] if passes else [])],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     assert proc.stdout is not None
@@ -268,7 +263,7 @@ def test_two_daemons_on_one_store_never_maintain_a_table_at_once(store_target: S
         return {r.holder for r in done} == {"replica-0", "replica-1"} and len(done) >= 30
 
     try:
-        wait_for(both_worked, "both replicas to maintain tables")
+        wait_until(both_worked, "both replicas to maintain tables", timeout=180)
     finally:
         codes = []
         for proc in daemons:
@@ -282,23 +277,25 @@ def test_two_daemons_on_one_store_never_maintain_a_table_at_once(store_target: S
 
 
 def test_a_killed_daemons_tables_are_taken_over_once_its_leases_expire(
-    store_target: StoreTarget, store: StateStore
+    store_target: StoreTarget, store: StateStore, tmp_path: Path
 ) -> None:
     first = spawn_worker(store_target, "first", tables=2, work=30)
-    wait_for(lambda: len([r for r in store.history() if r.status == "running"]) == 2, "two runs in flight")
-    second = spawn_worker(store_target, "second", tables=2, work=0.1)
+    wait_until(lambda: len([r for r in store.history() if r.status == "running"]) == 2, "two runs in flight",
+               timeout=180)
+    passes = tmp_path / "second.passes"
+    second = spawn_worker(store_target, "second", tables=2, work=0.1, passes=passes)
 
     def taken_over() -> bool:
         done = {r.table_uri for r in store.history() if r.holder == "second" and r.status == "succeeded"}
         return done == {"/wh/t0", "/wh/t1"}
 
     try:
-        time.sleep(0.6)
+        wait_until(lambda: passes.exists() and int(passes.read_text()) >= 2, "two passes of the second daemon")
         assert not [r for r in store.history() if r.holder == "second"], "a live daemon keeps its tables"
         first.kill()
         first.wait(timeout=10)
         expiry = max(lease.expires_at for lease in store.leases(live_only=False) if lease.holder == "first")
-        wait_for(taken_over, "the second daemon to take both tables over", timeout=30)
+        wait_until(taken_over, "the second daemon to take both tables over", timeout=30)
     finally:
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=30) == 0

@@ -4,14 +4,14 @@ than the global one; tables without one are checked at every pass, as ever."""
 from __future__ import annotations
 
 import itertools
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from apscheduler.triggers.interval import IntervalTrigger
+from waiting import wait_until
 
 from maintd.service.daemon import PASS_MARGIN, Daemon, due, pass_period
 from maintd.service.records import RunKind, RunResult, RunStatus
@@ -163,13 +163,6 @@ def test_tuned_intervals_are_ignored_while_tuning_is_off(tmp_path: Path, store: 
         daemon.stop(grace_seconds=5)
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
-
-
 def test_the_maintenance_pass_is_rescheduled_to_the_shortest_interval_and_back(
     tmp_path: Path, store: StateStore
 ) -> None:
@@ -185,7 +178,7 @@ def test_the_maintenance_pass_is_rescheduled_to_the_shortest_interval_and_back(
 
     try:
         daemon.start()  # the first pass runs at once
-        wait_for(lambda: trigger() is not None and trigger().interval.total_seconds() == pass_period(90.0, 30.0)[1])
+        wait_until(lambda: trigger() is not None and trigger().interval.total_seconds() == pass_period(90.0, 30.0)[1])
         assert trigger().jitter == pass_period(90.0, 30.0)[0]
         store.set_targets({}, ["/wh/fast"])  # the table declares no target any more: its row is forgotten
         daemon.run_pass(RunKind.MAINTENANCE)

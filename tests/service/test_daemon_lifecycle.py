@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
 from maintd.service.store import StateStore
 from maintd.table import Table
 
-from .test_daemon_e2e import Daemon, wait_for
+from .test_daemon_e2e import Daemon
 from .warehouse import Model, create, write
 
 pytestmark = pytest.mark.slow
@@ -143,10 +144,10 @@ def test_a_daemon_over_small_tables_is_ready_and_maintains_them_without_ever_sta
     setup["daemons"].append(daemon)
     store = StateStore(f"sqlite:///{setup['tmp'] / 'state' / 'maintd.db'}", create=False)
     try:
-        wait_for(lambda: daemon.get("/readyz")[0] == 200, "the daemon to be ready", timeout=60)
-        [run] = wait_for(lambda: succeeded(store), "the table's maintenance", timeout=120)
+        wait_until(lambda: daemon.get("/readyz")[0] == 200, "the daemon to be ready", timeout=60)
+        [run] = wait_until(lambda: succeeded(store), "the table's maintenance", timeout=120)
         assert run.metrics["engine"] == "in-process" and run.metrics["spark_master"] is None
-        wait_for(lambda: sum(t.checks for t in store.list_tables()) >= 3, "checks after the run", timeout=60)
+        wait_until(lambda: sum(t.checks for t in store.list_tables()) >= 3, "checks after the run", timeout=60)
         names = [name for _, name in descendants(daemon.proc.pid)]
         assert "java" not in names and not jvms_of(setup["app"]), names
         assert daemon.get("/readyz")[0] == 200
@@ -163,7 +164,7 @@ def test_spark_starts_when_a_plan_needs_it_and_its_jvm_stops_once_idle_and_start
     setup["daemons"].append(daemon)
     store = StateStore(f"sqlite:///{setup['tmp'] / 'state' / 'maintd.db'}", create=False)
     try:
-        first = wait_for(lambda: succeeded(store), "the table's maintenance on Spark", timeout=240)[0]
+        first = wait_until(lambda: succeeded(store), "the table's maintenance on Spark", timeout=240)[0]
         assert first.metrics["engine"] == "spark" and first.metrics["spark_master"].startswith("local[1")
 
         def settled() -> bool:  # every session started was stopped for idleness, and no JVM is left
@@ -171,12 +172,12 @@ def test_spark_starts_when_a_plan_needs_it_and_its_jvm_stops_once_idle_and_start
             return (log.count("starting the SparkSession") == log.count("stopping the SparkSession: no run")
                     and not jvms_of(setup["app"]))
 
-        wait_for(settled, "the idle session to stop and its JVM to exit", timeout=300)
+        wait_until(settled, "the idle session to stop and its JVM to exit", timeout=300)
         assert "java" not in [name for _, name in descendants(daemon.proc.pid)]
         assert daemon.get("/readyz")[0] == 200 and daemon.get("/healthz") == (200, "ok\n")
         done, starts = len(succeeded(store)), daemon.log.read_text().count("starting the SparkSession")
         write(Table.open(str(setup["tmp"] / "wh" / "orders")), Model(), commits=6, seed=2)
-        again = wait_for(lambda: succeeded(store)[done:], "maintenance on a new session", timeout=240)[0]
+        again = wait_until(lambda: succeeded(store)[done:], "maintenance on a new session", timeout=240)[0]
         assert again.metrics["engine"] == "spark" and again.metrics["spark_app_id"] != first.metrics["spark_app_id"]
         assert daemon.log.read_text().count("starting the SparkSession") == starts + 1
     finally:
@@ -189,16 +190,16 @@ def test_a_killed_spark_driver_fails_liveness_stops_new_runs_and_sigterm_still_e
     setup["daemons"].append(daemon)
     store = StateStore(f"sqlite:///{setup['tmp'] / 'state' / 'maintd.db'}", create=False)
     try:
-        wait_for(lambda: succeeded(store), "the table's maintenance on Spark", timeout=240)
-        wait_for(lambda: daemon.get("/readyz")[0] == 200, "the daemon to be ready", timeout=120)
+        wait_until(lambda: succeeded(store), "the table's maintenance on Spark", timeout=240)
+        wait_until(lambda: daemon.get("/readyz")[0] == 200, "the daemon to be ready", timeout=120)
         # the table has nothing more to do: its checks are counted on its row, no run is recorded
         checked = sum(t.checks for t in store.list_tables())
-        wait_for(lambda: sum(t.checks for t in store.list_tables()) >= checked + 2, "checks of the table", timeout=60)
+        wait_until(lambda: sum(t.checks for t in store.list_tables()) >= checked + 2, "checks of the table", timeout=60)
         assert daemon.get("/healthz") == (200, "ok\n")
         [jvm] = jvms_of(setup["app"])
 
         os.kill(jvm, signal.SIGKILL)
-        wait_for(lambda: daemon.get("/healthz")[0] == 503, "liveness to fail", timeout=30)
+        wait_until(lambda: daemon.get("/healthz")[0] == 503, "liveness to fail", timeout=30)
         _, body = daemon.get("/healthz")
         assert "spark_driver" in body and f"pid {jvm}" in body and "exited with code -9" in body
         assert daemon.get("/readyz")[0] == 503
@@ -217,10 +218,10 @@ def test_a_killed_spark_driver_fails_liveness_stops_new_runs_and_sigterm_still_e
 def test_sigterm_while_spark_starts_exits_0_at_once_and_leaves_no_jvm(setup: dict[str, Any]) -> None:
     daemon = Daemon(setup["config"], setup["tmp"] / "daemon.log")
     setup["daemons"].append(daemon)
-    wait_for(lambda: "starting the SparkSession" in daemon.log.read_text(), "Spark to start", timeout=60)
+    wait_until(lambda: "starting the SparkSession" in daemon.log.read_text(), "Spark to start", timeout=60)
     log = clean_exit(daemon)
     assert "stopping while the SparkSession starts" in log or "SparkSession stopped" in log
-    wait_for(lambda: not jvms_of(setup["app"]), "the JVM to end with the daemon", timeout=30)
+    wait_until(lambda: not jvms_of(setup["app"]), "the JVM to end with the daemon", timeout=30)
 
 
 def test_sigterm_before_anything_started_exits_0(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from loguru import logger
+from waiting import wait_until
 
 from maintd.errors import StateStoreError
 from maintd.service.daemon import Daemon
@@ -21,7 +22,6 @@ from maintd.settings import Settings
 
 from .conftest import StoreTarget
 from .tcpproxy import TcpProxy
-from .test_daemon import wait_for
 
 TABLE = "/wh/t0"
 
@@ -63,7 +63,7 @@ def test_a_lease_released_at_the_end_of_a_run_is_not_reported_lost(tmp_path: Pat
     store.daemon = daemon
     try:
         assert daemon.run_pass(RunKind.MAINTENANCE) == [TABLE]
-        wait_for(lambda: not daemon._snapshot())
+        wait_until(lambda: not daemon._snapshot())
     finally:
         daemon.stop(grace_seconds=30)
         store.close()
@@ -101,7 +101,7 @@ def test_a_run_cut_off_by_a_store_outage_is_closed_as_abandoned_when_the_store_r
         assert run.status == "running"
         store.down.set()  # the database goes away while the run works, and the run ends meanwhile
         go_on.set()
-        wait_for(lambda: not daemon._snapshot())
+        wait_until(lambda: not daemon._snapshot())
         daemon.renew_leases()  # still down: nothing can be closed yet
         store.down.clear()
         daemon.renew_leases()  # the store answers again
@@ -141,10 +141,11 @@ def test_a_run_cut_off_by_a_real_postgresql_outage_is_closed_as_abandoned_when_i
         assert inside.wait(60)
         proxy.cut()
         go_on.set()
-        wait_for(lambda: not daemon._snapshot())
+        wait_until(lambda: not daemon._snapshot())
         assert [r.status for r in store.history(TABLE)] == ["running"]
         proxy.restore()
-        wait_for(lambda: daemon.renew_leases() is None and store.history(TABLE)[0].status == "abandoned", 60)
+        wait_until(lambda: daemon.renew_leases() is None and store.history(TABLE)[0].status == "abandoned",
+                   "the run abandoned")
     finally:
         go_on.set()
         proxy.restore() if proxy._listener is None else None

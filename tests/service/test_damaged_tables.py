@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from maintd.service.daemon import Daemon
 from maintd.service.jobs import TableJobs
@@ -59,10 +59,8 @@ def test_the_daemon_reports_a_corrupt_table_deletes_nothing_in_it_and_maintains_
     daemon = Daemon(settings, store, jobs.maintain, jobs.reclaim, discover=jobs.discover, metrics=jobs.metrics)
     daemon.start()
     try:
-        deadline = time.monotonic() + 120
-        while not all(_maintained(store, t.uri, k) for t in (healthy, broken) for k in RunKind):
-            assert time.monotonic() < deadline, "every table got one maintenance and one reclamation run"
-            time.sleep(0.1)
+        wait_until(lambda: all(_maintained(store, t.uri, k) for t in (healthy, broken) for k in RunKind),
+                   "one maintenance and one reclamation run of every table", timeout=120)
     finally:
         daemon.stop(grace_seconds=30)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from waiting import wait_until
 
 from maintd.service.store import StateStore
 
@@ -24,9 +24,12 @@ pytestmark = pytest.mark.slow
 
 
 def spawn(
-    target: StoreTarget, holder: str, *, tables: int, duration: float, limit: int, seconds: float, release_p: float
+    target: StoreTarget, holder: str, *, tables: int, duration: float, limit: int, seconds: float, release_p: float,
+    rounds: Path | None = None,
 ) -> subprocess.Popen[str]:
-    args = [target.url, target.db_schema or "-", holder, tables, duration, limit, seconds, release_p]
+    """A lease worker; with ``rounds``, the file its number of rounds so far is written to."""
+    args = [target.url, target.db_schema or "-", holder, tables, duration, limit, seconds, release_p,
+            *([rounds] if rounds else [])]
     proc = subprocess.Popen(
         [sys.executable, str(WORKER), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -82,29 +85,29 @@ def test_processes_contending_for_leases_never_hold_a_table_at_once(
 
 
 def test_a_killed_holders_tables_are_taken_over_after_its_leases_expire(
-    store_target: StoreTarget, prepared: StateStore
+    store_target: StoreTarget, prepared: StateStore, tmp_path: Path
 ) -> None:
     duration = 1.5
     first = spawn(store_target, "first", tables=3, duration=duration, limit=3, seconds=30, release_p=0.0)
-    deadline = time.monotonic() + 10
-    while len(prepared.lease_holders()) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: len(prepared.lease_holders()) == 3, "the first holder to lease every table")
     assert set(prepared.lease_holders().values()) == {"first"}
-    second = spawn(store_target, "second", tables=3, duration=duration, limit=3, seconds=8, release_p=0.0)
-    time.sleep(0.5)
+    rounds = tmp_path / "second.rounds"
+    second = spawn(store_target, "second", tables=3, duration=duration, limit=3, seconds=8, release_p=0.0,
+                   rounds=rounds)
+    wait_until(lambda: rounds.exists() and int(rounds.read_text()) >= 2, "two rounds of the second holder")
     assert set(prepared.lease_holders().values()) == {"first"}, "a live holder keeps its tables"
 
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=10)
     killed_at = prepared.db_now().timestamp()
     last_expiry = max(lease.expires_at.timestamp() for lease in prepared.leases(live_only=False))
-    while {uri for uri, held in recorded(prepared).items() if any(h == "second" for *_, h in held)} != {
-        "/wh/t0",
-        "/wh/t1",
-        "/wh/t2",
-    }:
+
+    def taken_over() -> bool:
         assert prepared.db_now().timestamp() < killed_at + duration + 5, "the tables were not taken over"
-        time.sleep(0.05)
+        return {uri for uri, held in recorded(prepared).items() if any(h == "second" for *_, h in held)} == {
+            "/wh/t0", "/wh/t1", "/wh/t2"}
+
+    wait_until(taken_over, "the second holder to take every table over")
     second.send_signal(signal.SIGTERM)
     second.wait(timeout=10)
 

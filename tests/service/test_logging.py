@@ -162,14 +162,13 @@ def test_in_json_mode_lines_written_to_stderr_by_child_processes_become_json(tmp
     child = tmp_path / "child.py"
     child.write_text("import sys\nsys.stderr.write('WARNING: Using incubator modules\\n{\"jvm\": 1}\\n')\n")
     script = (
-        "import subprocess, sys, time\n"
+        "import subprocess, sys\n"
         "from loguru import logger\n"
         "from maintd.service.logging import configure_logging\n"
         "from maintd.settings import LoggingSettings\n"
         "configure_logging(LoggingSettings(json=True), own_stderr=True)\n"
         "logger.info('own record')\n"
-        f"subprocess.run([sys.executable, {str(child)!r}])\n"
-        "time.sleep(0.5)\n"
+        f"subprocess.run([sys.executable, {str(child)!r}])\n"  # at exit, every line is forwarded first
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
     records = [json.loads(line) for line in result.stderr.splitlines()]

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from s3server import free_port
+from waiting import wait_until
 
 from maintd.redaction import forget_secrets
 from maintd.service.daemon import Daemon
@@ -147,7 +148,7 @@ def test_the_daemon_maintains_s3_tables_and_marks_a_failing_root_and_table_unhea
     try:
         started = daemon.run_pass(RunKind.MAINTENANCE)
         assert set(started) == {table.uri, gone_table}
-        _wait_idle(daemon)
+        wait_until(lambda: not daemon._snapshot(), "the runs to finish", timeout=120)
     finally:
         daemon.stop(grace_seconds=30)
 
@@ -211,15 +212,6 @@ def _delete_bucket(s3_server: Any, bucket: str) -> None:
     obstore.delete(s3, paths)
     urllib.request.urlopen(urllib.request.Request(f"{opts['aws_endpoint']}/{bucket}", method="DELETE"),
                            timeout=10).close()
-
-
-def _wait_idle(daemon: Daemon, timeout: float = 120) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while daemon._snapshot():
-        assert time.monotonic() < deadline, "runs did not finish"
-        time.sleep(0.05)
 
 
 def test_the_kubernetes_example_config_maintains_an_s3_table_with_credentials_from_the_environment(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from waiting import wait_until
 
 from maintd.service.replicas import owner
 from maintd.service.schema import replicas
@@ -37,13 +38,6 @@ def spawn(target: StoreTarget, holder: str, logs: Path) -> subprocess.Popen[str]
     return proc
 
 
-def wait_until(condition, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.1)
-
-
 def test_three_replicas_check_each_table_once_per_interval_and_a_killed_ones_tables_move_within_a_lease(
     store_target: StoreTarget, store: StateStore, tmp_path: Path
 ) -> None:
@@ -54,7 +48,8 @@ def test_three_replicas_check_each_table_once_per_interval_and_a_killed_ones_tab
     try:
         # Once every replica has seen the others (a renewal each), each table is checked by its owner only.
         wait_until(lambda: len(store.list_tables()) == TABLES
-                   and all(t.checked_by == owner(holders, t.uri) for t in store.list_tables()))
+                   and all(t.checked_by == owner(holders, t.uri) for t in store.list_tables()),
+                   "each table checked by its owner")
         assert {t.checked_by for t in store.list_tables()} == set(holders)
         before = {t.uri: t.checks for t in store.list_tables()}
         window = 8 * INTERVAL
@@ -73,15 +68,16 @@ def test_three_replicas_check_each_table_once_per_interval_and_a_killed_ones_tab
         procs["r1"].wait(30)
 
         first: dict[str, datetime] = {}  # the first check of each of r1's tables by another replica
-        deadline = time.monotonic() + 60
-        while len(first) < len(moved):
-            assert time.monotonic() < deadline, f"{len(moved) - len(first)} of r1's tables were never taken over"
+
+        def all_taken_over() -> bool:
             rows = {t.uri: t for t in store.list_tables()}
             for u in moved:
                 at = rows[u].checked_at
                 if u not in first and rows[u].checked_by in ("r0", "r2") and at is not None and at > killed_at:
                     first[u] = at
-            time.sleep(0.05)
+            return len(first) == len(moved)
+
+        wait_until(all_taken_over, "every one of r1's tables taken over", poll=0.05)
         # r1's leases, renewed with its row, expire one lease period after its last renewal: its tables must
         # have moved by then
         with store.engine.connect() as conn:
@@ -93,7 +89,8 @@ def test_three_replicas_check_each_table_once_per_interval_and_a_killed_ones_tab
         print(f"taken over {(latest - killed_at).total_seconds():.1f} s after the kill, "
               f"{(latest - last_seen).total_seconds():.1f} s after r1's last renewal (lease {LEASE} s)")
         # and then each is checked by its owner among the two left
-        wait_until(lambda: all(t.checked_by == owner(["r0", "r2"], t.uri) for t in store.list_tables()))
+        wait_until(lambda: all(t.checked_by == owner(["r0", "r2"], t.uri) for t in store.list_tables()),
+                   "each table checked by its owner among the two left")
     finally:
         for proc in procs.values():
             if proc.poll() is None:

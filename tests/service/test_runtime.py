@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+from waiting import wait_until
 
 from maintd.cli import app
 from maintd.errors import ConfigError, PolicyError
@@ -63,7 +64,6 @@ def test_a_real_sigterm_while_spark_starts_exits_0_at_once_and_leaves_no_launche
     import signal
     import subprocess
     import sys
-    import time
 
     spark_home = tmp_path / "spark-home"
     (spark_home / "bin").mkdir(parents=True)
@@ -86,11 +86,11 @@ def test_a_real_sigterm_while_spark_starts_exits_0_at_once_and_leaves_no_launche
     proc = subprocess.Popen([sys.executable, "-m", "maintd", "daemon", "--config", str(config)],
                             stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     try:
-        deadline = time.monotonic() + 120
-        while not (launched.exists() and launched.read_text().strip()):
+        def launcher_started() -> bool:
             assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline, "Spark's launcher never started"
-            time.sleep(0.05)
+            return launched.exists() and bool(launched.read_text().strip())
+
+        wait_until(launcher_started, "Spark's launcher to start", timeout=120)
         launcher = int(launched.read_text())
         proc.send_signal(signal.SIGTERM)
         _, log = proc.communicate(timeout=60)
@@ -100,7 +100,5 @@ def test_a_real_sigterm_while_spark_starts_exits_0_at_once_and_leaves_no_launche
     assert proc.returncode == 0, log
     assert "received SIGTERM" in log and "stopping while the SparkSession starts" in log, log
     assert "Traceback" not in log and "maintd daemon exited" in log, log
-    deadline = time.monotonic() + 30
-    while Path(f"/proc/{launcher}").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)  # the launcher notices that the daemon is gone
-    assert not Path(f"/proc/{launcher}").exists(), "Spark's launcher outlived the daemon"
+    # the launcher notices that the daemon is gone
+    wait_until(lambda: not Path(f"/proc/{launcher}").exists(), "Spark's launcher to end with the daemon")

@@ -149,7 +149,7 @@ JVM_LINES = textwrap.dedent("""
     configure_logging(LoggingSettings(json_lines={json_lines}), own_stderr=True)
     for line in {lines!r}:  # what the driver JVM (log4j2) and its Python workers print to fd 2
         os.write(2, (line + "\\n").encode())
-    import time; time.sleep(0.5)
+    # at exit, maintd waits until every line written to fd 2 has been forwarded
 """)
 
 
@@ -177,9 +177,10 @@ def test_children_get_no_state_store_credentials(tmp_path: Path) -> None:
 
 
 LOCAL_CHILD = textwrap.dedent("""
-    import os, sys, threading, time
+    import os, sys, threading
     from pathlib import Path
     sys.path.insert(0, {tests!r})
+    from waiting import wait_until
     from maintd.settings import Settings
     Settings.model_validate({{"store": {{"url": os.environ["MAINTD_STORE__URL"]}}}})
     from execution.helpers import make_table, plan_all
@@ -189,10 +190,7 @@ LOCAL_CHILD = textwrap.dedent("""
     options = ExecutionOptions(in_process_threads=1, faults={{"*": f"hold_once:{{markers}}"}})
     run = threading.Thread(target=run_plan, args=(plan_all(table, "compact"), table, None, options))
     run.start()
-    while not (markers / "held").exists():
-        time.sleep(0.05)
-    time.sleep(0.2)
-    child = (markers / "held").read_text()
+    child = wait_until(lambda: (markers / "held").exists() and (markers / "held").read_text(), "the held unit's pid")
     server = open(f"/proc/{{child}}/stat").read().rsplit(")", 1)[1].split()[1]
     found = [open(f"/proc/{{pid}}/environ", "rb").read().decode(errors="replace") for pid in (child, server)]
     print("forked", server != str(os.getpid()))

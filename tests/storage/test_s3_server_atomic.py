@@ -12,6 +12,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from s3app import AtomicWrites
 
+REQUEST_SECONDS = 0.05
+"""How long the stand-in app takes to serve a request, so that requests served together overlap (simulated)."""
+
 
 class SlowApp:
     """A WSGI app that takes a while per request and records how many requests of each method overlap."""
@@ -26,7 +29,7 @@ class SlowApp:
         with self.lock:
             self.running[method] = self.running.get(method, 0) + 1
             self.most[method] = max(self.most.get(method, 0), self.running[method])
-        time.sleep(0.05)
+        time.sleep(REQUEST_SECONDS)
         start_response("200 OK", [])
         with self.lock:
             self.running[method] -= 1

@@ -117,13 +117,17 @@ def test_parquet_streams_through_the_pyarrow_filesystem(storage: Storage) -> Non
     assert [f.path for f in storage.walk("data")] == ["data/b=0/f.parquet"]
 
 
+CHANGE_SECONDS = 0.002
+"""How long a stand-in change of ``update_atomic`` takes: it widens the window between the read and the write."""
+
+
 def test_update_atomic_loses_no_update_among_concurrent_callers(storage: Storage) -> None:
     """Read-change-write as one step: every increment of a counter by 4 threads counts."""
     start = threading.Barrier(4)
 
     def bump(current: bytes | None) -> bytes:
         value = int(current or b"0")
-        time.sleep(0.002)  # widen the window between the read and the write
+        time.sleep(CHANGE_SECONDS)
         return str(value + 1).encode()
 
     def worker() -> None:

@@ -19,6 +19,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ import pyarrow as pa
 from maintd import CommitConflictError, RetryPolicy, Table, Transaction
 from maintd.execution import ExecutionOptions, run_plan
 from maintd.planner import default_policy, plan, with_overrides
+
+sys.path.insert(0, str(next(p for p in Path(__file__).resolve().parents if (p / "waiting.py").exists())))
+from waiting import wait_until  # the tests' one way to wait
 
 RETRY = RetryPolicy(max_attempts=500, base_delay=0.002, max_delay=0.05, total_timeout=60.0)
 KEYS = 40
@@ -81,6 +85,16 @@ QUIET_SECONDS = 4.0
 hundred under a loaded machine)."""
 
 
+def _newest_by_another(table: Table, own: set[int]) -> int | None:
+    """The newest version, if another process committed it and it is not the first two; else None."""
+    latest = table.snapshot().version
+    return latest if latest not in own and latest >= 2 else None
+
+
+def _newer_than(table: Table, version: int) -> Callable[[], bool]:
+    return lambda: table.snapshot().version != version
+
+
 def rewrite(table: Table, count: int, rng: random.Random) -> list[dict[str, Any]]:
     """Compactions by maintd's own maintenance (the planner, then execution in local worker processes and the
     commit, as ``maintd run`` does), each planned on the version *before* the newest commit of another process
@@ -91,19 +105,15 @@ def rewrite(table: Table, count: int, rng: random.Random) -> list[dict[str, Any]
     done = 0
     while done < count:
         time.sleep(rng.uniform(0.0, 0.03))
-        deadline = time.monotonic() + QUIET_SECONDS
-        latest = table.snapshot().version
-        while (latest in own or latest < 2) and time.monotonic() < deadline:
-            time.sleep(0.005)
-            latest = table.snapshot().version
-        raced = latest not in own and latest >= 2
+        found = wait_until(lambda: _newest_by_another(table, own), "a commit of another process",
+                           timeout=QUIET_SECONDS, required=False, poll=0.005)
+        raced = found is not None
+        latest = found if found is not None else table.snapshot().version
         snap = table.snapshot(latest - 1 if raced else latest)
         made = plan(snap, COMPACT, datetime.now(UTC), table.uri)
         if not made.tasks:  # nothing to compact: wait for another commit; none for a while, the writers are done
-            deadline = time.monotonic() + QUIET_SECONDS
-            while table.snapshot().version == latest and time.monotonic() < deadline:
-                time.sleep(0.01)
-            if table.snapshot().version == latest:
+            if not wait_until(_newer_than(table, latest), "another commit", timeout=QUIET_SECONDS, required=False,
+                              poll=0.01):
                 break
             continue
         report = run_plan(made, table, None, ExecutionOptions(), commit=True)
@@ -147,8 +157,7 @@ def main(role: str, uri: str, go_file: str, out_file: str, count: int = 0, seed:
     table.snapshot()
     go = Path(go_file)
     print("ready", flush=True)
-    while not go.exists():
-        time.sleep(0.001)
+    wait_until(go.exists, f"{go} (the signal to start)", timeout=120, poll=0.001)  # every worker at once
     rng = random.Random(seed)
     if role.startswith("hang"):
         hang(table, go, in_publish=role == "hang-in-publish")
