@@ -44,6 +44,7 @@ def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_the_demo_runs_on_s3(s3_server: Any, s3_root: str, spark: Any) -> None:
     from rich.console import Console

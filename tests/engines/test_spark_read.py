@@ -31,6 +31,7 @@ def _units(uri: str, **options: Any) -> list[ScanUnit]:
     return [p.value for p in reader.partitions()]
 
 
+@pytest.mark.slow
 def test_spark_reads_the_latest_version_as_table_read(spark: Any, layered: tuple[Table, Any, dict[str, int]]) -> None:
     table, model, _marks = layered
     assert kinds(table) == {"base", "L0", "L1", "L2"}

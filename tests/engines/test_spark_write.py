@@ -73,6 +73,7 @@ def test_within_a_spark_partition_the_last_row_of_a_key_wins(spark: Any, tmp_pat
     assert got == {1: "e"}
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_the_table_or_only_the_partitions_of_replace_where(spark: Any, tmp_path: Path) -> None:
     table, model = _table(tmp_path)
     eu = pa.table({"id": pa.array([9001, 9002], pa.int64()), "region": ["eu", "eu"], "name": ["x", "y"],
@@ -137,6 +138,7 @@ REFUSED = [
 ]
 
 
+@pytest.mark.slow
 def test_a_dataframe_that_does_not_fit_is_refused_before_any_task_runs(spark: Any, tmp_path: Path) -> None:
     table, _ = _table(tmp_path)
     before, files = table.version, _data_files(table)
@@ -151,6 +153,7 @@ def test_a_dataframe_that_does_not_fit_is_refused_before_any_task_runs(spark: An
     assert table.read().filter(pc.field("id") == 7).to_pylist()[0]["amount"] == 1.5
 
 
+@pytest.mark.slow
 def test_null_keys_and_bad_operations_fail_the_write_and_leave_no_file(spark: Any, tmp_path: Path) -> None:
     table, _ = _table(tmp_path)
     before, files = table.version, _data_files(table)
@@ -229,6 +232,7 @@ def test_a_first_write_given_a_key_creates_the_table_and_save_modes_behave_as_sp
     assert Table.open(str(tmp_path / "plain")).read().num_rows == 2  # the DataFrameWriter creates it too
 
 
+@pytest.mark.slow
 def test_a_table_path_is_named_in_spark_sql_by_a_temp_view(spark: Any, tmp_path: Path) -> None:
     import maintd.spark
 

@@ -169,6 +169,7 @@ def test_a_run_in_process_releases_its_units_within_the_budget(tmp_path: Path) -
     assert sorted_read(table).equals(model.table())
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_spark_tasks_are_released_within_the_budget(tmp_path: Path, spark: Any) -> None:
     table, model = make_table(tmp_path, commits=12, buckets=4, seed=6)

@@ -122,6 +122,7 @@ def test_a_process_stopped_with_sigstop_is_killed_at_its_timeout_and_its_pack_ru
                and "runs again" in line for line in log_lines), log_lines
 
 
+@pytest.mark.slow
 def test_a_pack_stopped_in_both_attempts_fails_its_units_and_leaves_no_files(
         tmp_path: Path, log_lines: list[str]) -> None:
     table, _ = make_table(tmp_path, commits=6, buckets=2)
@@ -139,6 +140,7 @@ def test_a_pack_stopped_in_both_attempts_fails_its_units_and_leaves_no_files(
     assert sum("fails" in line and line.startswith("ERROR") for line in log_lines) == 2
 
 
+@pytest.mark.slow
 def test_a_table_run_whose_unit_hangs_twice_ends_failed(tmp_path: Path) -> None:
     from maintd.execution.runner import Runner
 

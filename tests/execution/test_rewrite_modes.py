@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -88,6 +89,7 @@ def _written(table: Table, adds: tuple) -> pa.Table:  # type: ignore[type-arg]
                              for a in sorted(adds, key=lambda a: a.key_min)])
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(st.integers(0, 10_000), st.booleans(), st.integers(2, 30), st.sampled_from(["cluster", "compact"]),
        st.sampled_from([4_000, 30_000, 200_000]), st.integers(1, 4), st.sampled_from(["few", "many"]))

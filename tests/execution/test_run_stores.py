@@ -45,6 +45,7 @@ def test_tables_are_discovered_under_a_root(table_store: TableStore) -> None:
     assert tables_of(discover([f"{root}/empty"])) == []
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.stores("s3", "azure")  # on local disk: test_runner.py
 @pytest.mark.parametrize("engine", ["spark", "in-process"])

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from shapes import Oracle, Shape, shapes
@@ -104,6 +105,7 @@ def check(table: Table, oracle: Oracle, shape: Shape) -> None:
             assert problem is None, f"{shape.describe()}: {problem}"
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(shapes(narrow=True), st.integers(0, 2**31), st.sampled_from(["cluster", "compact"]),
        st.sampled_from([3_000, 40_000]), st.integers(1, 4))

@@ -113,6 +113,7 @@ def test_spark_key_range_units_below_every_base_file_store_prior_rows_too(tmp_pa
     assert got.num_rows == 5 and got.sort_by("id").equals(want.sort_by("id"))
 
 
+@pytest.mark.slow
 def test_a_writer_in_another_process_and_maintenance_both_land(tmp_path: Path, spark: Any) -> None:
     table, model = make_table(tmp_path, commits=15)
     plan = plan_all(table, "compact")
@@ -138,6 +139,7 @@ def test_a_writer_in_another_process_and_maintenance_both_land(tmp_path: Path, s
     assert ops.count("WRITE") == 15 + 25 and ops.count("OPTIMIZE") == 1
 
 
+@pytest.mark.slow
 def test_the_spark_submit_job_runs_a_plan_from_json_and_commits(tmp_path: Path) -> None:
     table, model = make_table(tmp_path, commits=8, buckets=2)
     plan = plan_all(table, "compact")
@@ -308,6 +310,7 @@ spark.stop()
 """
 
 
+@pytest.mark.slow
 def test_a_session_asked_to_preload_forks_workers_with_maintd_and_pandas_loaded() -> None:
     """``spark.executorEnv.MAINTD_WORKER_PRELOAD=1`` reaches the daemon, which preloads before it forks."""
     env = {k: v for k, v in os.environ.items() if k != "MAINTD_WORKER_PRELOAD"}
@@ -330,6 +333,7 @@ print(json.dumps([str(w.message) for w in caught]))
 """
 
 
+@pytest.mark.slow
 def test_a_session_starts_without_a_pandas_warning() -> None:
     """The locked pandas is one PySpark supports fully (PySpark's own check, and a session's start and first
     pandas conversion, warn of nothing about it)."""
@@ -347,6 +351,7 @@ def test_a_session_starts_without_a_pandas_warning() -> None:
     assert "pandas" not in out.stderr.lower(), out.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_python_worker_stopped_with_sigstop_is_killed_at_the_timeout_and_its_job_runs_again(
         tmp_path: Path, spark: Any) -> None:
     table, model = make_table(tmp_path, commits=8, buckets=2)
@@ -370,6 +375,7 @@ def test_a_python_worker_stopped_with_sigstop_is_killed_at_the_timeout_and_its_j
     assert sorted_read(table).equals(model.table())
 
 
+@pytest.mark.slow
 def test_a_spark_job_that_hangs_twice_fails_its_units_and_commits_nothing(tmp_path: Path, spark: Any) -> None:
     table, _ = make_table(tmp_path, commits=6, buckets=1)
     before = table.snapshot()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from planner_helpers import HOUR, NOW, NOW_MS, MiB, snapshot
@@ -237,12 +238,14 @@ def test_the_policy_strategy_draws_every_knob_of_the_model(over: dict[str, Any])
     assert _leaves(over) == _leaves(DEFAULT.model_dump())
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(snapshots(), policies())
 def test_every_plan_respects_the_merge_invariants(s: Snapshot, pol: Policy) -> None:
     _check_invariants(s, plan(s, pol, NOW, "t"), pol)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(snapshots(), policies())
 def test_planning_is_deterministic_and_round_trips_through_json(s: Snapshot, pol: Policy) -> None:
@@ -252,6 +255,7 @@ def test_planning_is_deterministic_and_round_trips_through_json(s: Snapshot, pol
     assert len(a.decisions) == len({(f.bucket) for f in s.files.values()})
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(snapshots(), policies())
 def test_applying_plans_converges_and_never_replans_the_same_inputs(s: Snapshot, pol: Policy) -> None:

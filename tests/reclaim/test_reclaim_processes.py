@@ -65,6 +65,7 @@ def test_a_reclamation_killed_at_any_step_leaves_every_retained_version_readable
             assert rows(Table.open(str(root)).read(version=v)) == history.reads[v]
 
 
+@pytest.mark.slow
 def test_writers_committing_in_other_processes_during_reclamation_lose_nothing(tmp_path: Path) -> None:
     """Two writers race each other and a reclamation that keeps only the latest version: a writer whose
     next version is reclaimed while it commits must still land, at a later version, never into the void."""

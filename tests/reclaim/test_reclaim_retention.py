@@ -212,6 +212,7 @@ def test_the_plan_lists_what_a_reclamation_then_deletes(tmp_path: Path) -> None:
     assert not any((Path(history.table.uri) / f.path).exists() for f in planned.log_files + planned.data_files)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(gaps=st.lists(st.integers(1, 20 * 60), min_size=3, max_size=24),
        retain=st.sampled_from([0, 1, 2, 6]),

@@ -106,6 +106,7 @@ def test_a_search_the_budget_cut_says_so_and_never_that_no_policy_meets() -> Non
     assert "--time-budget" in r.reason and "read_files_per_bucket" in r.reason
 
 
+@pytest.mark.slow
 @settings(max_examples=4, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(read=st.sampled_from([3.0, 8.0, 20.0]), delay=st.sampled_from([20.0, 90.0, None]))

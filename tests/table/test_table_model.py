@@ -116,6 +116,7 @@ def check_reads_and_changes(table: Table, model: Model, layout: Layout) -> None:
     assert sorted_rows(table.changes(versions[0]), layout.keys) == model.diff(versions[0], versions[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda lay: lay.name)
 def test_reads_and_changes_match_the_model_at_every_version(layout: Layout) -> None:
     @settings(max_examples=30, deadline=None)

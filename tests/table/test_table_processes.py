@@ -57,6 +57,7 @@ def seed_table(root: Path | str, level: str) -> tuple[Table, Model]:
     return table, model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", LEVELS)
 def test_processes_appending_while_properties_change_and_maintenance_rewrites(tmp_path: Path, level: str) -> None:
     appending_while_properties_change_and_maintenance_rewrites(str(tmp_path / "t"), tmp_path, level)

@@ -70,6 +70,7 @@ def test_a_missing_bucket_or_container_is_named(table_store: TableStore) -> None
     assert f"{scheme}://no-such-place/t" in str(err.value) and "does not exist" in str(err.value)
 
 
+@pytest.mark.slow
 def test_racing_committers_lose_no_acknowledged_commit(table_store: TableStore) -> None:
     """Eight threads append to one table at once: each commit is a conditional put of the next version, a
     loser re-reads the log and retries. Every acknowledged version holds its writer's rows, versions are

@@ -205,6 +205,7 @@ UNITS = {"one unit": ExecutionOptions(), "key ranges": ExecutionOptions(task_inp
          "key ranges, some spilled": ExecutionOptions(task_input_bytes=12_000, task_memory_bytes=40_000)}
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10_000), st.booleans(), st.booleans(), st.integers(1, 3), st.sampled_from([None, 2_000]),
        st.sampled_from(sorted(UNITS)))

@@ -205,6 +205,7 @@ def test_two_clusterings_of_the_same_rows_are_read_once(tmp_path: Path) -> None:
             assert _keyed(table.changes(lo, hi)).equals(_keyed(table.full_changes(lo, hi))), (lo, hi)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10_000), st.booleans(), st.booleans(), st.integers(1, 4))
 def test_the_feed_with_looked_up_prior_rows_equals_the_full_diff_between_any_two_versions(
