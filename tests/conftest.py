@@ -9,8 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import freezegun
 import pytest
 from stores import STORES, TableStore
+
+# pytest times each phase with its own module's clock; a fixture that yields inside freeze_time would otherwise
+# make that phase's duration the frozen instant minus a real one
+freezegun.configure(extend_ignore_list=["_pytest.timing"])
 
 
 @pytest.fixture(scope="session")

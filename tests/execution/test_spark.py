@@ -364,7 +364,7 @@ def test_a_python_worker_stopped_with_sigstop_is_killed_at_the_timeout_and_its_j
     def gone() -> bool:  # dead, or a zombie
         try:
             return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # reaped between open and read
             return True
 
     # Spark kills the cancelled task's worker (spark.python.task.killTimeout)

@@ -94,7 +94,7 @@ def test_a_file_published_before_the_table_opted_in_is_never_overwritten(locked_
 def stopped(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # reaped between open and read
         return False
 
 
