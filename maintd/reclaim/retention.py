@@ -60,12 +60,14 @@ def plan_reclamation(table: Table, *, now: datetime | None = None,
         snapshot = table.snapshot()
         latest = snapshot.version
         check_listing_behind(table, listing, latest)
-        oldest_available = oldest_listed(listing, latest)
+        # Versions before the reclaimed mark are expired even where a log file could still build one: a writer's
+        # late checkpoint of an old version beside a commit published into removed history at that version.
+        oldest_available = max(oldest_listed(listing, latest), min(table.log.reclaimed_version() or 0, latest))
         by_time = timeline.oldest_retained_version(table.log, latest, snapshot.retain_hours, to_ms(now),
                                                    start=oldest_available)
         held = oldest_pinned(snapshot, to_ms(now))
         floor = by_time if held is None else max(oldest_available, min(by_time, held))
-        floor_ms = timeline.commit_time(table.log, floor)
+        floor_ms = retained_time(table, floor, latest)
         unpinned_ms = timeline.commit_time(table.log, by_time) if floor < by_time else None
         if floor_ms is not None:
             return build_plan(table, snapshot, listing, now=now, floor=floor, floor_ms=floor_ms,
@@ -73,6 +75,23 @@ def plan_reclamation(table: Table, *, now: datetime | None = None,
                               where=PartitionFilter(snapshot.metadata.partition_by), unpinned_floor_ms=unpinned_ms)
         # Commit ``floor`` was reclaimed while this run looked at it (another run went further): look again.
     raise StorageError(f"table {table.uri}: the log changed under three reclamation plans in a row; retry later")
+
+
+def retained_time(table: Table, floor: int, latest: int) -> int | None:
+    """The commit time of ``floor``, below that of ``floor + 1``; None if commit ``floor`` is gone.
+
+    Real commit times strictly increase, so data files removed before the commit after ``floor`` are exactly
+    those removed at or before ``floor``. A commit file at ``floor`` with a later time was published into
+    removed history by a stale writer: its time says nothing about the table's history, and taken as the
+    cutoff it would delete files that retained versions still read.
+    """
+    floor_ms = timeline.commit_time(table.log, floor)
+    after = timeline.commit_time(table.log, floor + 1) if floor_ms is not None and floor < latest else None
+    if floor_ms is not None and after is not None and floor_ms >= after:
+        logger.warning("table {}: commit {} is timed after commit {} (a commit published into removed history?); "
+                       "files removed after commit {} are kept", table.uri, floor, floor + 1, floor)
+        return after - 1
+    return floor_ms
 
 
 def record_expiry(table: Table, plan: ReclaimPlan) -> int | None:

@@ -265,8 +265,10 @@ def test_commits_a_stopped_purge_left_unbuildable_expire_at_the_next_reclamation
 
 def test_a_late_checkpoint_of_an_expired_version_does_not_make_it_readable_again(tmp_path: Path) -> None:
     """A writer checkpoints a version after committing it; delayed, that checkpoint can land after reclamation
-    expired the version and deleted its files. The version must still read as expired, not as missing files."""
+    expired the version and deleted its files. The writer removes it; one that outlived its writer leaves the
+    version expired all the same (it reads as expired, not as missing files)."""
     from maintd.errors import VersionNotFoundError
+    from maintd.table.log.checkpoint import encode_checkpoint
 
     table = Table.create(str(tmp_path / "t"), "id:int64!,v:int64", primary_key="id",
                          properties={"acid.data.retain.hours": 0, "log.checkpoint.interval": 100})
@@ -277,6 +279,8 @@ def test_a_late_checkpoint_of_an_expired_version_does_not_make_it_readable_again
     report = reclaim_table(Table.open(table.uri))
     assert report.oldest_retained_version == 3 and report.data_files_deleted >= 1
     table.log.write_checkpoint(old)  # the writer's delayed checkpoint of version 1
+    assert not table.log.checkpoint_exists(1), "the writer finds its version expired and removes the checkpoint"
+    (tmp_path / "t" / checkpoint_path(1)).write_bytes(encode_checkpoint(old))  # one that outlived its writer
     with pytest.raises(VersionNotFoundError, match="expired") as err:
         Table.open(table.uri).snapshot(1)
     assert err.value.oldest_retained == 3
@@ -293,3 +297,48 @@ def test_the_reclaimed_marks_grow_independently_when_commit_clocks_disagree(tmp_
     log.advance_reclaimed_watermark(6, 1_200)  # an older version never lowers the version mark
     assert (log.reclaimed_version(), log.reclaimed_watermark()) == (7, 1_200)
 
+
+
+@pytest.mark.parametrize("mark", ["written", "lost"])
+def test_a_commit_published_into_purged_history_beside_a_late_checkpoint_never_sets_the_retained_time(
+        tmp_path: Path, mark: str) -> None:
+    """After a PURGE, a stale writer publishes its commit at a version the PURGE deleted, and dies before taking it
+    back; the real commit of that version has a late interval checkpoint, written after the PURGE. Commit and
+    checkpoint make the version look buildable, and the stale commit's time is later than the commits after it.
+    Reclamation keeps to the PURGE's mark, and never takes that time for the cutoff, also when the PURGE stopped
+    before it wrote its mark ("lost"): every retained version reads."""
+    from maintd.reclaim import purge_table
+    from maintd.table.log.actions import CommitInfo
+    from maintd.table.log.checkpoint import encode_checkpoint
+    from maintd.table.log.commitfile import encode_commit
+    from maintd.table.log.tablelog import RECLAIMED
+
+    table = Table.create(str(tmp_path / "t"), "id:int64!,name:string", primary_key="id", buckets=1,
+                         properties={"acid.data.retain.hours": 1, "log.checkpoint.interval": 2})
+    for i in range(7):
+        table.upsert(pa.table({"id": [i], "name": [f"n{i}"]}))
+    assert table.version == 7
+    real_7 = table.snapshot()
+    purge = purge_table(Table.open(table.uri), user="test")
+    assert purge.complete and not table.log.commit_exists(7)
+    purged = Table.open(table.uri)
+    kept = sorted(purged.read().to_pylist(), key=lambda r: r["id"])
+    after = purged.overwrite(pa.table({"id": [99], "name": ["new"]}))  # removes every file the PURGE version reads
+    late = purged.log.read_commit(after)
+    assert late is not None
+    stale_ts = next(a.timestamp for a in late if isinstance(a, CommitInfo)) + 5
+    stale = CommitInfo(operation="UPSERT", timestamp=stale_ts, txn_id="published-into-purged-history")
+    (tmp_path / "t" / commit_path(7)).write_bytes(encode_commit([stale], version=7))
+    (tmp_path / "t" / checkpoint_path(7)).write_bytes(encode_checkpoint(real_7))
+    if mark == "lost":
+        (tmp_path / "t" / RECLAIMED).unlink()
+
+    report = reclaim_table(Table.open(table.uri))
+
+    assert report.complete and report.data_files_deleted == 0, "the PURGE version's files are removed only after it"
+    if mark == "written":
+        assert report.oldest_retained_version == purge.purge_version
+        assert not table.log.commit_exists(7) and not table.log.checkpoint_exists(7), "the stray log files are gone"
+    again = Table.open(table.uri)
+    assert sorted(again.read(version=purge.purge_version).to_pylist(), key=lambda r: r["id"]) == kept
+    assert again.read().to_pylist() == [{"id": 99, "name": "new"}]

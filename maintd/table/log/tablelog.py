@@ -346,10 +346,22 @@ class TableLog:
         every file ever removed. Returns the snapshot as checkpointed (those tombstones dropped).
         """
         snapshot = self.prune_tombstones(snapshot)
-        self.storage.put_if_absent(checkpoint_path(snapshot.version), encode_checkpoint(snapshot))
+        path = checkpoint_path(snapshot.version)
+        if self.storage.put_if_absent(path, encode_checkpoint(snapshot)) and self._expired(snapshot.version):
+            # written late, after reclamation expired its version: left, it would make that version look
+            # buildable again to the next reclamation
+            logger.info("table {}: version {} was expired while its checkpoint was written; removing the checkpoint",
+                        self.storage.uri, snapshot.version)
+            self.storage.delete(path)
+            return snapshot
         if (self.last_checkpoint_hint() or -1) < snapshot.version:  # the common case reads the hint only
             self.advance_checkpoint_hint(snapshot.version, len(snapshot.files))
         return dataclasses.replace(snapshot, base_checkpoint=snapshot.version)
+
+    def _expired(self, version: int) -> bool:
+        """Whether reclamation expired ``version`` (below the reclaimed mark, or its commit deleted)."""
+        reclaimed = self.reclaimed_version()
+        return (reclaimed is not None and version < reclaimed) or not self.commit_exists(version)
 
     def checkpoint_exists(self, version: int) -> bool:
         return self.storage.exists(checkpoint_path(version))
