@@ -17,9 +17,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from maintd.errors import InvalidInputError
 from maintd.table.files.bucketing import bucket_of
 from maintd.table.files.filters import Predicate, RowFilter
 from maintd.table.files.keys import column_value
+from maintd.table.files.partitions import partition_value
 from maintd.table.files.schema import TYPES
 from maintd.table.log.actions import AddFile, Metadata
 
@@ -55,8 +57,8 @@ def partition_may_match(partition: Mapping[str, str | None], row_filter: RowFilt
     """False only when the partition's values fail every conjunction of the filter."""
     if row_filter is None or not metadata.partition_by:
         return True
-    types = {f.name: TYPES[f.type] for f in metadata.fields}
-    values = {c: _partition_value(partition.get(c), types[c]) for c in metadata.partition_by}
+    types = {f.name: f.type for f in metadata.fields}
+    values = {c: _partition_value(c, types[c], partition.get(c)) for c in metadata.partition_by}
     return any(all(_value_admits(p, values[p.column]) for p in conj if p.column in values)
                for conj in row_filter.conjunctions)
 
@@ -66,12 +68,12 @@ _COMPARE = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operato
             ">=": operator.ge}
 
 
-def _partition_value(v: str | None, typ: pa.DataType) -> Any:
-    if v is None:
-        return None
+def _partition_value(column: str, type_name: str, text: str | None) -> Any:
+    """The value a partition's text names, read as the writer wrote it (:func:`partition_value`), or
+    ``_UNKNOWN`` (the partition is kept) for text that names no value Python holds, such as a year past 9999."""
     try:
-        return pa.scalar(v).cast(typ).as_py()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return partition_value(column, type_name, text, table="").to_pylist()[0]
+    except (InvalidInputError, ValueError, OverflowError):
         return _UNKNOWN
 
 
