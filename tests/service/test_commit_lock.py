@@ -13,7 +13,6 @@ import json
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import sqlalchemy as sa
+from racing import race
 from waiting import wait_until
 
 from maintd import Table
@@ -47,22 +47,13 @@ def test_writers_commit_through_the_records_without_conditional_put(locked_bucke
     uri = f"{locked_bucket}/t"
     Table.create(uri, "id:int64!,w:int64", primary_key="id")
     acked: list[int] = []
-    errors: list[BaseException] = []
+    tables = [Table.open(uri) for _ in range(4)]
 
     def write(w: int) -> None:
-        table = Table.open(uri)
-        try:
-            for i in range(4):
-                acked.append(table.upsert(pa.table({"id": [w * 100 + i], "w": [w]})))
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+        for i in range(4):
+            acked.append(tables[w].upsert(pa.table({"id": [w * 100 + i], "w": [w]})))
 
-    threads = [threading.Thread(target=write, args=(w,)) for w in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    race(4, write)
     table = Table.open(uri)
     assert sorted(acked) == list(range(1, 17)) and table.version == 16, "every commit at its own version"
     assert table.read().num_rows == 16

@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from racing import race
 
 from maintd import Table
 from maintd.table import table as table_module
@@ -80,35 +81,23 @@ def test_writers_racing_on_a_store_that_answers_409_to_concurrent_creates_lose_n
     """S3 answers ``409 ConditionalRequestConflict`` to a conditional PUT of a key while another is in flight
     (the test server does when asked, with the commits' PUTs slowed so that they overlap): the writer that got it
     takes it as a lost race, and every acknowledged commit is in the table at a version of its own."""
-    import threading
 
     bucket = s3_root[len("s3://"):]
     uri = f"{s3_root}/t"
     Table.create(uri, SCHEMA, primary_key="id", buckets=1)
     s3_server.set_modes(bucket, conflicts=True, slow_ms=80, slow_methods=["PUT"], slow_keys="/_log/1844")
     acked: list[int] = []
-    errors: list[BaseException] = []
-    start = threading.Barrier(4)
+    tables = [Table.open(uri) for _ in range(4)]
 
     def write(w: int) -> None:
-        table = Table.open(uri)
-        start.wait()
-        try:
-            for i in range(4):
-                acked.append(table.upsert(pa.Table.from_pylist([{"id": w * 10 + i, "ds": "a", "name": "x"}],
-                                                               schema=SCHEMA)))
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+        for i in range(4):
+            acked.append(tables[w].upsert(pa.Table.from_pylist([{"id": w * 10 + i, "ds": "a", "name": "x"}],
+                                                                schema=SCHEMA)))
 
-    threads = [threading.Thread(target=write, args=(w,)) for w in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    race(4, write)
     s3_server.set_modes(bucket)
     s3_server.log.flush()
     answered = Path(s3_server.log.name).read_text(errors="replace")
     conflicts = [line for line in answered.splitlines() if f"PUT /{bucket}/t/_log/" in line and '" 409 ' in line]
-    assert not errors, errors
     assert sorted(acked) == list(range(1, 17)) and conflicts, "no 409 was answered: the race did not happen"
     assert Table.open(uri).read().num_rows == 16

@@ -10,11 +10,11 @@ table. What only one store does is in test_table_s3.py and test_table_azure.py.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from racing import race
 from stores import TableStore
 
 from maintd import Table, TableNotFoundError, VersionNotFoundError
@@ -78,26 +78,15 @@ def test_racing_committers_lose_no_acknowledged_commit(table_store: TableStore) 
     uri = f"{table_store.root}/race/t"
     Table.create(uri, SCHEMA, primary_key="id", buckets=2)
     acked: dict[int, int] = {}
-    errors: list[BaseException] = []
-    start = threading.Barrier(8)
+    tables = [Table.open(uri) for _ in range(8)]
 
     def writer(w: int) -> None:
-        table = Table.open(uri)
-        start.wait()
-        try:
-            for i in range(3):
-                rid = w * 100 + i
-                acked[rid] = table.upsert(pa.Table.from_pylist([{"id": rid, "ds": "x", "name": f"w{w}"}],
+        for i in range(3):
+            rid = w * 100 + i
+            acked[rid] = tables[w].upsert(pa.Table.from_pylist([{"id": rid, "ds": "x", "name": f"w{w}"}],
                                                                schema=SCHEMA))
-        except BaseException as exc:  # reported below
-            errors.append(exc)
 
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    race(8, writer)
     table = Table.open(uri)
     assert sorted(acked.values()) == list(range(1, 25)) == log_versions(uri)[1:]
     for rid, version in acked.items():
