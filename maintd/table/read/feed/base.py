@@ -3,8 +3,9 @@
 A :class:`Strategy` is given a group's :class:`GroupFeed` (its files at both versions, the files the
 data-changing commits between them added or removed, and its prior-rows files) and says whether it can answer,
 and how. It answers with :class:`Rows` (every row either state needs, with versions; the states are built for every such
-group in one pass, :func:`record_states`) or with :class:`Reads` (the two states, read once the files it names
-are read whole, together with every other group's). The driver (:mod:`maintd.table.read.feed.driver`) walks its
+group in one pass, :func:`record_states`), with :class:`Reads` (the two states, read once the files it names
+are read whole, together with every other group's) or with :class:`Whole` (both states read whole, with every
+other such group's, one merge-on-read per version). The driver (:mod:`maintd.table.read.feed.driver`) walks its
 strategies in order and takes the first answer; the states of every group are then diffed once.
 """
 
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
@@ -52,6 +52,7 @@ class GroupFeed:
     """The states' schema (:func:`maintd.table.read.feed.diff.state_schema`)."""
     names: list[str] = field(init=False)
     """The columns of rows read from data files and prior-rows files: the table's, then the hidden ones."""
+    _held: tuple[Held | None] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.names = [*self.md.column_names, OP_COLUMN, VERSION_COLUMN]
@@ -68,13 +69,19 @@ class GroupFeed:
     def end(self) -> int:
         return self.after.version
 
-    @cached_property
+    @property
     def held(self) -> Held | None:
         """The rows of the changed files, from prior-rows files (:meth:`GroupPriors.changed_rows`), or None;
-        found once for every strategy that asks."""
-        if self.changed is None:
-            return None
-        return self.priors.changed_rows(self.changed, self.start, self.end)
+        found once for every strategy that asks.
+
+        Kept on the instance by hand: ``functools.cached_property`` holds one lock for all instances of the class
+        while it computes (Python 3.11), which would let only one group's thread read its prior-rows files at a
+        time.
+        """
+        if self._held is None:
+            self._held = (None if self.changed is None
+                          else self.priors.changed_rows(self.changed, self.start, self.end),)
+        return self._held[0]
 
 
 @dataclass(frozen=True)
@@ -88,13 +95,20 @@ class Rows:
 @dataclass(frozen=True)
 class Reads:
     """The group's two states, read by ``states`` once the files ``whole`` are read whole (for every group
-    together: many small files share the work of planning their reads), given as their paths' raw tables."""
+    together: many small files share the work of planning their reads), given by path as their rows with the
+    hidden columns (:attr:`GroupFeed.names`)."""
 
     whole: Sequence[AddFile]
     states: Callable[[Mapping[str, pa.Table]], States]
 
 
-Answer = Rows | Reads
+@dataclass(frozen=True)
+class Whole:
+    """Both states of the group read whole: the merge-on-read of its files at each version, done for every such
+    group together (one read of each version, its groups on threads)."""
+
+
+Answer = Rows | Reads | Whole
 
 
 class Strategy(Protocol):
@@ -115,4 +129,4 @@ def record_states(rows: Sequence[pa.Table], start: int, end: int, keys: Sequence
             latest_rows(t.filter(pc.less_equal(v, end)), keys))
 
 
-__all__ = ["Answer", "Group", "GroupFeed", "Reads", "Rows", "States", "Strategy", "record_states"]
+__all__ = ["Answer", "Group", "GroupFeed", "Reads", "Rows", "States", "Strategy", "Whole", "record_states"]

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from maintd.table.files.datafiles import with_hidden_columns
 from maintd.table.read.feed.base import GroupFeed, Reads, States
 from maintd.table.read.feed.keys import distinct_keys, keyed_state
 
@@ -27,7 +26,7 @@ class DataFiles:
         sources = group.changed
 
         def states(whole: Mapping[str, pa.Table]) -> States:
-            cache = {f.path: with_hidden_columns(whole[f.path], f).select(group.names) for f in sources}
+            cache = {f.path: whole[f.path] for f in sources}
             keys = distinct_keys(pa.concat_tables([t.select(group.md.primary_key) for t in cache.values()],
                                                   promote_options="default"), group.md.primary_key)
             return (keyed_state(group, group.was, keys, cache, set(), None),

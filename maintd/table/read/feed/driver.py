@@ -3,8 +3,8 @@
 For each (partition, bucket) group the data-changing commits of (start, end] touched, the strategies of
 :data:`STRATEGIES` are asked in order (on threads, a group per thread) and the first that can answer reads it
 (:mod:`maintd.table.read.feed.base`). The files the :class:`Reads` answers read whole are then read together,
-their states built on threads, the :class:`Rows` answers' states built in one pass, and every group's two states
-diffed once (:func:`maintd.table.read.feed.diff.diff_states`).
+their states built on threads, the :class:`Whole` answers' groups read whole (one merge-on-read of each version),
+the :class:`Rows` answers' states built in one pass, and every group's two states diffed once (:func:`maintd.table.read.feed.diff.diff_states`).
 """
 
 from __future__ import annotations
@@ -15,18 +15,30 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 
 from maintd.storage import Storage
-from maintd.table.files.datafiles import read_data_files
+from maintd.table.files.datafiles import read_data_files, with_hidden_columns
+from maintd.table.files.evolution import fill_missing
+from maintd.table.files.schema import OP_COLUMN, VERSION_COLUMN
 from maintd.table.log.actions import AddFile, PriorRows
 from maintd.table.log.snapshot import Snapshot, by_group
 from maintd.table.read.feed.answered import PriorRowsAnswer
-from maintd.table.read.feed.base import Answer, Group, GroupFeed, Reads, Rows, States, Strategy, record_states
+from maintd.table.read.feed.base import (
+    Answer,
+    Group,
+    GroupFeed,
+    Reads,
+    Rows,
+    States,
+    Strategy,
+    Whole,
+    record_states,
+)
 from maintd.table.read.feed.changedrows import ChangedRowsFromPriors
 from maintd.table.read.feed.datafiles import DataFiles
 from maintd.table.read.feed.diff import diff_states, state_schema
 from maintd.table.read.feed.fulldiff import FullDiff
 from maintd.table.read.feed.priors import GroupPriors
 from maintd.table.read.feed.record import WholeRecord
-from maintd.table.read.reader import key_columns
+from maintd.table.read.reader import key_columns, read_snapshot
 
 STRATEGIES: tuple[Strategy, ...] = (WholeRecord(), PriorRowsAnswer(), ChangedRowsFromPriors(), DataFiles(), FullDiff())
 """The strategies in the order they are asked: the cheapest read first; the full diff answers for any group."""
@@ -91,17 +103,30 @@ def _feed(storage: Storage, before: Snapshot, after: Snapshot, groups: Mapping[G
         answers = list(pool.map(choose, feeds))
     held = [a.rows for a in answers if isinstance(a, Rows)]
     reads = [a for a in answers if isinstance(a, Reads)]
+    whole_groups = {f.group for f, a in zip(feeds, answers, strict=True) if isinstance(a, Whole)}
     # the files read whole, of every group together: many small level-0 files share the work of planning reads
     every = [f for a in reads for f in a.whole]
-    whole = dict(zip((f.path for f in every), read_data_files(storage, md, every, None, _THREADS), strict=True))
+    names = [*md.column_names, OP_COLUMN, VERSION_COLUMN]
+    whole = {f.path: with_hidden_columns(t, f).select(names)  # on this thread: Python-bound, it gains nothing on others
+             for f, t in zip(every, read_data_files(storage, md, every, None, _THREADS), strict=True)}
     with ThreadPoolExecutor(_THREADS) as pool:
         states: list[States] = list(pool.map(lambda a: a.states(whole), reads))
+    if whole_groups:  # the groups read whole: one merge-on-read of each version
+        states.append(_whole_states(storage, before, after, whole_groups, schema))
     if held:  # the groups whose rows are all held: one pass over all of them
         a, b = record_states(held, before.version, after.version, key_columns(md))
         states.append((a.select(schema.names).cast(schema), b.select(schema.names).cast(schema)))
     a = pa.concat_tables([s[0] for s in states]) if states else schema.empty_table()
     b = pa.concat_tables([s[1] for s in states]) if states else schema.empty_table()
     return diff_states(md, a, b)
+
+
+def _whole_states(storage: Storage, before: Snapshot, after: Snapshot, groups: set[Group],
+                  schema: pa.Schema) -> States:
+    """Both states of ``groups`` read whole; the columns added between the two versions are nulls at ``before``."""
+    a = read_snapshot(storage, before, groups=groups, keep_hidden=True)
+    b = read_snapshot(storage, after, groups=groups, keep_hidden=True)
+    return fill_missing(a, schema, schema.names).cast(schema), b.select(schema.names).cast(schema)
 
 
 __all__ = ["STRATEGIES", "changed_files", "changes_between", "net_changes"]
