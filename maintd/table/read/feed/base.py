@@ -2,11 +2,12 @@
 
 A :class:`Strategy` is given a group's :class:`GroupFeed` (its files at both versions, the files the
 data-changing commits between them added or removed, and its prior-rows files) and says whether it can answer,
-and how. It answers with :class:`Rows` (every row either state needs, with versions; the states are built for every such
-group in one pass, :func:`record_states`) or with :class:`Reads` (the two states, read once the files it names
-are read whole, together with every other group's). Or it answers :class:`Whole`: both states are read whole,
-with every other such group's, one merge-on-read per version. The driver (:mod:`maintd.table.read.feed.driver`) walks its
-strategies in order and takes the first answer; the states of every group are then diffed once.
+and how. It answers with :class:`Rows` (every row either state needs, with versions; the states are built for
+every such group in one pass, :func:`record_states`) or with :class:`Reads` (the two states, read once the files
+it names are read whole, together with every other group's). Or it answers :class:`Whole`: both states are read
+whole, with every other such group's, one merge-on-read per version. The driver
+(:mod:`maintd.table.read.feed.driver`) walks its strategies in order and takes the first answer; the states of
+every group are then diffed once.
 """
 
 from __future__ import annotations

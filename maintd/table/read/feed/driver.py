@@ -3,8 +3,9 @@
 For each (partition, bucket) group the data-changing commits of (start, end] touched, the strategies of
 :data:`STRATEGIES` are asked in order (on threads, a group per thread) and the first that can answer reads it
 (:mod:`maintd.table.read.feed.base`). The files the :class:`Reads` answers read whole are then read together,
-their states built on threads, the :class:`Whole` answers' groups read whole (one merge-on-read of each version),
-the :class:`Rows` answers' states built in one pass, and every group's two states diffed once (:func:`maintd.table.read.feed.diff.diff_states`).
+their states built on threads, the :class:`Whole` answers' groups read whole (one merge-on-read of each
+version), the :class:`Rows` answers' states built in one pass, and every group's two states diffed once
+(:func:`maintd.table.read.feed.diff.diff_states`).
 """
 
 from __future__ import annotations
