@@ -1,4 +1,4 @@
-"""The SparkSession maintd runs on, and what its Python workers need (options, warm-up, zip caches).
+"""The SparkSession maintd runs on, and what its Python workers need (options, warm-up, zip caches, collector).
 
 maintd runs on the session the user runs it with:
 
@@ -27,6 +27,7 @@ docs/architecture.md ("Spark modes") gives the reasons.
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import os
 import re
@@ -344,6 +345,7 @@ def run_pack_in_worker(pack: Sequence[str], threads: int = 1, freeze: bool = Tru
     ``attempt``: the attempt at the pack (None: the Spark task's; a pack run in process is given it).
     What Arrow freed goes back to the system at the end (:func:`~maintd.execution.rewrite.release_memory`): a worker
     forked after :func:`~maintd.worker_preload.preload_worker` has no allocator thread to do it while it idles.
+    What the task's imports left is frozen for the collector (:func:`freeze_imports`).
     """
     if freeze:
         freeze_zip_caches()
@@ -353,10 +355,12 @@ def run_pack_in_worker(pack: Sequence[str], threads: int = 1, freeze: bool = Tru
         return run_pack_json(pack, threads, attempt)
     finally:
         release_memory()
+        freeze_imports()
 
 
 def warm_up(spark: SparkSession, options: ExecutionOptions | None = None) -> None:
-    """Start the Python workers of every core and prepare them (import maintd, freeze zip caches).
+    """Start the Python workers of every core and prepare them (import maintd, freeze zip caches and, for the
+    collector, what the imports left).
 
     A long-lived session pays this once; call it after creating the session so the first run does not.
     """
@@ -402,6 +406,33 @@ def freeze_zip_caches() -> None:
 
     setattr(invalidate_caches, _FROZEN_ATTR, frozen)
     zipimport.zipimporter.invalidate_caches = invalidate_caches  # type: ignore[method-assign]
+
+
+_modules_at_freeze = 0
+
+
+def freeze_imports() -> None:
+    """In a Spark task that imported modules since the last freeze: collect garbage, then freeze what survives
+    (``gc.freeze``); a no-op outside a Spark task and in a task that imported nothing.
+
+    PySpark's own daemon collects garbage after every task of a reused worker, and a worker that imported maintd,
+    pyarrow and pandas holds tens of thousands of objects for that collection to walk each time. Frozen, they
+    stay out of every later collection (they stay alive, as imported modules do anyway; a frozen object is still
+    freed when nothing refers to it), and the collection after a task walks what the task allocated. Only the first
+    tasks of a worker import anything. :mod:`maintd.pyspark_daemon`, when it runs, freezes after such tasks too.
+    """
+    global _modules_at_freeze
+    if len(sys.modules) == _modules_at_freeze:
+        return
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        return
+    if TaskContext.get() is None:
+        return
+    gc.collect()
+    gc.freeze()
+    _modules_at_freeze = len(sys.modules)
 
 
 def is_connect(spark: Any) -> bool:

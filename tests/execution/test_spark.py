@@ -240,6 +240,38 @@ def test_spark_workers_freeze_their_zip_caches(spark: Any) -> None:
     assert any(a.endswith("pyspark.zip") for a in archives), archives
 
 
+def test_a_spark_task_that_imported_modules_freezes_them_for_the_collector(spark: Any) -> None:
+    import functools
+
+    from maintd.execution.spark import run_pack_in_worker
+
+    run = functools.partial(run_pack_in_worker, threads=1)
+
+    def probe(pack: list[str]) -> list[bool]:
+        import gc
+        import sys
+
+        import maintd.execution.spark as module
+
+        module._modules_at_freeze = 0  # as if modules were imported since the last freeze
+        gc.unfreeze()
+        assert run(pack) == []
+        return [gc.get_freeze_count() > 1000, module._modules_at_freeze == len(sys.modules)]
+
+    assert spark.sparkContext.parallelize([[]], 1).flatMap(probe).collect() == [True, True]
+
+
+def test_freezing_is_for_spark_tasks_only() -> None:
+    import gc
+
+    import maintd.execution.spark as module
+
+    before = gc.get_freeze_count()
+    module._modules_at_freeze = 0
+    module.freeze_imports()  # no Spark task here: this process's objects stay where they are
+    assert gc.get_freeze_count() == before and module._modules_at_freeze == 0
+
+
 def test_spark_workers_allocate_arrow_memory_from_jemalloc(spark: Any) -> None:
     def pool(_: Any) -> list[str]:
         import pyarrow as pa
