@@ -417,8 +417,8 @@ def freeze_imports() -> None:
 
     PySpark's own daemon collects garbage after every task of a reused worker, and a worker that imported maintd,
     pyarrow and pandas holds tens of thousands of objects for that collection to walk each time. Frozen, they
-    stay out of every later collection (they stay alive, as imported modules do anyway; a frozen object is still
-    freed when nothing refers to it), and the collection after a task walks what the task allocated. Only the first
+    stay out of every later collection (a frozen object is still freed when nothing refers to it), and the
+    collection after a task walks what the task allocated. Only the first
     tasks of a worker import anything. :mod:`maintd.pyspark_daemon`, when it runs, freezes after such tasks too.
     """
     global _modules_at_freeze
