@@ -379,9 +379,9 @@ _FROZEN_ATTR = "_maintd_frozen_archives"
 def in_spark_task() -> bool:
     """Whether this code runs in a Spark task (a PySpark worker running a task's function).
 
-    A PySpark worker has imported ``pyspark`` before any task; a process that has not (the driver before its
-    session, a child process running a pack in process) is not in one, and is not made to import it (about
-    0.2 s, at the end of every pack run in process).
+    A PySpark worker has imported ``pyspark`` before any task. A process that has not (the driver before its
+    session, a child process running a pack in process) is not in one, and is not made to import it: that import
+    would cost more than a small pack's work, at the end of every pack run in process.
     """
     if "pyspark" not in sys.modules:
         return False
