@@ -184,16 +184,19 @@ def _run_json(spec_json: str, unsynced: _Unsynced | None = None, attempt: int | 
     return run_task(spec, unsynced=unsynced, attempt=attempt)
 
 
-def current_attempt() -> int:
-    """The Spark attempt number of the running task (0 outside Spark).
+def task_context() -> Any:
+    """The running Spark task's ``TaskContext``, or None outside a Spark task.
 
     A Spark Python worker has imported pyspark before it runs any task; a process that has not is running
     units itself (in process), and must not pay for importing pyspark (about a second) to learn that.
     """
     pyspark = sys.modules.get("pyspark")
-    if pyspark is None:
-        return 0
-    ctx = pyspark.TaskContext.get()
+    return None if pyspark is None else pyspark.TaskContext.get()
+
+
+def current_attempt() -> int:
+    """The Spark attempt number of the running task (0 outside Spark)."""
+    ctx = task_context()
     return int(ctx.attemptNumber()) if ctx is not None else 0
 
 

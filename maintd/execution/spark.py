@@ -39,7 +39,7 @@ from loguru import logger
 
 from maintd.errors import ConfigError
 from maintd.execution.cpus import usable_cpus
-from maintd.execution.rewrite import release_memory, run_pack_json
+from maintd.execution.rewrite import release_memory, run_pack_json, task_context
 from maintd.execution.specs import ExecutionOptions
 from maintd.redaction import withheld_from_children
 from maintd.storage import SHIP_CONF, CarriedStorage
@@ -377,17 +377,10 @@ _FROZEN_ATTR = "_maintd_frozen_archives"
 
 
 def in_spark_task() -> bool:
-    """Whether this code runs in a Spark task (a PySpark worker running a task's function).
-
-    A PySpark worker has imported ``pyspark`` before any task. A process that has not (the driver before its
-    session, a child process running a pack in process) is not in one, and is not made to import it: that import
-    would cost more than a small pack's work, at the end of every pack run in process.
-    """
-    if "pyspark" not in sys.modules:
-        return False
-    from pyspark import TaskContext
-
-    return TaskContext.get() is not None
+    """Whether this code runs in a Spark task (a PySpark worker running a task's function); never imports pyspark
+    to learn it (:func:`~maintd.execution.rewrite.task_context`), which would cost more than a small pack's work at
+    the end of every pack run in process."""
+    return task_context() is not None
 
 
 def freeze_zip_caches() -> None:
