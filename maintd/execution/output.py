@@ -124,6 +124,17 @@ def without_futile_compression(options: dict[str, Any], first: pa.Table, skip: I
     return out
 
 
+def without_rejected_text(schema: pa.Schema, rejected: Sequence[str]) -> bool | list[str]:
+    """The ``use_dictionary`` option of a file whose other columns all may be dictionary-encoded, but not the
+    ``rejected`` text columns, which :func:`encode_text` found mostly distinct: left to the writer, each would be
+    hashed into a dictionary until that outgrew its page limit, then written plain anyway. True (every column)
+    when none is rejected, or when ``schema`` has nested columns, whose leaves the option would have to name."""
+    if not rejected or any(pa.types.is_nested(f.type) for f in schema):
+        return True
+    skip = set(rejected)
+    return [f.name for f in schema if f.name not in skip]
+
+
 def _compressed(codec: Any) -> bool:
     return codec is not None and str(codec).lower() not in ("none", "uncompressed")
 
@@ -263,11 +274,13 @@ class OutputFile:
         self.chosen = chosen
         self.flagged = set(chosen)
         options = dict(self.options)
+        written = dictionary_schema(writer_schema(self.schema, self.constants), chosen)
         if isinstance(options.get("use_dictionary"), list):  # only the columns that are dictionaries
             options["use_dictionary"] = [c for c in options["use_dictionary"] if c not in self.text] + chosen
+        elif options.get("use_dictionary", True):
+            options["use_dictionary"] = without_rejected_text(written, [c for c in self.text if c not in chosen])
         if first is not None:
             options = without_futile_compression(options, first, {*chosen, *self.constants})
-        written = dictionary_schema(writer_schema(self.schema, self.constants), chosen)
         if written.equals(self.schema):
             self.writer = pq.ParquetWriter(self.sink, self.schema, **options)
         else:

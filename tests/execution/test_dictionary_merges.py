@@ -90,11 +90,13 @@ def test_an_input_that_does_not_list_the_column_makes_the_unit_read_it_plain_and
 
 
 def test_an_output_whose_dictionary_outgrows_a_page_part_way_writes_plain_values_and_does_not_list_it(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every input's dictionary fits; their union in a later row group does not. The file's writer is set up for a
-    dictionary by its first row group; the later one falls back to plain pages, and the footer does not list the
-    column, so no reader takes it for a dictionary throughout."""
+    dictionary by its first row group (rows of the lowest keys: two values); the later one falls back to plain
+    pages, and the footer does not list the column, so no reader takes it for a dictionary throughout."""
     from maintd import Table
+
+    monkeypatch.setattr("maintd.execution.rewrite._row_group_rows", lambda spec: 1000)
 
     table = Table.create(str(tmp_path / "t"), "id:int64!,c:string", primary_key="id", buckets=1)
     rng = np.random.default_rng(1)

@@ -14,7 +14,7 @@ import pytest
 from maintd import Table
 from maintd.execution import ExecutionOptions, commit_rewrites, execute
 from maintd.execution import output as output_module
-from maintd.execution.output import SAMPLE_BYTES, without_futile_compression
+from maintd.execution.output import SAMPLE_BYTES, without_futile_compression, without_rejected_text
 
 from .helpers import plan_all
 
@@ -121,3 +121,38 @@ def test_after_the_first_row_group_only_the_text_columns_it_chose_are_encoded(
     # the first row group of each file: the three text columns; each later one: status only
     assert len(calls) == 3 * files + (groups - files)
     assert table.read().sort_by("id").equals(expected)
+
+
+def _dictionary_pages(table: Table, path: str) -> dict[str, bool]:
+    meta = pq.ParquetFile(table.storage.full_path(path)).metadata
+    return {meta.row_group(0).column(i).path_in_schema: any(
+        meta.row_group(g).column(i).has_dictionary_page for g in range(meta.num_row_groups))
+        for i in range(meta.num_columns)}
+
+
+def test_a_compaction_never_hashes_a_text_column_the_sample_turned_away_into_a_dictionary(tmp_path: Path) -> None:
+    """BaseFiles let the writer dictionary-encode any column, but not the text columns that :func:`encode_text`
+    found mostly distinct: the writer would hash their values until the dictionary outgrew its page, then fall back
+    to plain pages anyway. Columns of few values, integers and floats keep their dictionaries."""
+    table = _table(tmp_path, commits=4, rows=3000)
+    expected = table.read().sort_by("id")
+    plan = plan_all(table, "compact")
+    results = execute(plan, table, None, ExecutionOptions(in_process_workers="threads"))
+    assert all(r.ok for r in results)
+    assert commit_rewrites(table, plan, results).committed
+    for a in (a for r in results for a in r.adds):
+        pages = _dictionary_pages(table, a.path)
+        assert not pages["token"], "random hex, mostly distinct: never a dictionary"
+        assert pages["label"] and pages["status"], "300 values and 3: chosen as dictionaries"
+        assert pages["id"] and pages["hash"], "every column but the rejected text ones may still be a dictionary"
+    assert table.read().sort_by("id").equals(expected)
+
+
+def test_a_nested_schema_leaves_dictionaries_to_the_writer() -> None:
+    """The option names leaf columns, so with a nested column it stays True (every column) rather than dropping the
+    dictionaries of the nested column's leaves."""
+    flat = pa.schema([("id", pa.int64()), ("token", pa.string()), ("status", pa.dictionary(pa.int32(), pa.string()))])
+    assert without_rejected_text(flat, ["token"]) == ["id", "status"]
+    assert without_rejected_text(flat, []) is True
+    nested = flat.append(pa.field("tags", pa.list_(pa.string())))
+    assert without_rejected_text(nested, ["token"]) is True

@@ -89,8 +89,10 @@ def encode_text(values: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray | None
     """``values`` as one dictionary array whose dictionary encodes below :data:`DICTIONARY_PAGE_LIMIT`, every entry
     used; None when the column is better left plain (mostly distinct values, or too large a dictionary).
 
-    A dictionary array (a merge of dictionary-read inputs) is unified and compacted, never hashed again; a plain
-    one is sampled first, then hashed whole.
+    A dictionary array (a merge of dictionary-read inputs) is unified and compacted, never hashed again. A plain
+    one is sampled, then hashed whole. Every other sampled row is hashed first: most plain columns are mostly
+    distinct, and when that half already rules the column out, so would the whole sample (a superset), so the
+    decision is the same at half the hashing.
     """
     n = len(values)
     if n == 0:
@@ -100,10 +102,12 @@ def encode_text(values: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray | None
         if not fits(encoded.dictionary, COMPACT_SHARE):
             encoded = compact(encoded)
         return encoded if fits(encoded.dictionary) else None
-    sample = values if n <= SAMPLE_ROWS else values.take(np.linspace(0, n - 1, SAMPLE_ROWS, dtype=np.int64))
+    rows = np.linspace(0, n - 1, SAMPLE_ROWS, dtype=np.int64) if n > SAMPLE_ROWS else None
+    if rows is not None and _plain(_one_dictionary(pc.dictionary_encode(values.take(rows[::2]))).dictionary, len(rows)):
+        return None  # half the sample already has too many distinct values for the whole of it
+    sample = values if rows is None else values.take(rows)
     encoded = _one_dictionary(pc.dictionary_encode(sample))
-    distinct = len(encoded.dictionary)
-    if (distinct > MIN_DISTINCT and distinct * SAMPLE_DISTINCT > len(sample)) or not fits(encoded.dictionary):
+    if _plain(encoded.dictionary, len(sample)):
         return None
     if n > SAMPLE_ROWS:
         encoded = _one_dictionary(pc.dictionary_encode(values))
@@ -125,6 +129,14 @@ def file_dictionary(values: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray | 
     if len(arr.dictionary) > len(arr):
         arr = compact(arr)
     return arr if fits(arr.dictionary) else None
+
+
+def _plain(dictionary: pa.Array, sampled: int) -> bool:
+    """Whether a column whose sample of ``sampled`` rows (or a subset of that sample) has the distinct values
+    ``dictionary`` is better left plain: too many distinct values (:data:`SAMPLE_DISTINCT`), or a dictionary
+    already too large. Both only grow as rows are added, so a subset that rules a column out decides it."""
+    distinct = len(dictionary)
+    return (distinct > MIN_DISTINCT and distinct * SAMPLE_DISTINCT > sampled) or not fits(dictionary)
 
 
 def fits(dictionary: pa.Array, share: float = 1.0) -> bool:

@@ -45,6 +45,36 @@ def test_a_skewed_sorted_column_is_judged_by_a_sample_spread_over_it() -> None:
     assert encode_text(names) is None
 
 
+def _sampled_once(values: pa.Array) -> pa.DictionaryArray | None:
+    """The rule :func:`encode_text` follows for a plain column, with the whole sample hashed at once."""
+    from maintd.table.files.dictionaries import MIN_DISTINCT, SAMPLE_DISTINCT, SAMPLE_ROWS
+
+    n = len(values)
+    sample = values if n <= SAMPLE_ROWS else values.take(np.linspace(0, n - 1, SAMPLE_ROWS, dtype=np.int64))
+    distinct = len(sample.dictionary_encode().dictionary)
+    if (distinct > MIN_DISTINCT and distinct * SAMPLE_DISTINCT > len(sample)) or not fits(
+            sample.dictionary_encode().dictionary):
+        return None
+    encoded = values.dictionary_encode()
+    return encoded if fits(encoded.dictionary) else None
+
+
+@settings(max_examples=120, deadline=None)
+@given(rows=st.integers(4_097, 12_000), distinct=st.integers(1, 6_000), hot=st.floats(0.0, 0.95),
+       width=st.integers(1, 40), nulls=st.floats(0.0, 0.5), seed=st.integers(0, 2**32 - 1))
+def test_hashing_half_the_sample_first_decides_as_the_whole_sample_would(
+        rows: int, distinct: int, hot: float, width: int, nulls: float, seed: int) -> None:
+    """Skewed or not, wide or narrow values, any share of nulls: the early look at every other sampled row never
+    turns a column away that the whole sample would have encoded, and never keeps one it would not."""
+    rng = np.random.default_rng(seed)
+    picks = np.where(rng.random(rows) < hot, 0, rng.integers(0, distinct, rows))
+    values = pa.array([None if rng.random() < nulls else f"{i:0{width}d}" for i in np.sort(picks)], pa.string())
+    got, expected = encode_text(values), _sampled_once(values)
+    assert (got is None) == (expected is None)
+    if got is not None:
+        assert got.to_pylist() == values.to_pylist()
+
+
 def test_a_dictionary_too_large_for_one_page_is_refused() -> None:
     width = 1000
     values = pa.array([f"{i:0{width}d}" for i in range(DICTIONARY_PAGE_LIMIT // width + 1)] * 8)
