@@ -72,10 +72,22 @@ class _RedactingSink:
         stream.flush()
 
 
+_PY4J_FILES = f"{os.sep}py4j{os.sep}"
+"""Part of the path of py4j's modules: py4j logs a retried command through the root logger, not its own."""
+
+
 class InterceptHandler(logging.Handler):
-    """Forward standard-library log records to loguru (loguru's documented recipe)."""
+    """Forward standard-library log records to loguru (loguru's documented recipe).
+
+    py4j logs each command it sends again ("Exception while sending command.", with a traceback) at INFO
+    through the root logger (``logging.info``), out of reach of its own logger's level in :data:`_QUIET`: such a
+    record is dropped under that level, as py4j's other chatter is. Its ERROR, when the command fails for good,
+    still shows. A JVM that went away (a killed driver) would otherwise print a traceback at every stop.
+    """
 
     def emit(self, record: logging.LogRecord) -> None:
+        if record.name == "root" and record.levelno < _QUIET["py4j"] and _PY4J_FILES in record.pathname:
+            return
         try:
             level: str | int = logger.level(record.levelname).name
         except ValueError:

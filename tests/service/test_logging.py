@@ -176,3 +176,31 @@ def test_in_json_mode_lines_written_to_stderr_by_child_processes_become_json(tmp
     wrapped = [r for r in records if "record" in r and r["record"]["extra"].get("source") == "stderr"]
     assert [r["record"]["message"] for r in wrapped] == ["WARNING: Using incubator modules"]
     assert {"jvm": 1} in records, "JSON lines pass through as they are"
+
+
+def test_py4j_retrying_a_command_through_the_root_logger_logs_nothing_but_its_final_failure() -> None:
+    """py4j logs a command it sends again at INFO through the root logger, with a traceback: after a driver JVM
+    was killed, that printed a traceback at the daemon's stop. Only its ERROR, the command failing for good,
+    is shown."""
+    from py4j import protocol
+    from py4j.java_gateway import GatewayClient
+    from py4j.protocol import Py4JNetworkError
+
+    class Gone:
+        def send_command(self, command: str) -> str:
+            raise Py4JNetworkError("Answer from Java side is empty", when=protocol.EMPTY_RESPONSE)
+
+        def close(self, reset: bool = False) -> None:
+            pass
+
+    out = io.StringIO()
+    configure_logging(LoggingSettings(), stream=out)
+    client = GatewayClient.__new__(GatewayClient)
+    client._get_connection = Gone  # type: ignore[method-assign]
+    client._should_retry = lambda retry, connection, pne=None: retry  # type: ignore[method-assign]
+    assert client.send_command("c\nt\nx\ne\n") == protocol.ERROR
+    text = out.getvalue()
+    assert text.count("Exception while sending command.") == 1, text
+    assert "| ERROR    |" in text and "| INFO     |" not in text
+    logging.getLogger().info("maintd's own stdlib records at INFO still show")
+    assert "maintd's own stdlib records at INFO still show" in out.getvalue()
