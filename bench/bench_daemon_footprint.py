@@ -9,7 +9,8 @@ settings otherwise) on a fresh copy of TABLES small tables that each need a clus
 2 buckets; policy: cluster 4 level-0 files), waits until every table's maintenance has succeeded, then:
 
 * ``small``: plans run in process (the default ``spark.maintd.inProcess.maxInputBytes``, 64 MiB); waits
-  ``--settle`` seconds (checks go on, finding nothing) and measures;
+  ``--settle`` seconds (checks go on, finding nothing) and measures, the runs' warm processes still up; then
+  measures again once they have been idle for ``maintd.execution.local.IDLE_SECONDS`` and ended (15 s later);
 * ``spark``: every plan runs on Spark (``maxInputBytes`` 0) with ``spark.idle_stop_seconds`` = ``--stop-after``;
   measures after ``--idle`` seconds without a run (Spark has closed its idle Python workers after a minute), and
   again once the daemon has stopped the idle session.
@@ -112,9 +113,15 @@ def sample(scenario: str, source: Path, args: argparse.Namespace) -> dict[str, i
         began = time.monotonic()
         print(f"  {scenario}: {len(runs)} maintenance runs on {engines}", flush=True)
         if scenario == "small":
+            from maintd.execution.local import IDLE_SECONDS
+
             time.sleep(args.settle)
             mem = memory(daemon.pid)
-            show(f"idle {args.settle:.0f} s after the runs", mem)
+            show(f"{args.settle:.0f} s after the runs, their processes still warm", mem)
+            figures["warm"] = int(mem["pss"])  # type: ignore[call-overload]
+            time.sleep(max(0.0, IDLE_SECONDS + 15 - (time.monotonic() - began)))
+            mem = memory(daemon.pid)
+            show(f"idle {time.monotonic() - began:.0f} s after the runs, their processes ended", mem)
             figures["idle"] = int(mem["pss"])  # type: ignore[call-overload]
         else:
             time.sleep(max(0.0, args.idle - (time.monotonic() - began)))

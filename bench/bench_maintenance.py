@@ -22,8 +22,11 @@
    exported files; maintd's clustering of every level-0 file and full compaction of the level-0 files,
    each on a fresh copy of the ingested table (plan + execute + commit, where the daemon would run it: in
    process when the plan's input is within ``spark.maintd.inProcess.maxInputBytes``, default 64 MiB (in the
-   daemon's child processes of the fork server, started before the samples as the daemon starts it;
-   ``--in-process-workers threads``: in threads of this process), else on a warm local SparkSession as in
+   daemon's warm processes of the fork server, the server started before the samples as the daemon starts it;
+   a step finds the processes the previous one left when they were idle for less than a minute, as the daemon's
+   runs that follow each other do; ``--cold`` ends them before every step of ours, as a daemon whose runs are
+   minutes apart starts new ones; ``--in-process-workers threads``: in threads of this process), else on a
+   warm local SparkSession as in
    the daemon's long-lived session: workers started by ``warm_up``, then one untimed clustering of a copy:
    the JVM compiles the task path's hot methods then;
    ``--in-process-max-bytes 0`` runs every step on Spark; no session is started when every step runs in
@@ -228,12 +231,17 @@ def full_plan(table, kind: str):  # type: ignore[no-untyped-def]
     return PlanDoc(table_uri=table.uri, read_version=snap.version, tasks=tuple(tasks))
 
 
-def timed_maintenance(table, kind: str, spark, options) -> tuple[float, dict[str, int]]:  # type: ignore[no-untyped-def]
+def timed_maintenance(table, kind: str, spark, options, cold: bool = False  # type: ignore[no-untyped-def]
+                      ) -> tuple[float, dict[str, int]]:
     """One step as the daemon runs it: in its own process when the plan's input is within
-    ``options.in_process_max_bytes`` (``--in-process-max-bytes``), else on the Spark session."""
+    ``options.in_process_max_bytes`` (``--in-process-max-bytes``), else on the Spark session. ``cold``: after
+    ending the warm processes of plans run in process (untimed)."""
     from maintd.execution import commit_rewrites, execute
     from maintd.execution.driver import runs_in_process
+    from maintd.execution.local import end_lanes
 
+    if cold:
+        end_lanes()
     t0 = time.monotonic()
     plan = full_plan(table, kind)
     local = runs_in_process(plan, table.snapshot(plan.read_version), options)
@@ -299,6 +307,8 @@ def main() -> None:
     ap.add_argument("--in-process-max-bytes", default=None,
                     help="plans up to this input run in this process, as in the daemon (default: the daemon's, "
                          "64m); 0 runs every step on Spark")
+    ap.add_argument("--cold", action="store_true",
+                    help="end the warm processes of plans run in process before every step of ours")
     ap.add_argument("--in-process-workers", choices=["processes", "threads"], default="processes",
                     help="what runs the units of a plan in process (default: the daemon's, child processes)")
     args = ap.parse_args()
@@ -390,14 +400,14 @@ def main() -> None:
                     times[name].append(run_peer(script, str(same), str(work / f"out_{name}")))
                 elif step == "cluster":
                     clustered = fresh("clustered")
-                    dt, cstats = timed_maintenance(clustered, "cluster", spark, options)
+                    dt, cstats = timed_maintenance(clustered, "cluster", spark, options, args.cold)
                     times["cluster"].append(dt)
                     settle()
-                    dt, rstats = timed_maintenance(clustered, "compact", spark, options)
+                    dt, rstats = timed_maintenance(clustered, "compact", spark, options, args.cold)
                     times["recompact"].append(dt)
                 else:
                     compacted = fresh("compacted")
-                    dt, kstats = timed_maintenance(compacted, "compact", spark, options)
+                    dt, kstats = timed_maintenance(compacted, "compact", spark, options, args.cold)
                     times["compact"].append(dt)
         if spark is not None:
             spark.stop()

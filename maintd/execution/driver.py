@@ -43,7 +43,7 @@ class ExecutionReport:
     master: str | None = None
     app_id: str | None = None
     engine: str | None = None
-    """Where the units ran: ``spark``, or ``in-process`` (child processes of the fork server, or threads of this
+    """Where the units ran: ``spark``, or ``in-process`` (processes of the fork server, or threads of this
     process); None when nothing ran."""
 
 
@@ -68,7 +68,7 @@ _WORKER_FAULTS = frozenset({"kill_once", "hold_once"})
 
 
 def local_backend(table_uri: str, options: ExecutionOptions) -> Backend:
-    """Where a run in process executes its units: child processes of the standard library's fork server
+    """Where a run in process executes its units: warm processes of the standard library's fork server
     (``options.in_process_workers``, :mod:`maintd.execution.local`), or threads of this process when asked, or
     when the table's storage is registered in this process only (a child would not find it)."""
     if options.in_process_workers == "processes" and processes_can_open(table_uri):

@@ -1,38 +1,42 @@
-"""Small plans on this machine: one process per pack, forked by the standard library's fork server.
+"""Small plans on this machine: packs run in warm worker processes of the standard library's fork server.
 
-A plan below ``in_process_max_bytes`` runs here rather than as Spark jobs. Each pack runs in a
-``multiprocessing`` process of the ``forkserver`` context, started for the pack and gone when it is done;
-nothing idles between runs but the fork server, which has imported what a unit needs (:data:`PRELOAD`).
-Processes because units of small files hold the GIL between short Arrow calls and only a process can be
-killed; forked from the server, a child copies no lock of this process's threads. A script that runs plans in
-process keeps its work under ``if __name__ == "__main__":``.
+A plan below ``in_process_max_bytes`` runs here rather than as Spark jobs. Each pack runs in a *lane*: a
+:class:`concurrent.futures.ProcessPoolExecutor` of one process of the ``forkserver`` context, which has imported
+what a unit needs (:data:`PRELOAD`), and serves one pack at a time. A run takes idle lanes or starts new ones and
+gives them back, so the runs that follow find processes whose imports are done and whose memory is mapped.
+A lane idle for :data:`IDLE_SECONDS` ends, so an idle daemon holds none.
+Processes, because units of small files hold the GIL between short Arrow calls and only a process can be killed;
+one process per lane, so that killing a hung pack's process breaks no other pack.
 
-**What a child inherits.** :func:`start_fork_server` starts the server with the environment of
-:func:`~maintd.redaction.child_environment` (no state-store credentials), after logging has taken over fd 2,
-so what a child writes there is redacted. The daemon starts it before its threads; a library caller at its
-first run in process.
+**What a lane inherits.** :func:`start_fork_server` starts the server without the state store's credentials in
+its environment (:func:`~maintd.redaction.child_environment`), with :data:`LANE_ALLOCATORS`, after logging has
+taken over fd 2. A lane whose caller died ends too.
 
-**Timeouts.** A pack has :func:`pack_timeout` seconds. A child still running then is killed, as is one that
-dies; either way the pack runs once more in a new process and the lost attempt's files are deleted
+**Timeouts.** A pack has :func:`pack_timeout` seconds. A lane still running it then is killed, as is one that
+dies; either way the pack runs once more in another lane and the lost attempt's files are deleted
 (:func:`maintd.execution.scheduler.remove_attempts`). A second loss fails the pack's units.
 
-**Threads** (``spark.maintd.inProcess.workers=threads``, and tables whose storage only this process knows:
-:func:`processes_can_open`) run packs here (:class:`~maintd.execution.scheduler.LocalBackend`); a hung unit
-there is reported failed at its timeout and its thread left to end on its own.
-
-docs/architecture.md ("Plan, execute, commit": small plans in process, timeouts) gives the reasons.
+**Threads** (``spark.maintd.inProcess.workers=threads``, or a storage only this process knows) run packs in
+:class:`~maintd.execution.scheduler.LocalBackend`. A script that runs plans in process keeps its work under
+``if __name__ == "__main__":``. docs/architecture.md ("Plan, execute, commit") gives the reasons.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import select
+import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
 from multiprocessing import forkserver
-from multiprocessing.connection import Connection, wait
+from multiprocessing.context import ForkServerContext
 from typing import Any
 
 from loguru import logger
@@ -49,11 +53,23 @@ PRELOAD = ["__main__", "maintd.execution.local", "maintd.execution.local_preload
 numpy data imports). Python before 3.13 never hands the fork server the main module's path, so each child still
 runs a main script's body: the ``maintd`` command's imports are preloaded for it (:func:`_preload`)."""
 ATTEMPTS = 2
-"""A pack's tries: a lost process (dead, or killed at its timeout) costs one more, in a new process."""
+"""A pack's tries: a lost process (dead, or killed at its timeout) costs one more, in another lane."""
 TIMEOUT_BASE_SECONDS = 300.0
 TIMEOUT_SECONDS_PER_MIB = 1.0
 """The default timeout of a pack: 5 minutes plus a second per MiB of its input (1 MiB/s, far below any disk or
 object store)."""
+IDLE_SECONDS = 60.0
+"""A lane given no pack for this long ends (PySpark's idle Python workers end after a minute too): runs that follow
+each other within it find warm processes, and an idle daemon holds none."""
+LANE_ALLOCATORS = {"MIMALLOC_PURGE_DELAY": "-1",
+                   "GLIBC_TUNABLES": "glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=33554432"}
+"""The environment the fork server starts with, so that its lanes keep the memory they free for their next unit:
+Arrow's allocator (mimalloc) never returns it, and glibc's keeps a large top of its heap and maps apart only
+very large blocks. Else each unit maps its memory anew and takes a page fault per page of it, which costs most
+where a hypervisor has reclaimed the guest's freed memory (docs/benchmarks.md, "Warm processes for small
+plans"). A lane's memory goes back when it ends. A variable the caller set is kept."""
+PARENT_CHECK_SECONDS = 1.0
+"""How often a lane looks whether its caller still lives, where the system gives no process handle (pidfd)."""
 
 _LOCK = threading.Lock()
 _started = False
@@ -94,9 +110,21 @@ def start_fork_server() -> None:
     global _started
     with _LOCK:
         if _context().get_start_method() == "forkserver":
-            with withheld_from_children():
+            with withheld_from_children(), _allocators_set():
                 forkserver.ensure_running()
         _started = True
+
+
+@contextlib.contextmanager
+def _allocators_set() -> Iterator[None]:
+    """``os.environ`` with :data:`LANE_ALLOCATORS` where unset, while the fork server starts; put back afterwards."""
+    added = [k for k in LANE_ALLOCATORS if k not in os.environ]
+    os.environ.update({k: LANE_ALLOCATORS[k] for k in added})
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
 
 
 def processes_can_open(uri: str) -> bool:
@@ -106,21 +134,160 @@ def processes_can_open(uri: str) -> bool:
     return bool(sys.executable) and is_builtin_storage(uri)
 
 
-def _run_child(answer: Connection, wire: list[str], request: dict[str, Any], attempt: int) -> None:
-    """A pack in a child process: what a Spark task runs (:func:`~maintd.execution.spark.run_pack_in_worker`),
-    its results sent back as one list of JSON strings."""
+class _LaneContext(ForkServerContext):
+    """The fork server's context, keeping the process it starts for a lane's executor: the lane kills it at a
+    timeout and reads its exit status when it dies (the executor reports neither)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        _context()  # the preload list
+        self.process: Any = None
+
+    def Process(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # the context API's name
+        self.process = super().Process(*args, **kwargs)
+        return self.process
+
+
+def _lane_started(caller: int) -> None:
+    """In a lane's process: end when ``caller`` (the process whose runs it serves) has ended. The fork server,
+    its parent, does not end first: every process it forks holds its pipe of life open."""
+    def watch() -> None:
+        try:
+            fd = os.pidfd_open(caller)  # readable once the process has ended
+        except OSError:  # no pidfd here: look every PARENT_CHECK_SECONDS
+            while _exists(caller):
+                time.sleep(PARENT_CHECK_SECONDS)
+        else:
+            select.select([fd], [], [])
+        os._exit(0)
+
+    threading.Thread(target=watch, name="maintd-lane-caller", daemon=True).start()
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass(eq=False)
+class _Lane:
+    """One warm process that runs packs one at a time (an executor of one process)."""
+
+    executor: ProcessPoolExecutor
+    context: _LaneContext
+    idle_since: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def start(cls) -> _Lane:
+        ctx = _LaneContext()
+        if not _started:
+            start_fork_server()  # a library caller's first run: the server gets the withheld environment too
+        return cls(ProcessPoolExecutor(1, mp_context=ctx, initializer=_lane_started,
+                                       initargs=(os.getpid(),)), ctx)
+
+    @property
+    def pid(self) -> int | None:
+        return getattr(self.context.process, "pid", None)
+
+    def alive(self) -> bool:
+        process = self.context.process
+        return process is None or process.is_alive()
+
+    def how_it_ended(self) -> str:
+        process = self.context.process
+        code = process.exitcode if process is not None else None
+        return f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+
+    def kill(self) -> None:
+        """Kill the process (gone when this returns) and close the executor."""
+        if self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            self.context.process.join(5)
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+_lanes: list[_Lane] = []
+"""Idle lanes, the most recently used last."""
+_reaper: threading.Timer | None = None
+
+
+def _take_lane() -> _Lane:
+    with _LOCK:
+        while _lanes:
+            lane = _lanes.pop()
+            if lane.alive():
+                return lane
+            lane.kill()
+    return _Lane.start()
+
+
+def _give_back(lane: _Lane) -> None:
+    global _reaper
+    with _LOCK:
+        lane.idle_since = time.monotonic()
+        _lanes.append(lane)
+        if _reaper is None:
+            _reaper = threading.Timer(IDLE_SECONDS, _end_idle_lanes)
+            _reaper.daemon = True
+            _reaper.start()
+
+
+def _end_idle_lanes() -> None:
+    """End the lanes idle for :data:`IDLE_SECONDS`; look again when the next one is due."""
+    global _reaper
+    with _LOCK:
+        now = time.monotonic()
+        old = [lane for lane in _lanes if now - lane.idle_since >= IDLE_SECONDS]
+        _lanes[:] = [lane for lane in _lanes if lane not in old]
+        _reaper = None
+        if _lanes:
+            _reaper = threading.Timer(max(0.0, IDLE_SECONDS - (now - _lanes[0].idle_since)), _end_idle_lanes)
+            _reaper.daemon = True
+            _reaper.start()
+    for lane in old:
+        lane.executor.shutdown(wait=True)
+
+
+def end_lanes() -> None:
+    """End every idle lane now (the daemon's stop; tests). A lane running a pack is given back after it, and
+    ends once idle."""
+    global _reaper
+    with _LOCK:
+        old = list(_lanes)
+        _lanes.clear()
+        if _reaper is not None:
+            _reaper.cancel()
+            _reaper = None
+    for lane in old:
+        lane.executor.shutdown(wait=True)
+
+
+def lane_pids() -> list[int]:
+    """Pids of the idle lanes' processes (tests, the daemon's process census)."""
+    with _LOCK:
+        return [pid for lane in _lanes if (pid := lane.pid) is not None]
+
+
+def _run_pack(wire: list[str], request: dict[str, Any], attempt: int) -> list[str]:
+    """A pack in a lane: what a Spark task runs (:func:`~maintd.execution.spark.run_pack_in_worker`), its results
+    as JSON strings."""
     from maintd.execution.spark import run_pack_in_worker
     from maintd.storage.options import CarriedStorage, StorageOptions
 
     uri = request.get("uri")
     storage = CarriedStorage(uri, StorageOptions.of(request.get("options") or {})) if uri else None
-    answer.send(run_pack_in_worker(wire, threads=int(request.get("threads") or 1), freeze=False, storage=storage,
-                                   attempt=attempt))
-    answer.close()
+    return run_pack_in_worker(wire, threads=int(request.get("threads") or 1), freeze=False, storage=storage,
+                              attempt=attempt)
 
 
 class ProcessBackend:
-    """Packs run in child processes of the fork server, ``workers`` at once, each with a timeout."""
+    """Packs run in lanes (warm processes of the fork server), ``workers`` at once, each with a timeout."""
 
     engine = "in-process"
 
@@ -159,42 +326,45 @@ class ProcessBackend:
     def _attempt(self, wire: list[str], attempt: int, timeout: float) -> list[str]:
         if self._cancelled.is_set():
             raise RuntimeError("not started: the run was abandoned")
-        if not _started:
-            start_fork_server()  # a library caller's first run: the server gets the withheld environment too
-        ctx = _context()
-        receive, send = ctx.Pipe(duplex=False)
-        child = ctx.Process(target=_run_child, args=(send, wire, self.request, attempt), daemon=True,
-                            name=f"maintd-pack-{attempt}")
-        child.start()
-        send.close()
-        started = time.monotonic()
+        lane = _take_lane()
         try:
-            return self._answer(child, receive, started + timeout, timeout)
-        finally:
-            if child.is_alive():
-                child.kill()
-            child.join()
-            receive.close()
+            future = lane.executor.submit(_run_pack, wire, self.request, attempt)
+        except BrokenProcessPool:  # it died while idle
+            lane.kill()
+            lane = _Lane.start()
+            future = lane.executor.submit(_run_pack, wire, self.request, attempt)
+        try:
+            out = self._answer(lane, future, time.monotonic() + timeout, timeout)
+        except Exception as exc:  # a lost, hung or cancelled pack's lane is killed; after a failure it serves on
+            if isinstance(exc, UnitLostError) or self._cancelled.is_set() or not lane.alive():
+                lane.kill()
+            else:
+                _give_back(lane)
+            raise
+        except BaseException:
+            lane.kill()
+            raise
+        _give_back(lane)
+        return out
 
-    def _answer(self, child: Any, receive: Connection, deadline: float, timeout: float) -> list[str]:
-        """The child's results, waiting until ``deadline`` (and no longer once the run is cancelled)."""
+    def _answer(self, lane: _Lane, future: Future[list[str]], deadline: float, timeout: float) -> list[str]:
+        """The lane's results, waiting until ``deadline`` (and no longer once the run is cancelled)."""
         while True:
             left = deadline - time.monotonic()
             if self._cancelled.is_set():
                 raise RuntimeError("cancelled: the run was abandoned")
             if left <= 0:
-                child.kill()
-                raise UnitLostError(f"local process {child.pid} did not finish its pack within {timeout:g} s "
+                raise UnitLostError(f"local process {lane.pid} did not finish its pack within {timeout:g} s "
                                     "(spark.maintd.task.timeout) and was killed")
-            if wait([receive, child.sentinel], min(left, 1.0)):
+            done, _ = wait([future], min(left, 1.0), return_when=FIRST_COMPLETED)
+            if done:
                 try:
-                    out: list[str] = receive.recv()
-                    return out
-                except EOFError:
-                    child.join()
-                    code = child.exitcode
-                    how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-                    raise UnitLostError(f"local process {child.pid} ended while it ran its pack ({how})") from None
+                    return future.result()
+                except BrokenProcessPool:
+                    if lane.context.process is not None:
+                        lane.context.process.join(5)
+                    raise UnitLostError(f"local process {lane.pid} ended while it ran its pack "
+                                        f"({lane.how_it_ended()})") from None
 
     def cancel(self) -> None:
         """Packs of this run not started yet are not started, and running ones are killed (their files are
@@ -205,4 +375,5 @@ class ProcessBackend:
         return None, None
 
 
-__all__ = ["ProcessBackend", "UnitLostError", "pack_timeout", "processes_can_open", "start_fork_server"]
+__all__ = ["ProcessBackend", "UnitLostError", "end_lanes", "lane_pids", "pack_timeout", "processes_can_open",
+           "start_fork_server"]

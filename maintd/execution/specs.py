@@ -106,13 +106,13 @@ class ExecutionOptions(_Model):
     """Units at once when a run executes in process (child processes or threads, ``in_process_workers``); 0: one
     per CPU this process may run on, within its container's CPU quota (:func:`maintd.execution.cpus.usable_cpus`)."""
     in_process_workers: Literal["processes", "threads"] = "processes"
-    """What runs the units of a run in process: ``processes`` or ``threads``. ``processes``: one child process per
-    pack forked by the standard library's fork server (:mod:`maintd.execution.local`: no GIL shared between units;
-    a child that dies or hangs is killed and its pack run once more, not this process). ``threads``: threads of this
+    """What runs the units of a run in process: ``processes`` or ``threads``. ``processes``: warm processes of the
+    standard library's fork server, a pack at a time each (:mod:`maintd.execution.local`: no GIL shared between
+    units; one that dies or hangs is killed and its pack run once more, not this process). ``threads``: threads of this
     process (no process to start; slower on many small files, and a hung unit's thread cannot be killed).
     A table whose storage is registered in this process only runs in threads either way."""
     unit_timeout_seconds: float = Field(default=0.0, ge=0)
-    """Seconds a pack of units may take (in process: in its child process; on Spark: its job, from submission)
+    """Seconds a pack of units may take (in process: in its process; on Spark: its job, from submission)
     before it is killed and run once more (a second timeout fails its units); 0: 300 s plus 1 s per MiB of the
     pack's input (:func:`maintd.execution.local.pack_timeout`)."""
     commit_max_tasks: int = Field(default=64, ge=1)

@@ -16,6 +16,7 @@ When the Spark driver's JVM dies, ``/healthz`` fails so that Kubernetes restarts
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -101,6 +102,7 @@ def _shut_down(daemon: Daemon | None, driver: SparkDriver, server: HealthServer 
     if daemon is not None:
         steps.append(("stop the daemon loop", daemon.stop))
     steps.append(("stop Spark", driver.stop))
+    steps.append(("end the idle processes of plans run in process", _end_lanes))
     if server is not None:
         steps.append(("close the HTTP endpoint", server.stop))
     steps.append(("close the state store", store.close))
@@ -114,6 +116,13 @@ def _shut_down(daemon: Daemon | None, driver: SparkDriver, server: HealthServer 
             clean = False
     logger.info("state store closed")
     return clean
+
+
+def _end_lanes() -> None:
+    if "maintd.execution.local" in sys.modules:  # no plan ran in process: nothing to end, nothing to import
+        from maintd.execution.local import end_lanes
+
+        end_lanes()
 
 
 def _start_fork_server(settings: Settings) -> None:

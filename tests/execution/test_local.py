@@ -1,4 +1,4 @@
-"""Plans run in process in child processes of the fork server (maintd.execution.local): real processes, real
+"""Plans run in process in warm processes of the fork server (maintd.execution.local): real processes, real
 tables, real signals (SIGKILL, SIGSTOP)."""
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ from loguru import logger
 from waiting import wait_until
 
 from maintd.errors import ConfigError
-from maintd.execution import ExecutionOptions, execute, run_plan
+from maintd.execution import ExecutionOptions, execute, local, run_plan
 from maintd.execution.driver import local_backend
 from maintd.execution.local import (
     TIMEOUT_BASE_SECONDS,
     ProcessBackend,
     UnitLostError,
+    end_lanes,
+    lane_pids,
     pack_timeout,
-    start_fork_server,
 )
 from maintd.execution.scheduler import LocalBackend
 from maintd.execution.spark import options_from_settings
@@ -35,22 +36,6 @@ from .helpers import make_table, plan_all, sorted_read
 
 def _files_on_disk(table) -> set[str]:  # type: ignore[no-untyped-def]
     return {f.path for f in table.storage.walk() if f.path.startswith("bucket-")}
-
-
-def _children() -> set[int]:
-    """Pids of this process's live children (the fork server among them)."""
-    me = str(os.getpid())
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            if fields[1] == me and fields[0] != "Z":
-                found.add(int(entry.name))
-    return found
 
 
 @pytest.fixture
@@ -79,13 +64,58 @@ def test_units_run_in_child_processes_and_write_what_threads_write(tmp_path: Pat
     assert sorted_read(a).equals(model.table())
 
 
-def test_no_process_of_a_run_outlives_it_but_the_fork_server(tmp_path: Path) -> None:
-    table, _ = make_table(tmp_path, commits=8, buckets=4)
-    start_fork_server()
-    before = _children()
-    report = run_plan(plan_all(table, "compact"), table, None, ExecutionOptions(in_process_threads=2), commit=True)
-    assert all(r.ok for r in report.results)
-    assert _children() == before, "a pack's process is still alive after the run"
+def test_a_runs_processes_serve_the_next_run_warm_and_end_once_idle(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    end_lanes()
+    monkeypatch.setattr(local, "IDLE_SECONDS", 2.0)
+    table, model = make_table(tmp_path, commits=8, buckets=4)
+    options = ExecutionOptions(in_process_threads=2)
+    assert all(r.ok for r in run_plan(plan_all(table, "cluster"), table, None, options, commit=True).results)
+    first = set(lane_pids())
+    assert len(first) == 2, "a run of two packs at once starts two processes"
+    assert all(r.ok for r in run_plan(plan_all(table, "compact"), table, None, options, commit=True).results)
+    assert set(lane_pids()) == first, "the next run did not reuse the warm processes"
+    assert sorted_read(table).equals(model.table())
+    wait_until(lambda: not lane_pids() and not any(Path(f"/proc/{p}").exists() for p in first),
+               "the idle processes to end", timeout=30)
+
+
+def test_the_processes_of_a_killed_caller_end_with_its_fork_server(tmp_path: Path) -> None:
+    """A daemon killed with SIGKILL runs no shutdown: its idle processes see their fork server end, and end."""
+    table, _ = make_table(tmp_path, commits=6, buckets=2)
+    script = tmp_path / "caller.py"
+    script.write_text(textwrap.dedent(f"""
+        import time
+        from maintd import Table
+        from maintd.execution import ExecutionOptions, PlanDoc, run_plan
+        from maintd.execution.local import lane_pids
+        if __name__ == "__main__":
+            t = Table.open({table.uri!r})
+            plan = PlanDoc.model_validate_json({plan_all(table, "compact").model_dump_json()!r})
+            report = run_plan(plan, t, None, ExecutionOptions(in_process_threads=2), commit=True)
+            assert all(r.ok for r in report.results), report.results
+            print("lanes", *lane_pids(), flush=True)
+            time.sleep(600)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        pids = [int(p) for p in line.split()[1:]]
+        assert line.startswith("lanes") and len(pids) == 2, line
+        assert all(Path(f"/proc/{p}").exists() for p in pids)
+    finally:
+        proc.kill()
+        proc.wait(30)
+    wait_until(lambda: not any(_running(p) for p in pids), "the orphaned processes to end", timeout=30)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def test_a_process_killed_mid_pack_is_replaced_and_its_pack_runs_again(tmp_path: Path, log_lines: list[str]) -> None:
@@ -279,3 +309,17 @@ def test_units_at_once_follow_the_cpus_unless_told(monkeypatch: pytest.MonkeyPat
     assert driver.in_process_threads(ExecutionOptions(in_process_threads=16)) == 16
     monkeypatch.setattr(driver, "usable_cpus", lambda: 2)
     assert driver.in_process_threads(ExecutionOptions()) == 2
+
+
+def test_the_processes_keep_the_memory_they_free_and_the_callers_environment_is_unchanged(tmp_path: Path) -> None:
+    before = dict(os.environ)
+    table, _ = make_table(tmp_path, commits=4, buckets=2)
+    assert all(r.ok for r in run_plan(plan_all(table, "compact"), table, None, ExecutionOptions(in_process_threads=2),
+                                      commit=True).results)
+    pids = lane_pids()
+    assert pids
+    environ = dict(line.split("=", 1) for line in Path(f"/proc/{pids[0]}/environ").read_text().split("\0") if line)
+    for name, value in local.LANE_ALLOCATORS.items():
+        # glibc ends the first tunable's value with a NUL in place as it parses GLIBC_TUNABLES: a prefix shows
+        assert environ.get(name) and before.get(name, value).startswith(environ[name]), name
+    assert dict(os.environ) == before
