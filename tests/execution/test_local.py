@@ -323,3 +323,41 @@ def test_the_processes_keep_the_memory_they_free_and_the_callers_environment_is_
         # glibc ends the first tunable's value with a NUL in place as it parses GLIBC_TUNABLES: a prefix shows
         assert environ.get(name) and before.get(name, value).startswith(environ[name]), name
     assert dict(os.environ) == before
+
+
+def test_a_hung_pack_killed_in_one_run_costs_a_concurrent_run_nothing(tmp_path: Path) -> None:
+    """Runs at once share the lanes: the lane of one run's hung pack is killed at its timeout while the other
+    run's pack is in the middle of its unit in another lane, which finishes in its first attempt."""
+    hung, hung_model = make_table(tmp_path / "hung", commits=10, buckets=2, seed=5)
+    calm, calm_model = make_table(tmp_path / "calm", commits=10, buckets=2, seed=6)
+    stop, hold = tmp_path / "stop", tmp_path / "hold"
+    reports: dict[str, object] = {}
+    errors: list[BaseException] = []
+
+    def go(name: str, table, options: ExecutionOptions) -> None:  # type: ignore[no-untyped-def]
+        try:
+            reports[name] = run_plan(plan_all(table, "compact"), table, None, options, commit=True)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go, args=("hung", hung, ExecutionOptions(
+                   in_process_threads=2, unit_timeout_seconds=3, faults={"*": f"stop_once:{stop}"}))),
+               threading.Thread(target=go, args=("calm", calm, ExecutionOptions(
+                   in_process_threads=2, faults={"*": f"hold_once:{hold}"})))]
+    for t in threads:
+        t.start()
+    stopped = int(wait_until(lambda: (stop / "stopped").exists() and (stop / "stopped").read_text(), "a stop"))
+    wait_until(lambda: (hold / "held").exists(), "a held unit")
+    wait_until(lambda: not _running(stopped), "the hung pack's process to be killed", timeout=30)
+    assert threads[1].is_alive(), "the held run ended before the kill"
+    (hold / "release").touch()
+    for t in threads:
+        t.join(120)
+    assert not errors and not any(t.is_alive() for t in threads)
+    for name, table, model in (("hung", hung, hung_model), ("calm", calm, calm_model)):
+        report = reports[name]
+        assert all(r.ok for r in report.results), (name, report.results)  # type: ignore[attr-defined]
+        snap = table.snapshot()
+        assert _files_on_disk(table) == set(snap.files) | set(snap.tombstones), name
+        assert sorted_read(table).equals(model.table()), name
+    assert reports["hung"].retried == 1 and reports["calm"].retried == 0  # type: ignore[attr-defined]
