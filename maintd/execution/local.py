@@ -36,8 +36,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing import forkserver
-from multiprocessing.context import ForkServerContext
-from typing import Any
+from multiprocessing.context import BaseContext
+from typing import Any, cast
 
 from loguru import logger
 
@@ -134,18 +134,21 @@ def processes_can_open(uri: str) -> bool:
     return bool(sys.executable) and is_builtin_storage(uri)
 
 
-class _LaneContext(ForkServerContext):
-    """The fork server's context, keeping the process it starts for a lane's executor: the lane kills it at a
-    timeout and reads its exit status when it dies (the executor reports neither)."""
+class _LaneContext:
+    """The ``multiprocessing`` context of :data:`CONTEXT` (all of it, by delegation), keeping the process it starts
+    for a lane's executor: the lane kills it at a timeout and reads its exit status when it dies (the executor
+    reports neither)."""
 
     def __init__(self) -> None:
-        super().__init__()
-        _context()  # the preload list
+        self.base = _context()
         self.process: Any = None
 
-    def Process(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # the context API's name
-        self.process = super().Process(*args, **kwargs)
+    def Process(self, *args: Any, **kwargs: Any) -> Any:  # the context API's name
+        self.process = self.base.Process(*args, **kwargs)
         return self.process
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.base, name)
 
 
 def _lane_started(caller: int) -> None:
@@ -169,8 +172,8 @@ def _exists(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, another user's
+        pass
     return True
 
 
@@ -184,10 +187,10 @@ class _Lane:
 
     @classmethod
     def start(cls) -> _Lane:
-        ctx = _LaneContext()
         if not _started:
             start_fork_server()  # a library caller's first run: the server gets the withheld environment too
-        return cls(ProcessPoolExecutor(1, mp_context=ctx, initializer=_lane_started,
+        ctx = _LaneContext()
+        return cls(ProcessPoolExecutor(1, mp_context=cast(BaseContext, ctx), initializer=_lane_started,
                                        initargs=(os.getpid(),)), ctx)
 
     @property
@@ -199,7 +202,10 @@ class _Lane:
         return process is None or process.is_alive()
 
     def how_it_ended(self) -> str:
+        """How the process that died ended (waiting for its status a few seconds at most)."""
         process = self.context.process
+        if process is not None:
+            process.join(5)
         code = process.exitcode if process is not None else None
         return f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
 
@@ -233,9 +239,7 @@ def _give_back(lane: _Lane) -> None:
         lane.idle_since = time.monotonic()
         _lanes.append(lane)
         if _reaper is None:
-            _reaper = threading.Timer(IDLE_SECONDS, _end_idle_lanes)
-            _reaper.daemon = True
-            _reaper.start()
+            _reaper = _reap_after(IDLE_SECONDS)
 
 
 def _end_idle_lanes() -> None:
@@ -245,12 +249,19 @@ def _end_idle_lanes() -> None:
         now = time.monotonic()
         old = [lane for lane in _lanes if now - lane.idle_since >= IDLE_SECONDS]
         _lanes[:] = [lane for lane in _lanes if lane not in old]
-        _reaper = None
-        if _lanes:
-            _reaper = threading.Timer(max(0.0, IDLE_SECONDS - (now - _lanes[0].idle_since)), _end_idle_lanes)
-            _reaper.daemon = True
-            _reaper.start()
-    for lane in old:
+        _reaper = _reap_after(max(0.0, IDLE_SECONDS - (now - _lanes[0].idle_since))) if _lanes else None
+    _close(old)
+
+
+def _reap_after(seconds: float) -> threading.Timer:
+    timer = threading.Timer(seconds, _end_idle_lanes)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def _close(lanes: list[_Lane]) -> None:
+    for lane in lanes:
         lane.executor.shutdown(wait=True)
 
 
@@ -264,8 +275,7 @@ def end_lanes() -> None:
         if _reaper is not None:
             _reaper.cancel()
             _reaper = None
-    for lane in old:
-        lane.executor.shutdown(wait=True)
+    _close(old)
 
 
 def lane_pids() -> list[int]:
@@ -335,14 +345,12 @@ class ProcessBackend:
             future = lane.executor.submit(_run_pack, wire, self.request, attempt)
         try:
             out = self._answer(lane, future, time.monotonic() + timeout, timeout)
-        except Exception as exc:  # a lost, hung or cancelled pack's lane is killed; after a failure it serves on
-            if isinstance(exc, UnitLostError) or self._cancelled.is_set() or not lane.alive():
+        except BaseException as exc:  # a lost, hung or cancelled pack's lane is killed; after a failure it serves on
+            if (not isinstance(exc, Exception) or isinstance(exc, UnitLostError) or self._cancelled.is_set()
+                    or not lane.alive()):
                 lane.kill()
             else:
                 _give_back(lane)
-            raise
-        except BaseException:
-            lane.kill()
             raise
         _give_back(lane)
         return out
@@ -361,8 +369,6 @@ class ProcessBackend:
                 try:
                     return future.result()
                 except BrokenProcessPool:
-                    if lane.context.process is not None:
-                        lane.context.process.join(5)
                     raise UnitLostError(f"local process {lane.pid} ended while it ran its pack "
                                         f"({lane.how_it_ended()})") from None
 
