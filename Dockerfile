@@ -20,13 +20,13 @@ COPY jobs /src/jobs
 RUN /opt/maintd/bin/pip install --no-deps --no-build-isolation /src \
     && /opt/maintd/bin/pip uninstall --yes setuptools wheel
 
-# -- runtime: the JRE, tini, nss_wrapper and the virtualenv; no compiler, no pip cache -----------------------
+# -- runtime: the JRE, tini, nss_wrapper, jemalloc and the virtualenv; no compiler, no pip cache -------------
 FROM ${BASE}
 # The JRE tracks Debian security updates; pinning its exact version would make every rebuild fail
-# once the pinned build leaves the archive.
+# once the pinned build leaves the archive. jemalloc is the malloc of the processes that run small plans.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini libnss-wrapper \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini libnss-wrapper libjemalloc2 \
     && rm -rf /var/lib/apt/lists/* \
     && JAVA_BIN="$(readlink -f /usr/bin/java)" \
     && ln -s "$(dirname "$(dirname "$JAVA_BIN")")" /usr/lib/jvm/default-java \

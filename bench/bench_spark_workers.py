@@ -35,6 +35,8 @@ workers then holding what a unit imports: the fixed cost of the Spark tasks of a
 * ``in-process``: the plan in process (``spark.maintd.inProcess.maxInputBytes`` above it), in child processes of
   the fork server (:mod:`maintd.execution.local`; the untimed first execution starts the server, as the daemon
   does at its start);
+* ``in-process-glibc``: the same with glibc's malloc in the lanes (``LD_PRELOAD`` set empty before the fork server
+  starts), where ``in-process`` has the machine's jemalloc where it has one (``lane_allocators``);
 * ``in-process-threads``: the same in threads of this process (``spark.maintd.inProcess.workers=threads``);
 * ``in-process-spawn``: the same in child processes of the ``spawn`` context instead of the fork server (each
   pack's process starts a new interpreter, which imports maintd, pyarrow and pandas);
@@ -70,6 +72,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 VARIANTS: dict[str, dict[str, str]] = {
     "default": {},
     "in-process": {},
+    "in-process-glibc": {},
     "in-process-threads": {},
     "in-process-spawn": {},
     "stock-daemon": {"spark.python.daemon.module": "pyspark.daemon"},
@@ -124,6 +127,8 @@ def child(table_uri: str, variant: str, kind: str, runs: int, tasks: int, input_
             from maintd.execution import local
 
             local.CONTEXT = "spawn"
+        if variant == "in-process-glibc":  # a preload of the caller's own (none) stays the lanes' (lane_allocators)
+            os.environ["LD_PRELOAD"] = ""
         if variant.startswith("in-process"):
             spark, options = None, ExecutionOptions(in_process_max_bytes=1 << 50, in_process_workers=(
                 "threads" if variant == "in-process-threads" else "processes"))

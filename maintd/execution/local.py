@@ -9,7 +9,7 @@ Processes, because units of small files hold the GIL between short Arrow calls a
 one process per lane, so that killing a hung pack's process breaks no other pack.
 
 **What a lane inherits.** :func:`start_fork_server` starts the server without the state store's credentials in
-its environment (:func:`~maintd.redaction.child_environment`), with :data:`LANE_ALLOCATORS`, after logging has
+its environment (:func:`~maintd.redaction.child_environment`), with :func:`lane_allocators`, after logging has
 taken over fd 2. A lane whose caller died ends too.
 
 **Timeouts.** A pack has :func:`pack_timeout` seconds. A lane still running it then is killed, as is one that
@@ -24,6 +24,8 @@ dies; either way the pack runs once more in another lane and the lost attempt's 
 from __future__ import annotations
 
 import contextlib
+import ctypes.util
+import functools
 import multiprocessing
 import os
 import select
@@ -68,6 +70,11 @@ Arrow's allocator (mimalloc) never returns it, and glibc's keeps a large top of 
 very large blocks. Else each unit maps its memory anew and takes a page fault per page of it, which costs most
 where a hypervisor has reclaimed the guest's freed memory (docs/benchmarks.md, "Warm processes for small
 plans"). A lane's memory goes back when it ends. A variable the caller set is kept."""
+JEMALLOC = "jemalloc"
+"""The system's malloc that the lanes use instead of glibc's when the machine has it (Debian's ``libjemalloc2``,
+installed in the image): :func:`lane_allocators`."""
+JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+"""jemalloc's settings in the lanes: it keeps the pages it frees, as :data:`LANE_ALLOCATORS` makes glibc do."""
 PARENT_CHECK_SECONDS = 1.0
 """How often a lane looks whether its caller still lives, where the system gives no process handle (pidfd)."""
 
@@ -110,16 +117,33 @@ def start_fork_server() -> None:
     global _started
     with _LOCK:
         if _context().get_start_method() == "forkserver":
+            lane_allocators()  # looked up before the environment is withheld (it may start ldconfig)
             with withheld_from_children(), _allocators_set():
                 forkserver.ensure_running()
         _started = True
 
 
+@functools.cache
+def lane_allocators() -> dict[str, str]:
+    """:data:`LANE_ALLOCATORS`, and the system's jemalloc preloaded (with :data:`JEMALLOC_CONF`) where there is one.
+
+    A unit of many small Parquet files makes the Parquet reader allocate and free a few small C++ objects per
+    column chunk, with the system's malloc: jemalloc does that faster than glibc's, which leaves more of the
+    lane's time to the unit (docs/benchmarks.md, "Warm processes for small plans"). Arrow's buffers keep their own
+    allocator. Without the library, or when the caller set ``LD_PRELOAD`` (even empty), lanes use glibc's malloc.
+    """
+    found = ctypes.util.find_library(JEMALLOC)
+    return {**LANE_ALLOCATORS, **({"LD_PRELOAD": found, "MALLOC_CONF": JEMALLOC_CONF} if found else {})}
+
+
 @contextlib.contextmanager
 def _allocators_set() -> Iterator[None]:
-    """``os.environ`` with :data:`LANE_ALLOCATORS` where unset, while the fork server starts; put back afterwards."""
-    added = [k for k in LANE_ALLOCATORS if k not in os.environ]
-    os.environ.update({k: LANE_ALLOCATORS[k] for k in added})
+    """``os.environ`` with :func:`lane_allocators` where unset, while the fork server starts; put back afterwards."""
+    wanted = lane_allocators()
+    if "LD_PRELOAD" in os.environ:  # the caller's preload (or none, when empty), with that malloc's own settings
+        wanted = {k: v for k, v in wanted.items() if k not in ("LD_PRELOAD", "MALLOC_CONF")}
+    added = [k for k in wanted if k not in os.environ]
+    os.environ.update({k: wanted[k] for k in added})
     try:
         yield
     finally:
@@ -381,5 +405,5 @@ class ProcessBackend:
         return None, None
 
 
-__all__ = ["ProcessBackend", "UnitLostError", "end_lanes", "lane_pids", "pack_timeout", "processes_can_open",
-           "start_fork_server"]
+__all__ = ["ProcessBackend", "UnitLostError", "end_lanes", "lane_allocators", "lane_pids", "pack_timeout",
+           "processes_can_open", "start_fork_server"]

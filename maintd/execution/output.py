@@ -86,6 +86,9 @@ def output_options(schema: pa.Schema, kind: FileKind, level: int | None, key_col
     return options
 
 
+WRITE_BUFFER = 1 << 20
+"""Bytes an output file's writes gather in before they reach storage: the Parquet writer writes every page's
+header and its data apart, a few hundred small writes per file, each a system call on a local disk."""
 FUTILE_RATIO = 7 / 8
 """A column whose sample the file's codec cannot shrink below this share of its size is stored uncompressed, as
 RocksDB stores a block whose compression saves less than an eighth (``max_compressed_bytes_per_kb``)."""
@@ -233,7 +236,7 @@ class OutputFile:
         self.path = path
         self.storage = storage
         storage.makedirs(path.rsplit("/", 1)[0])
-        self.sink = storage.filesystem.open_output_stream(storage.full_path(path))
+        self.sink = storage.filesystem.open_output_stream(storage.full_path(path), buffer_size=WRITE_BUFFER)
         self.schema = schema
         self.options = options
         self.constants = dict(constants or {})

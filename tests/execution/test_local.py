@@ -3,6 +3,7 @@ tables, real signals (SIGKILL, SIGSTOP)."""
 
 from __future__ import annotations
 
+import ctypes.util
 import os
 import subprocess
 import sys
@@ -83,20 +84,10 @@ def test_a_runs_processes_serve_the_next_run_warm_and_end_once_idle(
 def test_the_processes_of_a_killed_caller_end_with_its_fork_server(tmp_path: Path) -> None:
     """A daemon killed with SIGKILL runs no shutdown: its idle processes see their fork server end, and end."""
     table, _ = make_table(tmp_path, commits=6, buckets=2)
-    script = tmp_path / "caller.py"
-    script.write_text(textwrap.dedent(f"""
-        import time
-        from maintd import Table
-        from maintd.execution import ExecutionOptions, PlanDoc, run_plan
-        from maintd.execution.local import lane_pids
-        if __name__ == "__main__":
-            t = Table.open({table.uri!r})
-            plan = PlanDoc.model_validate_json({plan_all(table, "compact").model_dump_json()!r})
-            report = run_plan(plan, t, None, ExecutionOptions(in_process_threads=2), commit=True)
-            assert all(r.ok for r in report.results), report.results
-            print("lanes", *lane_pids(), flush=True)
-            time.sleep(600)
-    """))
+    script = _caller_script(tmp_path, table, """
+        print("lanes", *lane_pids(), flush=True)
+        time.sleep(600)
+    """)
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
     try:
         assert proc.stdout is not None
@@ -108,6 +99,24 @@ def test_the_processes_of_a_killed_caller_end_with_its_fork_server(tmp_path: Pat
         proc.kill()
         proc.wait(30)
     wait_until(lambda: not any(_running(p) for p in pids), "the orphaned processes to end", timeout=30)
+
+
+def _caller_script(tmp_path: Path, table, then: str) -> Path:  # type: ignore[no-untyped-def]
+    """A script that compacts ``table`` in process, as a daemon's run would, then runs ``then`` (its lanes idle)."""
+    script = tmp_path / "caller.py"
+    script.write_text(textwrap.dedent(f"""
+        import time
+        from pathlib import Path
+        from maintd import Table
+        from maintd.execution import ExecutionOptions, PlanDoc, run_plan
+        from maintd.execution.local import lane_pids
+        if __name__ == "__main__":
+            t = Table.open({table.uri!r})
+            plan = PlanDoc.model_validate_json({plan_all(table, "compact").model_dump_json()!r})
+            report = run_plan(plan, t, None, ExecutionOptions(in_process_threads=2), commit=True)
+            assert all(r.ok for r in report.results), report.results
+    """) + textwrap.indent(textwrap.dedent(then), " " * 4))
+    return script
 
 
 def _running(pid: int) -> bool:
@@ -319,10 +328,34 @@ def test_the_processes_keep_the_memory_they_free_and_the_callers_environment_is_
     pids = lane_pids()
     assert pids
     environ = dict(line.split("=", 1) for line in Path(f"/proc/{pids[0]}/environ").read_text().split("\0") if line)
-    for name, value in local.LANE_ALLOCATORS.items():
+    wanted = local.lane_allocators()
+    assert wanted.items() >= local.LANE_ALLOCATORS.items()
+    for name, value in wanted.items():
+        if name in ("LD_PRELOAD", "MALLOC_CONF") and "LD_PRELOAD" in before:
+            continue  # the caller's own preload, kept (the next test)
         # glibc ends the first tunable's value with a NUL in place as it parses GLIBC_TUNABLES: a prefix shows
         assert environ.get(name) and before.get(name, value).startswith(environ[name]), name
     assert dict(os.environ) == before
+    if "LD_PRELOAD" not in before:  # the system's jemalloc, where it has one, is the lanes' malloc
+        jemalloc = ctypes.util.find_library("jemalloc")
+        assert (jemalloc is not None) == ("libjemalloc" in Path(f"/proc/{pids[0]}/maps").read_text())
+        assert jemalloc is not None or os.environ.get("MAINTD_TEST_REQUIRE_JEMALLOC") != "1", \
+            "no libjemalloc on this machine (Debian: apt-get install libjemalloc2)"
+
+
+def test_a_caller_that_sets_a_preload_keeps_it_for_the_processes(tmp_path: Path) -> None:
+    """``LD_PRELOAD`` set by the caller, even empty, stays the lanes' preload: jemalloc is not added."""
+    table, _ = make_table(tmp_path, commits=4, buckets=2)
+    script = _caller_script(tmp_path, table, """
+        pid = lane_pids()[0]
+        env = Path(f"/proc/{pid}/environ").read_text().split("\\0")
+        print("jemalloc" if "libjemalloc" in Path(f"/proc/{pid}/maps").read_text() else "system",
+              "MALLOC_CONF" in "".join(env), repr(next(e for e in env if e.startswith("LD_PRELOAD="))))
+    """)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                         env={**os.environ, "LD_PRELOAD": ""})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["system", "False", "'LD_PRELOAD='"], out.stdout
 
 
 def test_a_hung_pack_killed_in_one_run_costs_a_concurrent_run_nothing(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ it on a column whose pages are not all dictionary-encoded still reads the right 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -102,8 +103,8 @@ def encode_text(values: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray | None
         if not fits(encoded.dictionary, COMPACT_SHARE):
             encoded = compact(encoded)
         return encoded if fits(encoded.dictionary) else None
-    rows = np.linspace(0, n - 1, SAMPLE_ROWS, dtype=np.int64) if n > SAMPLE_ROWS else None
-    if rows is not None and _plain(_one_dictionary(pc.dictionary_encode(values.take(rows[::2]))).dictionary, len(rows)):
+    half, rows = _sample_rows(n) if n > SAMPLE_ROWS else (None, None)
+    if half is not None and _plain(_one_dictionary(pc.dictionary_encode(values.take(half))).dictionary, SAMPLE_ROWS):
         return None  # half the sample already has too many distinct values for the whole of it
     sample = values if rows is None else values.take(rows)
     encoded = _one_dictionary(pc.dictionary_encode(sample))
@@ -112,6 +113,14 @@ def encode_text(values: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray | None
     if n > SAMPLE_ROWS:
         encoded = _one_dictionary(pc.dictionary_encode(values))
     return encoded if fits(encoded.dictionary) else None
+
+
+@functools.lru_cache(maxsize=16)
+def _sample_rows(n: int) -> tuple[pa.Array, pa.Array]:
+    """Every other one of the :data:`SAMPLE_ROWS` rows sampled from a column of ``n`` rows, and all of them, spread
+    evenly: the same for every column of a row group, so worked out once for all of them."""
+    rows = np.linspace(0, n - 1, SAMPLE_ROWS, dtype=np.int64)
+    return pa.array(rows[::2]), pa.array(rows)
 
 
 def encode_batch(t: pa.Table, columns: Iterable[str]) -> pa.Table:
