@@ -45,6 +45,8 @@ workers then holding what a unit imports: the fixed cost of the Spark tasks of a
 * ``thp``: ``JE_ARROW_MALLOC_CONF=thp:always`` in the workers (Arrow's jemalloc maps transparent huge pages);
 * ``keep``: ``JE_ARROW_MALLOC_CONF=oversize_threshold:0,dirty_decay_ms:-1,muzzy_decay_ms:-1`` in the workers
   (jemalloc keeps the pages it frees);
+* ``glibc``: the workers keep glibc's ``malloc`` (``spark.executorEnv.LD_PRELOAD`` empty), where maintd's sessions
+  with a local master preload the machine's jemalloc (``WORKER_PRELOAD_CONF`` in ``maintd.execution.spark``);
 * ``c2``: the driver JVM compiles with the server compiler too (``-XX:TieredStopAtLevel=4``, the JVM's default),
   where maintd's sessions stop at the client compiler (``DRIVER_JIT_OPTION`` in ``maintd.execution.spark``).
 
@@ -82,6 +84,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     "thp": {"spark.executorEnv.JE_ARROW_MALLOC_CONF": "thp:always"},
     "keep": {"spark.executorEnv.JE_ARROW_MALLOC_CONF": "oversize_threshold:0,dirty_decay_ms:-1,muzzy_decay_ms:-1"},
     "c2": {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4"},
+    "glibc": {"spark.executorEnv.LD_PRELOAD": ""},
 }
 
 

@@ -24,8 +24,6 @@ dies; either way the pack runs once more in another lane and the lost attempt's 
 from __future__ import annotations
 
 import contextlib
-import ctypes.util
-import functools
 import multiprocessing
 import os
 import select
@@ -43,6 +41,7 @@ from typing import Any, cast
 
 from loguru import logger
 
+from maintd.execution import malloc
 from maintd.execution.specs import ExecutionOptions, TaskResult, TaskSpec
 from maintd.redaction import withheld_from_children
 from maintd.storage import carry_storage
@@ -70,9 +69,6 @@ Arrow's allocator (mimalloc) never returns it, and glibc's keeps a large top of 
 very large blocks. Else each unit maps its memory anew and takes a page fault per page of it, which costs most
 where a hypervisor has reclaimed the guest's freed memory (docs/benchmarks.md, "Warm processes for small
 plans"). A lane's memory goes back when it ends. A variable the caller set is kept."""
-JEMALLOC = "jemalloc"
-"""The system's malloc that the lanes use instead of glibc's when the machine has it (Debian's ``libjemalloc2``,
-installed in the image): :func:`lane_allocators`."""
 JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
 """jemalloc's settings in the lanes: it keeps the pages it frees, as :data:`LANE_ALLOCATORS` makes glibc do."""
 PARENT_CHECK_SECONDS = 1.0
@@ -117,22 +113,17 @@ def start_fork_server() -> None:
     global _started
     with _LOCK:
         if _context().get_start_method() == "forkserver":
-            lane_allocators()  # looked up before the environment is withheld (it may start ldconfig)
+            malloc.system_jemalloc()  # looked up before the environment is withheld (it may start ldconfig)
             with withheld_from_children(), _allocators_set():
                 forkserver.ensure_running()
         _started = True
 
 
-@functools.cache
 def lane_allocators() -> dict[str, str]:
-    """:data:`LANE_ALLOCATORS`, and the system's jemalloc preloaded (with :data:`JEMALLOC_CONF`) where there is one.
-
-    A unit of many small Parquet files makes the Parquet reader allocate and free a few small C++ objects per
-    column chunk, with the system's malloc: jemalloc does that faster than glibc's, which leaves more of the
-    lane's time to the unit (docs/benchmarks.md, "Warm processes for small plans"). Arrow's buffers keep their own
-    allocator. Without the library, or when the caller set ``LD_PRELOAD`` (even empty), lanes use glibc's malloc.
-    """
-    found = ctypes.util.find_library(JEMALLOC)
+    """:data:`LANE_ALLOCATORS`, and the machine's jemalloc preloaded as the lanes' ``malloc`` (with
+    :data:`JEMALLOC_CONF`) where :func:`maintd.execution.malloc.preload` finds it: not when the caller set
+    ``LD_PRELOAD`` (even empty), whose preload the lanes inherit instead."""
+    found = malloc.preload()
     return {**LANE_ALLOCATORS, **({"LD_PRELOAD": found, "MALLOC_CONF": JEMALLOC_CONF} if found else {})}
 
 
@@ -140,8 +131,6 @@ def lane_allocators() -> dict[str, str]:
 def _allocators_set() -> Iterator[None]:
     """``os.environ`` with :func:`lane_allocators` where unset, while the fork server starts; put back afterwards."""
     wanted = lane_allocators()
-    if "LD_PRELOAD" in os.environ:  # the caller's preload (or none, when empty), with that malloc's own settings
-        wanted = {k: v for k, v in wanted.items() if k not in ("LD_PRELOAD", "MALLOC_CONF")}
     added = [k for k in wanted if k not in os.environ]
     os.environ.update({k: wanted[k] for k in added})
     try:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 
 from maintd.errors import ConfigError
+from maintd.execution import malloc
 from maintd.execution.cpus import usable_cpus
 from maintd.execution.rewrite import release_memory, run_pack_json, task_context
 from maintd.execution.specs import ExecutionOptions
@@ -91,6 +92,10 @@ _DEFAULT_CONF = {
     # (docs/architecture.md, "Memory"). The variable must be set before the worker first allocates.
     "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
 }
+WORKER_PRELOAD_CONF = "spark.executorEnv.LD_PRELOAD"
+"""A local master's Python workers preload the machine's jemalloc as their ``malloc``, as the lanes do
+(:mod:`maintd.execution.malloc`): the units run on this machine. Arrow's buffers keep Arrow's own jemalloc, so the
+task memory budget stands. A cluster master's executors get nothing: their images may lack the library."""
 DAEMON_MODULE_CONF = "spark.python.daemon.module"
 DAEMON_MODULE = "maintd.pyspark_daemon"
 """PySpark's daemon with workers that acknowledge the JVM's writes at once and freeze what their imports left
@@ -146,8 +151,9 @@ def session_conf(spark_settings: Any = None, conf: Mapping[str, str] | None = No
     classic session): maintd's defaults, the settings' ``conf``, then ``conf``.
 
     A local master runs ``local[N,F]`` (:func:`with_task_retries`) and its Python workers with this interpreter
-    (``PYSPARK_PYTHON`` or ``sys.executable``), unless the conf names one; a cluster master gets no interpreter
-    path: a path of the driver's machine means nothing on an executor's image.
+    (``PYSPARK_PYTHON`` or ``sys.executable``) and the machine's jemalloc (:data:`WORKER_PRELOAD_CONF`), unless the
+    conf names them; a cluster master gets neither: what the driver's machine has means nothing on an executor's
+    image.
     """
     s = spark_settings
     merged = {**_DEFAULT_CONF, **dict(getattr(s, "conf", {}) or {}), **dict(conf or {})}
@@ -161,6 +167,8 @@ def session_conf(spark_settings: Any = None, conf: Mapping[str, str] | None = No
     merged = {"spark.master": master, "spark.driver.memory": getattr(s, "driver_memory", "2g"), **merged}
     if is_local_master(master):
         merged.setdefault(PYSPARK_PYTHON_CONF, os.environ.get("PYSPARK_PYTHON") or sys.executable)
+        if (preload := malloc.preload()) is not None:
+            merged.setdefault(WORKER_PRELOAD_CONF, preload)
     return with_driver_jit(with_daemon_module(merged, bool(getattr(s, "worker_daemon", False))))
 
 

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from waiting import wait_until
 
-from maintd.execution import ExecutionOptions, commit_rewrites, discard_outputs, execute, run_plan
+from maintd.execution import ExecutionOptions, commit_rewrites, discard_outputs, execute, malloc, run_plan
 
 from .helpers import batch, make_table, plan_all, sorted_read
 
@@ -279,6 +279,18 @@ def test_spark_workers_allocate_arrow_memory_from_jemalloc(spark: Any) -> None:
         return [pa.default_memory_pool().backend_name]
 
     assert spark.sparkContext.parallelize([0], 1).flatMap(pool).collect() == ["jemalloc"]
+
+
+def test_the_workers_of_a_local_session_maintd_builds_use_the_machines_jemalloc(spark: Any) -> None:
+    """Their ``malloc`` (maintd.execution.malloc); Arrow's buffers keep Arrow's own jemalloc (the test above)."""
+    def maps(_: Any) -> list[bool]:
+        with open("/proc/self/maps") as fh:
+            return ["libjemalloc" in fh.read()]
+
+    found = malloc.preload()
+    assert spark.sparkContext.parallelize([0], 1).flatMap(maps).collect() == [found is not None]
+    assert found is not None or os.environ.get("MAINTD_TEST_REQUIRE_JEMALLOC") != "1", \
+        "no libjemalloc on this machine (Debian: apt-get install libjemalloc2)"
 
 
 def test_the_driver_jvm_of_a_session_maintd_builds_compiles_with_the_client_compiler_only(spark: Any) -> None:

@@ -14,6 +14,7 @@ import pytest
 from loguru import logger
 from pyspark import cloudpickle
 
+from maintd.execution import malloc
 from maintd.execution import spark as spark_module
 from maintd.execution.scheduler import SparkBackend
 from maintd.execution.spark import (
@@ -22,6 +23,7 @@ from maintd.execution.spark import (
     OWNER_CONF,
     PYSPARK_PYTHON_CONF,
     SHIP_STORAGE_CONF,
+    WORKER_PRELOAD_CONF,
     options_from_settings,
     runs_small_plans_in_process,
     session_conf,
@@ -120,6 +122,22 @@ def test_a_cluster_master_is_given_no_interpreter_path_of_the_driver(monkeypatch
         assert conf["spark.master"] == master and conf[OWNER_CONF] == "maintd"
     given = session_conf(SparkSettings(master="yarn", conf={PYSPARK_PYTHON_CONF: "/usr/bin/python3.11"}))
     assert given[PYSPARK_PYTHON_CONF] == "/usr/bin/python3.11", "a path the user gives for the executors stands"
+
+
+def test_a_local_masters_workers_preload_the_machines_jemalloc_and_a_cluster_masters_do_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    monkeypatch.setattr(malloc, "system_jemalloc", lambda: "libjemalloc.so.2")
+    assert session_conf(SparkSettings(master="local[2]"))[WORKER_PRELOAD_CONF] == "libjemalloc.so.2"
+    for master in ("spark://10.0.0.1:7077", "yarn", "k8s://https://api:6443"):
+        assert WORKER_PRELOAD_CONF not in session_conf(SparkSettings(master=master)), master
+    own = session_conf(SparkSettings(master="local[2]", conf={WORKER_PRELOAD_CONF: ""}))
+    assert own[WORKER_PRELOAD_CONF] == "", "a preload the conf names (none, here) stands"
+    monkeypatch.setenv("LD_PRELOAD", "")  # the daemon's own environment names one: its workers inherit that
+    assert WORKER_PRELOAD_CONF not in session_conf(SparkSettings(master="local[2]"))
+    monkeypatch.delenv("LD_PRELOAD")
+    monkeypatch.setattr(malloc, "system_jemalloc", lambda: None)  # a machine without jemalloc
+    assert WORKER_PRELOAD_CONF not in session_conf(SparkSettings(master="local[2]"))
 
 
 def test_a_local_master_runs_its_workers_with_this_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
