@@ -24,11 +24,14 @@
    process when the plan's input is within ``spark.maintd.inProcess.maxInputBytes``, default 64 MiB (in the
    daemon's warm processes of the fork server, the server started before the samples as the daemon starts it;
    a step finds the processes the previous one left when they were idle for less than a minute, as the daemon's
-   runs that follow each other do; ``--cold`` ends them before every step of ours, as a daemon whose runs are
-   minutes apart starts new ones; ``--in-process-workers threads``: in threads of this process), else on a
-   warm local SparkSession as in
-   the daemon's long-lived session: workers started by ``warm_up``, then one untimed clustering of a copy:
-   the JVM compiles the task path's hot methods then;
+   runs that follow each other do, and those it lacks (a delta-rs peer's untimed set-up can outlast a minute)
+   are started before the step, untimed as each peer's process start is; ``--cold`` ends them before every step
+   of ours, as a daemon whose runs are minutes apart starts new ones; ``--in-process-workers threads``: in
+   threads of this process), else on a warm local SparkSession as in the daemon's long-lived session: workers
+   started by ``warm_up``, then one untimed clustering of a copy:
+   the JVM compiles the task path's hot methods then. Spark stops Python workers idle for a minute, and the
+   peers' runs between two steps of ours can take longer, so ``warm_up`` runs again (untimed) before every step
+   on Spark, as each peer's process start and imports are untimed;
    ``--in-process-max-bytes 0`` runs every step on Spark; no session is started when every step runs in
    process), and compaction after clustering;
 5. every step's samples, median and spread (min-max), and the ratios of the medians; read time of the
@@ -192,7 +195,7 @@ def ingest_wide(uri: str, buckets: int, commits: int, rows: int, text_columns: i
 def export_level0(table, out: Path) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
     """The table's level-0 files in the peers' layout: ``__seq`` = the file's version (from the log), written
     as maintd writes its level-0 files (``write_parquet`` with ``level0_options``: the same codecs, packed
-    columns and dictionaries)."""
+    columns and dictionaries, and uncompressed where LZ4 cannot shrink a column's values)."""
     from maintd.table.files.datafiles import level0_options, read_data_file, write_parquet
     from maintd.table.files.dictionaries import dictionary_types
 
@@ -209,7 +212,7 @@ def export_level0(table, out: Path) -> tuple[int, int, int]:  # type: ignore[no-
         (out / f"bucket={bucket}").mkdir(parents=True, exist_ok=True)
         path = out / f"bucket={bucket}" / f"c{f.min_version:06d}-{f.bucket:03d}.parquet"
         # encoded as maintd encodes its level-0 files, so that every contender decodes the same encoding
-        write_parquet(t, str(path), level0_options(t.schema, ["pk", "__seq", "__op"]),  # packed, with statistics
+        write_parquet(t, str(path), level0_options(t.schema, ["pk", "__seq", "__op"], t),  # packed, with statistics,
                       dictionary_types(t.schema, ["pk"]))  # the text columns of few values as dictionaries
         rows += t.num_rows
         nbytes += path.stat().st_size
@@ -242,6 +245,12 @@ def timed_maintenance(table, kind: str, spark, options, cold: bool = False  # ty
 
     if cold:
         end_lanes()
+    elif spark is not None:  # untimed, as the peers' process start and imports are
+        from maintd.execution.spark import warm_up
+
+        warm_up(spark, options)  # Spark stops Python workers idle for a minute: the peers' runs can last longer
+    elif options.in_process_workers == "processes":
+        start_lanes(table, options)  # so do the lanes
     t0 = time.monotonic()
     plan = full_plan(table, kind)
     local = runs_in_process(plan, table.snapshot(plan.read_version), options)
@@ -260,6 +269,21 @@ def timed_maintenance(table, kind: str, spark, options, cold: bool = False  # ty
     modes = {m: sum(1 for r in results if r.mode == m) for m in {r.mode for r in results}}
     return dt, {"engine": "in-process" if local else "spark", "tasks": len(results),  # type: ignore[dict-item]
                 "in": sum(len(r.inputs) for r in results), "out": sum(len(r.adds) for r in results), **modes}
+
+
+def start_lanes(table, options) -> None:  # type: ignore[no-untyped-def]
+    """A lane for every process a step in process runs at once, each started (forked from the fork server) by an
+    empty pack, or found warm. A lane idle for a minute ends, and one delta-rs peer's run (its table's 480 commits,
+    untimed) can take about that."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from maintd.execution.driver import in_process_threads
+    from maintd.execution.local import ProcessBackend
+
+    n = in_process_threads(options)
+    backend = ProcessBackend(n, table.uri, options)
+    with ThreadPoolExecutor(n) as pool:  # at once: each takes a lane of its own
+        list(pool.map(lambda _: backend.run([[]]), range(n)))
 
 
 def spark_floor(spark, options, cores: int) -> list[float]:  # type: ignore[no-untyped-def]

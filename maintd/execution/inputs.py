@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -168,21 +168,36 @@ def fetch_all(storage: Storage, files: Sequence[AddFile], threads: int, candidat
     else:
         get = storage.read
 
-    def open_one(f: AddFile, dictionaries: frozenset[str]) -> Fetched:
+    def open_one(f: AddFile, dictionaries: frozenset[str], where: dict[str, int] | None = None) -> Fetched:
         # the reader under pq.ParquetFile: the wrapper resolves its source as a path first and maps every
         # nested column path in Python, a sixth of the GIL time of a unit of 50 small files
         with data_file_errors(storage, f):
             buffer = pa.py_buffer(get(f.path))
             reader = pq.ParquetReader()
-            reader.open(buffer, pre_buffer=False, read_dictionary=sorted(dictionaries) or None)
+            reader.open(buffer, pre_buffer=False,
+                        read_dictionary=sorted(where.values()) if where else sorted(dictionaries) or None)
+            if where and not _at(reader.metadata, where):  # columns laid out otherwise: named, footer kept
+                md = reader.metadata
+                reader = pq.ParquetReader()
+                reader.open(buffer, pre_buffer=False, metadata=md, read_dictionary=sorted(dictionaries))
             return Fetched(buffer, reader, dictionaries)
 
     if not files:
         return []
     first = open_one(files[0], frozenset())
     expected = common_dictionaries([first.metadata], candidates)
-    rest = map_in_runs(lambda f: open_one(f, expected), files[1:], threads if storage.parallel_reads else 1)
+    # named columns cost each reader a map of every column path, built in Python: the first file's positions
+    # are given instead, and checked in each file (a file written before columns were added has others)
+    where = {c: first.reader().column_name_idx(c) for c in expected}
+    rest = map_in_runs(lambda f: open_one(f, expected, where), files[1:], threads if storage.parallel_reads else 1)
     return [first, *rest]
+
+
+def _at(md: pq.FileMetaData, where: Mapping[str, int]) -> bool:
+    """Whether each column of ``where`` is the leaf at its position in the file of footer ``md``."""
+    schema = md.schema
+    n = md.num_columns
+    return all(i < n and schema.column(i).path == name for name, i in where.items())
 
 
 def partition_constants(metadata: Metadata, readers: Iterable[pq.ParquetReader | pq.ParquetFile | Fetched]

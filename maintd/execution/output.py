@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,7 @@ from maintd.execution.inputs import KEY_INDEX, OWN_PAGE, constant_columns
 from maintd.execution.merge import key_at
 from maintd.execution.specs import TaskSpec
 from maintd.storage import Storage
+from maintd.table.files.codecs import without_futile_compression
 from maintd.table.files.datafiles import (
     WRITE_OPTIONS,
     data_file_path,
@@ -89,44 +90,6 @@ def output_options(schema: pa.Schema, kind: FileKind, level: int | None, key_col
 WRITE_BUFFER = 1 << 20
 """Bytes an output file's writes gather in before they reach storage: the Parquet writer writes every page's
 header and its data apart, a few hundred small writes per file, each a system call on a local disk."""
-FUTILE_RATIO = 7 / 8
-"""A column whose sample the file's codec cannot shrink below this share of its size is stored uncompressed, as
-RocksDB stores a block whose compression saves less than an eighth (``max_compressed_bytes_per_kb``)."""
-SAMPLE_BYTES = 32 << 10
-"""Bytes of a column's first row group compressed to decide (:func:`without_futile_compression`); smaller samples
-decide nothing."""
-_CODECS = {"lz4": "lz4_raw"}
-"""Parquet codec names of the writer's options whose Arrow codec has another name."""
-
-
-def without_futile_compression(options: dict[str, Any], first: pa.Table, skip: Iterable[str] = ()) -> dict[str, Any]:
-    """``options`` with the columns that their codec does not shrink (random tokens, hashes, random floats) stored
-    uncompressed, judged by compressing a sample of each column's values in ``first`` (the file's first row group).
-
-    Compressing such a column costs the writer time for nothing, and every reader a decompression: in a clustering
-    output of a table of random text tokens, LZ4 kept the tokens at 100% of their size while taking about half of
-    the file's encoding time. The values the sample holds are those Parquet stores plainly (fixed-width values, or
-    the bytes of strings and binaries); ``skip`` (the columns written as dictionaries) and other types keep their
-    codec.
-    """
-    comp = options.get("compression")
-    names = first.column_names
-    codecs: dict[str, Any] = dict(comp) if isinstance(comp, dict) else dict.fromkeys(names, comp)
-    level = options.get("compression_level")
-    skipped = set(skip)
-    futile = [c for c in names if c not in skipped and _compressed(codecs.get(c)) and _futile(
-        first.column(c), str(codecs[c]), level if not isinstance(level, dict) else level.get(c))]
-    if not futile:
-        return options
-    codecs.update(dict.fromkeys(futile, "none"))
-    out = {**options, "compression": codecs}
-    if isinstance(level, dict):
-        out["compression_level"] = {c: v for c, v in level.items() if _compressed(codecs.get(c))}
-    elif level is not None:  # a level given for a column that is not compressed is refused
-        out["compression_level"] = {c: level for c in names if _compressed(codecs.get(c))}
-    return out
-
-
 def without_rejected_text(schema: pa.Schema, rejected: Sequence[str]) -> bool | list[str]:
     """The ``use_dictionary`` option of a file whose other columns all may be dictionary-encoded, but not the
     ``rejected`` text columns, which :func:`encode_text` found mostly distinct: left to the writer, each would be
@@ -136,44 +99,6 @@ def without_rejected_text(schema: pa.Schema, rejected: Sequence[str]) -> bool | 
         return True
     skip = set(rejected)
     return [f.name for f in schema if f.name not in skip]
-
-
-def _compressed(codec: Any) -> bool:
-    return codec is not None and str(codec).lower() not in ("none", "uncompressed")
-
-
-def _futile(values: pa.ChunkedArray | pa.Array, codec: str, level: int | None) -> bool:
-    sample = _plain_sample(values)
-    if sample is None or sample.size < SAMPLE_BYTES // 8:
-        return False
-    name = _CODECS.get(codec.lower(), codec.lower())
-    if not pa.Codec.is_available(name):
-        return False
-    compressor = pa.Codec(name, compression_level=level) if level is not None and pa.Codec.supports_compression_level(
-        name) else pa.Codec(name)
-    return bool(compressor.compress(sample).size > FUTILE_RATIO * sample.size)
-
-
-def _plain_sample(values: pa.ChunkedArray | pa.Array) -> pa.Buffer | None:
-    """Up to :data:`SAMPLE_BYTES` of the bytes Parquet would store plainly for the leading values of ``values`` (None:
-    a type this does not sample)."""
-    if isinstance(values, pa.ChunkedArray):
-        values = next((c for c in values.chunks if len(c)), pa.array([], values.type))
-    t = values.type
-    if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
-        width = 8 if pa.types.is_large_string(t) or pa.types.is_large_binary(t) else 4
-        offsets = np.frombuffer(values.buffers()[1], np.int64 if width == 8 else np.int32, len(values) + 1,
-                                values.offset * width)
-        start = int(offsets[0])
-        end = min(int(offsets[-1]), start + SAMPLE_BYTES)
-        data = values.buffers()[2]
-        return None if data is None else data.slice(start, max(0, end - start))
-    if (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)) and t.bit_width % 8 == 0:
-        width = t.bit_width // 8
-        rows = min(len(values), SAMPLE_BYTES // width)
-        data = values.buffers()[1]
-        return None if data is None else data.slice(values.offset * width, rows * width)
-    return None
 
 
 def file_unique(token: str, attempt: int) -> str:

@@ -367,8 +367,7 @@ def run_pack_in_worker(pack: Sequence[str], threads: int = 1, freeze: bool = Tru
 
 
 def warm_up(spark: SparkSession, options: ExecutionOptions | None = None) -> None:
-    """Start the Python workers of every core and prepare them (import maintd, freeze zip caches and, for the
-    collector, what the imports left).
+    """Start the Python workers of every core and prepare them (:func:`prepare_worker`).
 
     A long-lived session pays this once; call it after creating the session so the first run does not.
     """
@@ -377,8 +376,20 @@ def warm_up(spark: SparkSession, options: ExecutionOptions | None = None) -> Non
         return
     sc = spark.sparkContext
     n = sc.defaultParallelism
-    run = functools.partial(run_pack_in_worker, threads=1, freeze=opts.freeze_zip_caches)
+    run = functools.partial(prepare_worker, freeze=opts.freeze_zip_caches)
     sc.parallelize([[] for _ in range(n)], numSlices=n).flatMap(run).collect()
+
+
+def prepare_worker(pack: Sequence[str], freeze: bool = True) -> list[str]:
+    """What :func:`warm_up` runs in a Python worker: everything a unit imports (:func:`~maintd.worker_preload.
+    preload_worker`, pandas included: pyarrow's first ``pa.array`` imports it, about half a second), then the pack
+    as :func:`run_pack_in_worker` runs one (zip caches frozen, and what the imports left frozen for the collector).
+
+    Without the pandas, a worker's first unit paid for it, in the middle of a run's reads."""
+    from maintd.worker_preload import preload_worker
+
+    preload_worker()
+    return run_pack_in_worker(pack, threads=1, freeze=freeze)
 
 
 _FROZEN_ATTR = "_maintd_frozen_archives"

@@ -156,3 +156,30 @@ def test_inputs_are_opened_once_with_the_dictionaries_the_first_lists_and_again_
     plain = fetched[1].reader(frozenset())
     assert plain is not fetched[1].reader() and pa.types.is_string(plain.read_all().schema.field("tier").type)
     assert pa.types.is_dictionary(fetched[1].reader(chosen).read_all().schema.field("tier").type)
+
+
+def test_an_input_whose_columns_lie_elsewhere_still_reads_its_dictionaries_by_name(tmp_path: Path) -> None:
+    """Inputs after the first are opened with the first one's column positions of the dictionaries; a file whose
+    columns lie otherwise (another writer's order) is opened again by name, from the footer already parsed."""
+    import json
+
+    from maintd.execution.inputs import dictionary_candidates, fetch_all
+    from maintd.table.files.dictionaries import DICTIONARY_KEY
+
+    table, _ = make_table(tmp_path, commits=2, buckets=1)
+    first, second = sorted(table.snapshot().files.values(), key=lambda f: f.min_version)
+    path = table.storage.full_path(second.path)
+    t = pq.read_table(path)
+    names = t.column_names
+    moved = [names[-1], *reversed(names[:-1])]  # tier elsewhere
+    assert moved.index("tier") != names.index("tier")
+    t = t.select(moved).replace_schema_metadata({DICTIONARY_KEY: json.dumps(["tier"])})
+    pq.write_table(t, path, use_dictionary=["tier"])
+    fetched = fetch_all(table.storage, [first, second], 1, dictionary_candidates(table.metadata))
+    assert [sorted(f.reader().read_all().column_names) for f in fetched] == [sorted(names)] * 2
+    read = fetched[1].reader().read_all()
+    assert pa.types.is_dictionary(read.schema.field("tier").type)
+    assert read.column("tier").to_pylist() == t.column("tier").to_pylist()
+    for f in fetched[1:]:  # no other column was taken for a dictionary
+        assert [c for c in f.reader().read_all().column_names
+                if pa.types.is_dictionary(f.reader().read_all().schema.field(c).type)] == ["tier"]

@@ -14,7 +14,7 @@ import pytest
 from maintd import Table
 from maintd.execution import ExecutionOptions, commit_rewrites, execute
 from maintd.execution import output as output_module
-from maintd.execution.output import SAMPLE_BYTES, without_futile_compression, without_rejected_text
+from maintd.execution.output import without_rejected_text
 
 from .helpers import plan_all
 
@@ -64,33 +64,6 @@ def test_a_column_its_codec_cannot_shrink_is_stored_uncompressed_and_reads_the_s
         # LZ4 finds no repeats in random hex; zstd's entropy coding still halves it
         assert codecs["token"] == ("UNCOMPRESSED" if kind == "cluster" else "ZSTD")
     assert table.read().sort_by("id").equals(expected)
-
-
-def test_options_name_a_level_only_for_the_columns_still_compressed() -> None:
-    rng = np.random.default_rng(3)
-    n = SAMPLE_BYTES // 8
-    first = pa.table({"noise": pa.array(rng.random(n)), "zeros": pa.array(np.zeros(n)),
-                      "words": pa.array(["same words again"] * n),
-                      "status": pa.array(["a", "b"] * (n // 2)).dictionary_encode()})
-    out = without_futile_compression({"compression": "zstd", "compression_level": 1, "write_statistics": True}, first,
-                                     ["status"])
-    assert out["compression"] == {"noise": "none", "zeros": "zstd", "words": "zstd", "status": "zstd"}
-    assert out["compression_level"] == {"zeros": 1, "words": 1, "status": 1}
-    assert out["write_statistics"] is True
-    lz4 = {"compression": {"noise": "lz4", "zeros": "none", "words": "lz4", "status": "lz4"}}
-    assert without_futile_compression(lz4, first)["compression"] == {"noise": "none", "zeros": "none",
-                                                                      "words": "lz4", "status": "lz4"}
-    pq.write_table(first, pa.BufferOutputStream(), **out)  # the writer takes them
-
-
-def test_a_sample_too_small_to_judge_changes_nothing() -> None:
-    rng = np.random.default_rng(3)
-    few = pa.table({"noise": pa.array(rng.random(SAMPLE_BYTES // 64 - 1))})  # under the smallest sample judged
-    options = {"compression": "lz4"}
-    assert without_futile_compression(options, few) is options
-    sliced = pa.table({"noise": pa.array(rng.random(4 * SAMPLE_BYTES))}).slice(3 * SAMPLE_BYTES)
-    assert without_futile_compression(options, sliced)["compression"] == {"noise": "none"}, \
-        "the sample is the slice's own values"
 
 
 def test_after_the_first_row_group_only_the_text_columns_it_chose_are_encoded(

@@ -430,3 +430,19 @@ def test_a_spark_job_that_hangs_twice_fails_its_units_and_commits_nothing(tmp_pa
     assert len(list((tmp_path / "markers").glob("stopped-*"))) == 2, "one try and one retry"
     assert table.snapshot().version == before.version
     assert {f.path for f in table.storage.walk() if f.path.startswith("bucket-")} == set(before.files)
+
+
+_PREPARE = """
+import sys
+from maintd.execution.spark import prepare_worker
+before = "pandas" in sys.modules
+print(before, prepare_worker([], freeze=False), "pandas" in sys.modules)
+"""
+
+
+def test_a_worker_that_warm_up_prepares_has_imported_what_a_units_first_conversion_would() -> None:
+    """``warm_up`` runs :func:`prepare_worker` in each Python worker: without it a worker's first unit imports
+    pandas (pyarrow's first ``pa.array`` does, about half a second) in the middle of a run's reads. A process
+    of its own, so that nothing imported pandas before."""
+    out = subprocess.run([sys.executable, "-c", _PREPARE], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["False", "[]", "True"], out.stdout + out.stderr

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from maintd.errors import DataFileMissingError, DataFileSchemaError
 from maintd.storage import Storage
 from maintd.storage.threads import SharedThreads
+from maintd.table.files.codecs import without_futile_compression
 from maintd.table.files.dictionaries import (
     DICTIONARY_PAGE_LIMIT,
     conform,
@@ -97,11 +98,13 @@ def packed_options(schema: pa.Schema, key_columns: Sequence[str], constant: Sequ
             "column_encoding": dict.fromkeys(packed, "DELTA_BINARY_PACKED")}
 
 
-def level0_options(schema: pa.Schema, key_columns: Sequence[str]) -> dict[str, Any]:
+def level0_options(schema: pa.Schema, key_columns: Sequence[str], sample: pa.Table | None = None) -> dict[str, Any]:
     """:data:`LEVEL0_OPTIONS` for level-0 files of ``schema`` keyed by ``key_columns``, their integer key and
-    hidden columns packed (:func:`packed_options`)."""
-    return {**LEVEL0_OPTIONS, **packed_options(schema, key_columns),
-            "write_statistics": stats_columns(schema, key_columns)}
+    hidden columns packed (:func:`packed_options`), and the columns whose values in ``sample`` LZ4 cannot shrink
+    stored uncompressed (:func:`~maintd.table.files.codecs.without_futile_compression`; None: none judged)."""
+    options = {**LEVEL0_OPTIONS, **packed_options(schema, key_columns),
+               "write_statistics": stats_columns(schema, key_columns)}
+    return options if sample is None else without_futile_compression(options, sample)
 
 
 def data_file_path(metadata: Metadata, partition: Mapping[str, str | None], bucket: int, kind: FileKind,
@@ -234,7 +237,10 @@ def write_data_files(storage: Storage, metadata: Metadata, contents: Sequence[Fi
         dirs[d] = storage.full_path(d) if d else storage.full_path(paths[0]).rpartition("/")[0]
     keys = metadata.primary_key
     level0 = kind == "delta" and level == 0
-    options = level0_options(schema, [*metadata.partition_by, *keys]) if level0 else WRITE_OPTIONS
+    options = WRITE_OPTIONS
+    if level0:  # the codecs judged once for the batch, on its largest file (the files are slices of one batch)
+        largest = max(contents, key=lambda c: c[0].num_rows)[0].select(schema.names)
+        options = level0_options(schema, [*metadata.partition_by, *keys], largest)
     text = dictionary_types(schema, [*metadata.partition_by, *keys]) if level0 else []
 
     shape = conform(contents[0][0].select(schema.names), schema).schema  # the files of a batch share it
