@@ -187,7 +187,7 @@ def fetch_all(storage: Storage, files: Sequence[AddFile], threads: int, candidat
     first = open_one(files[0], frozenset())
     expected = common_dictionaries([first.metadata], candidates)
     # named columns cost each reader a map of every column path, built in Python: the first file's positions
-    # are given instead, and checked in each file (a file written before columns were added has others)
+    # are given instead, and checked in each file (one laid out in another column order is opened by name)
     where = {c: first.reader().column_name_idx(c) for c in expected}
     rest = map_in_runs(lambda f: open_one(f, expected, where), files[1:], threads if storage.parallel_reads else 1)
     return [first, *rest]
