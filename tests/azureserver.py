@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import uuid
 from pathlib import Path
 
-from s3server import free_port, stop_server
-from waiting import wait_until
+from servers import free_port, listens, stop_server, wait_answering
 
 ACCOUNT = "devstoreaccount1"
 """The emulator's well-known development account and key (public: they are in Azurite's documentation)."""
@@ -49,20 +47,12 @@ class AzureServer:
              "--loose", "--skipApiVersionCheck"],
             stdout=self.log, stderr=subprocess.STDOUT)
 
-        def answering() -> bool:
-            if self.proc.poll() is not None:
-                raise AssertionError("azurite-blob exited")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=2).close()
-            except OSError:
-                return False
-            return True
-
         try:
-            wait_until(answering, f"azurite-blob on {self.endpoint}")
-        except AssertionError:
+            wait_answering([self.proc], lambda: listens(self.port), f"azurite-blob on {self.endpoint}")
+        except AssertionError as exc:
             self.stop()
-            raise RuntimeError(f"azurite-blob did not start on {self.endpoint} (see {self.log.name})") from None
+            raise RuntimeError(f"azurite-blob did not start on {self.endpoint} (see {self.log.name}): {exc}"
+                               ) from None
 
     @property
     def options(self) -> dict[str, str]:

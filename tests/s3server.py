@@ -11,27 +11,20 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import urllib.request
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from waiting import wait_until
+from servers import free_port, stop_server, wait_answering
 
 ACCESS_KEY = "testing-access-key"
 SECRET_KEY = "testing-secret-key-never-shown"
 REGION = "us-east-1"
 LAUNCHER = Path(__file__).with_name("s3app.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class S3Server:
@@ -47,20 +40,15 @@ class S3Server:
         self.proc = subprocess.Popen([sys.executable, str(LAUNCHER), "-H", "127.0.0.1", "-p", str(self.port)],
                                      stdout=self.log, stderr=subprocess.STDOUT)
 
-        def answering() -> bool:
-            if self.proc.poll() is not None:
-                raise AssertionError("moto_server exited")
-            try:
-                urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=2).close()
-            except OSError:
-                return False
-            return True
-
         try:
-            wait_until(answering, f"moto_server on {self.endpoint}")
-        except AssertionError:
+            wait_answering([self.proc], self._answers, f"moto_server on {self.endpoint}")
+        except AssertionError as exc:
             self.stop()
-            raise RuntimeError(f"moto_server did not start on {self.endpoint}") from None
+            raise RuntimeError(f"moto_server did not start on {self.endpoint} (see {self.log.name}): {exc}") from None
+
+    def _answers(self) -> bool:
+        urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=2).close()
+        return True
 
     @property
     def options(self) -> dict[str, str]:
@@ -103,14 +91,3 @@ class S3Server:
     def stop(self) -> None:
         stop_server(self.proc, self.log)
 
-
-def stop_server(proc: subprocess.Popen[bytes], log: IO[bytes]) -> None:
-    """Stop a test server's process (terminate, then kill after 10 s) and close its log."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-    log.close()

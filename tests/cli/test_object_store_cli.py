@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from s3server import free_port
+from servers import free_port
 
 from maintd import Table
 from maintd.redaction import forget_secrets

@@ -12,27 +12,20 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyspark
-from waiting import wait_until
+from servers import free_port, wait_answering
 
 SPARK_HOME = Path(pyspark.__file__).parent
 START_TIMEOUT = 120.0
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 """JVM options for short-lived test JVMs: the C1 compiler only and a serial collector start up in half the time."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -91,15 +84,8 @@ def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(cmd, env=env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _wait(ready: object, procs: list[subprocess.Popen[bytes]], what: str) -> None:
-    def up() -> bool:
-        if any(p.poll() is not None for p in procs):
-            raise RuntimeError(f"a Spark daemon exited while waiting for {what}; see its log")
-        with contextlib.suppress(OSError, ValueError):
-            return bool(ready())  # type: ignore[operator]
-        return False
-
-    wait_until(up, what, timeout=START_TIMEOUT, poll=0.5)
+def _wait(ready: Callable[[], object], procs: list[subprocess.Popen[bytes]], what: str) -> None:
+    wait_answering(procs, ready, what, timeout=START_TIMEOUT, poll=0.5)
 
 
 def _stop(p: subprocess.Popen[bytes]) -> None:

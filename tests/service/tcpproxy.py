@@ -11,7 +11,7 @@ import contextlib
 import socket
 import threading
 
-from s3server import free_port
+from servers import free_port
 
 
 class TcpProxy:

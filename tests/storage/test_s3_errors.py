@@ -91,7 +91,7 @@ def test_a_store_refusing_conditional_put_is_refused_unless_a_commit_lock_is_cho
 
 
 def test_an_unreachable_endpoint_names_the_setting(s3_server: Any, no_aws_env: None) -> None:
-    from s3server import free_port
+    from servers import free_port
 
     configure_storage("s3://", {**s3_server.options, "aws_endpoint": f"http://127.0.0.1:{free_port()}"})
     with pytest.raises(StorageUnreachableError) as err:
