@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from maintd import Table
 from maintd.table.files.codecs import SAMPLE_BYTES, without_futile_compression
@@ -22,18 +23,34 @@ def _codecs(table: Table, path: str) -> dict[str, str]:
             for g in range(md.num_row_groups) for c in range(md.num_columns)}
 
 
-def _batch(rng: np.random.Generator, ids: np.ndarray) -> pa.Table:
+def _batch(rng: np.random.Generator, ids: np.ndarray, partitioned: bool = False) -> pa.Table:
     n = len(ids)
-    return pa.table({
+    t = pa.table({
         "id": pa.array(ids, pa.int64()),
         "token": [secrets.token_hex(12) for _ in range(n)],  # random hex: nothing for LZ4 to match
         "noise": pa.array(rng.random(n)),  # random doubles: nothing to shrink
         "label": [f"label-{i % 300:04d}-{'y' * (i % 11)}" for i in rng.integers(0, 300, n)],  # repetitive text
         "qty": pa.array(rng.integers(0, 10, n)),  # small integers: mostly zero bytes
     })
+    # a key's partition follows from the key, so an upsert of a key replaces its row in every shape
+    return t.append_column("region", pa.array(np.where(ids % 2 == 0, "east", "west"))) if partitioned else t
 
 
 SCHEMA = "id:int64!,token:string,noise:float64,label:string,qty:int64"
+
+SHAPES = {"flat": ({}, "id"),
+          "partitioned": ({"partition_by": ["region"]}, "id"),
+          "partition in the key": ({"partition_by": ["region"]}, ["region", "id"])}
+"""Table shapes the writer's and the merge's codec paths run under: no partition column, one outside the key
+(stored as a constant, :func:`maintd.execution.inputs.constant_columns`), one inside it."""
+
+
+def _create(path: Path, shape: str, buckets: int) -> tuple[Table, bool]:
+    """A table of ``shape`` (:data:`SHAPES`), and whether its rows carry the partition column."""
+    extra, key = SHAPES[shape]
+    partitioned = bool(extra)
+    schema = SCHEMA + (",region:string!" if partitioned else "")
+    return Table.create(str(path), schema, primary_key=key, buckets=buckets, **extra), partitioned
 
 
 def test_options_name_a_level_only_for_the_columns_still_compressed() -> None:
@@ -63,18 +80,20 @@ def test_a_sample_too_small_to_judge_changes_nothing() -> None:
         "the sample is the slice's own values"
 
 
-def test_a_writers_level0_files_store_uncompressed_what_lz4_cannot_shrink(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_writers_level0_files_store_uncompressed_what_lz4_cannot_shrink(tmp_path: Path, shape: str) -> None:
     """Judged once per batch, on its largest file: every file of the batch gets the same codecs, the small ones
-    too (their own sample would be too small to judge)."""
-    table = Table.create(str(tmp_path / "t"), SCHEMA, primary_key="id", buckets=4)
+    too (their own sample would be too small to judge), in every partition."""
+    table, partitioned = _create(tmp_path / "t", shape, buckets=4)
     rng = np.random.default_rng(11)
-    batch = _batch(rng, rng.permutation(3000))
+    batch = _batch(rng, rng.permutation(3000 * (2 if partitioned else 1)), partitioned)  # 750 rows a file
     table.upsert(batch)
     files = list(table.snapshot().files.values())
-    assert len(files) == 4 and all(f.level == 0 for f in files)
+    assert len(files) == 4 * (2 if partitioned else 1) and all(f.level == 0 for f in files)
     for f in files:
-        assert _codecs(table, f.path) == {"id": "UNCOMPRESSED", "token": "UNCOMPRESSED", "noise": "UNCOMPRESSED",
-                                          "label": "LZ4", "qty": "LZ4", "_maintd_op": "UNCOMPRESSED"}, f.path
+        assert {c: v for c, v in _codecs(table, f.path).items() if c != "region"} == {
+            "id": "UNCOMPRESSED", "token": "UNCOMPRESSED", "noise": "UNCOMPRESSED", "label": "LZ4", "qty": "LZ4",
+            "_maintd_op": "UNCOMPRESSED"}, f.path
     assert table.read().sort_by("id").to_pylist() == batch.sort_by("id").to_pylist()
 
 
@@ -89,20 +108,25 @@ def test_a_batch_too_small_to_judge_keeps_lz4_everywhere(tmp_path: Path) -> None
     assert table.read().sort_by("id").to_pylist() == batch.sort_by("id").to_pylist()
 
 
-def test_maintenance_reads_uncompressed_level0_columns_as_it_reads_compressed_ones(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shape", SHAPES)
+def test_maintenance_reads_uncompressed_level0_columns_as_it_reads_compressed_ones(tmp_path: Path, shape: str
+                                                                                  ) -> None:
     """Level-0 files of one table may differ in codecs per column (batches judged apart, files written before the
-    judgement existed); a merge of them reads every one."""
-    table = Table.create(str(tmp_path / "t"), SCHEMA, primary_key="id", buckets=1)
+    judgement existed); a merge of them reads every one, in every partition."""
+    table, partitioned = _create(tmp_path / "t", shape, buckets=1)
     rng = np.random.default_rng(13)
-    small = _batch(rng, np.arange(0, 3000, 30))  # too small to judge: LZ4
-    large = _batch(rng, np.arange(3000))  # tokens and doubles uncompressed
+    small = _batch(rng, np.arange(0, 6000, 61), partitioned)  # 99 rows, both partitions: too small to judge, LZ4
+    large = _batch(rng, np.arange(6000), partitioned)  # tokens and doubles uncompressed
     table.upsert(small)
     table.upsert(large)
-    codecs = [_codecs(table, f.path)["token"] for f in table.snapshot().files.values()]
-    assert sorted(codecs) == ["LZ4", "UNCOMPRESSED"]
+    codecs = sorted(_codecs(table, f.path)["token"] for f in table.snapshot().files.values())
+    assert codecs == sorted(["LZ4", "UNCOMPRESSED"] * (2 if partitioned else 1))
     for kind in ("cluster", "compact"):
-        snap = table.snapshot()
-        txn = rewrite_bucket(table, snap, groups(snap)[0], kind)
-        assert txn is not None
-        txn.commit()
+        for group in groups(table.snapshot()):
+            txn = rewrite_bucket(table, table.snapshot(), group, kind)
+            assert txn is not None
+            txn.commit()
+        files = table.snapshot().files.values()
+        assert len(files) == (2 if partitioned else 1) and all(f.kind == ("delta" if kind == "cluster" else "base")
+                                                              for f in files)
         assert table.read().sort_by("id").to_pylist() == large.sort_by("id").to_pylist()
