@@ -18,22 +18,21 @@
    micro-batch, so the table holds fewer row versions than the raw workload. Each level-0 file is copied
    to ``same/bucket=B/cVVVVVV.parquet`` with ``__seq`` = its version from the log (the version is in the
    log, not in the file) and ``__op`` = its op column; the peers read exactly these rows;
-4. SAMPLES times each, alternating: the DuckDB dedupe peer and the delta-rs optimize.compact peer on the
-   exported files; maintd's clustering of every level-0 file and full compaction of the level-0 files,
-   each on a fresh copy of the ingested table (plan + execute + commit, where the daemon would run it: in
-   process when the plan's input is within ``spark.maintd.inProcess.maxInputBytes``, default 64 MiB (in the
-   daemon's warm processes of the fork server, the server started before the samples as the daemon starts it;
-   a step finds the processes the previous one left when they were idle for less than a minute, as the daemon's
-   runs that follow each other do, and those it lacks (a delta-rs peer's untimed set-up can outlast a minute)
-   are started before the step, untimed as each peer's process start is; ``--cold`` ends them before every step
-   of ours, as a daemon whose runs are minutes apart starts new ones; ``--in-process-workers threads``: in
-   threads of this process), else on a warm local SparkSession as in the daemon's long-lived session: workers
-   started by ``warm_up``, then one untimed clustering of a copy:
-   the JVM compiles the task path's hot methods then. Spark stops Python workers idle for a minute, and the
-   peers' runs between two steps of ours can take longer, so ``warm_up`` runs again (untimed) before every step
-   on Spark, as each peer's process start and imports are untimed;
-   ``--in-process-max-bytes 0`` runs every step on Spark; no session is started when every step runs in
-   process), and compaction after clustering;
+4. SAMPLES times each, in an order rotated by one each sample (:func:`rotated`; the seconds each contender was idle
+   before its runs are printed): the DuckDB dedupe peer and the delta-rs optimize.compact peer on the exported files;
+   maintd's clustering of every level-0 file and full compaction of the level-0 files, each on a fresh copy of the
+   ingested table (plan + execute + commit, where the daemon would run it: in process when the plan's input is within
+   ``spark.maintd.inProcess.maxInputBytes``, default 64 MiB (in the daemon's warm processes of the fork server, the
+   server started before the samples as the daemon starts it; a step finds the processes the previous one left when
+   they were idle for less than a minute, as the daemon's runs that follow each other do, and those it lacks (a
+   delta-rs peer's untimed set-up can outlast a minute) are started before the step, untimed as each peer's process
+   start is; ``--cold`` ends them before every step of ours, as a daemon whose runs are minutes apart starts new
+   ones; ``--in-process-workers threads``: in threads of this process), else on a warm local SparkSession as in the
+   daemon's long-lived session: workers started by ``warm_up``, then one untimed clustering of a copy: the JVM
+   compiles the task path's hot methods then. Spark stops Python workers idle for a minute, and the peers' runs
+   between two steps of ours can take longer, so ``warm_up`` runs again (untimed) before every step on Spark, as each
+   peer's process start and imports are untimed; ``--in-process-max-bytes 0`` runs every step on Spark; no session is
+   started when every step runs in process), and compaction after clustering;
 5. every step's samples, median and spread (min-max), and the ratios of the medians; read time of the
    table before and after, peak memory (sum of RSS over this process and its descendants), and, when the
    steps ran on Spark, Spark's floor: runs of one empty job per core at once, which every maintd step on
@@ -57,6 +56,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -217,6 +217,21 @@ def export_level0(table, out: Path) -> tuple[int, int, int]:  # type: ignore[no-
         rows += t.num_rows
         nbytes += path.stat().st_size
     return len(snap.files), rows, nbytes
+
+
+PEERS_SCRIPTS = {"duckdb": "peer_duckdb_dedupe.py", "deltars": "peer_deltars_compact.py"}
+CONTENDERS = ("duckdb", "deltars", "maintd")
+"""What runs in each sample: a peer's script, or maintd's three steps (clustering, compaction after it, full
+compaction)."""
+
+
+def rotated(contenders: Sequence[str], sample: int) -> list[str]:
+    """The order of ``contenders`` in sample ``sample``: rotated by one each sample, so over a multiple of their
+    number of samples each contender runs first, in the middle and last equally often, and waits as long before
+    its runs as the others (what an order alternating between two halves does not give: the half that runs last
+    in one sample and first in the next waits for nothing, then for both of the other half's runs)."""
+    k = sample % len(contenders)
+    return [*contenders[k:], *contenders[:k]]
 
 
 def stats_line(name: str, xs: list[float]) -> str:
@@ -384,6 +399,7 @@ def main() -> None:
         return Table.open(uri)
 
     times: dict[str, list[float]] = {k: [] for k in ("duckdb", "deltars", "cluster", "compact", "recompact")}
+    idle: dict[str, list[float]] = {k: [] for k in CONTENDERS}
     from maintd.execution.driver import runs_in_process
 
     # the full plan reads every file: if it runs in process, so does every step, and no session is started
@@ -414,25 +430,27 @@ def main() -> None:
                   "session", flush=True)
         cstats = kstats = rstats = {}
         compacted = None
+        last_end: dict[str, float] = {}
         for s in range(args.samples):
-            print(f"sample {s + 1}/{args.samples}", flush=True)
-            peers = [("duckdb", "peer_duckdb_dedupe.py"), ("deltars", "peer_deltars_compact.py")]
-            ours = ["cluster", "compact"]
-            for step in (peers + ours) if s % 2 == 0 else (ours + peers):  # type: ignore[operator]
-                if isinstance(step, tuple):
-                    name, script = step
-                    times[name].append(run_peer(script, str(same), str(work / f"out_{name}")))
-                elif step == "cluster":
+            order = rotated(CONTENDERS, s)
+            print(f"sample {s + 1}/{args.samples}: {', '.join(order)}", flush=True)
+            for name in order:
+                began = time.monotonic()
+                if name in last_end:
+                    idle[name].append(began - last_end[name])
+                if name in PEERS_SCRIPTS:
+                    times[name].append(run_peer(PEERS_SCRIPTS[name], str(same), str(work / f"out_{name}")))
+                else:
                     clustered = fresh("clustered")
                     dt, cstats = timed_maintenance(clustered, "cluster", spark, options, args.cold)
                     times["cluster"].append(dt)
                     settle()
                     dt, rstats = timed_maintenance(clustered, "compact", spark, options, args.cold)
                     times["recompact"].append(dt)
-                else:
                     compacted = fresh("compacted")
                     dt, kstats = timed_maintenance(compacted, "compact", spark, options, args.cold)
                     times["compact"].append(dt)
+                last_end[name] = time.monotonic()
         if spark is not None:
             spark.stop()
     assert compacted is not None
@@ -456,6 +474,9 @@ def main() -> None:
         print(f"  first clustering of the session (untimed warm-up, a copy of the table): {first_s:.2f} s")
         print("  " + stats_line("Spark's floor (one empty job per core at once)", floor)
               + "  (every maintd step run on Spark includes it)")
+    print("  seconds each contender was idle before its runs (from the end of its run in the previous sample to the "
+          "start of this one's; a peer's includes its process start and untimed set-up): "
+          + "; ".join(f"{k} {', '.join(f'{x:.0f}' for x in v)}" for k, v in idle.items()))
     print(f"  read: {read_before:.2f} s before, {read_after:.2f} s after ({read_before / read_after:.1f}x)")
     print(f"  peak memory ({'driver + JVM + Python workers' if floor else 'this process and the peers'}): "
           f"{rss.peak / 2**20:.0f} MiB")
