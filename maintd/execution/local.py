@@ -215,7 +215,13 @@ class _Lane:
         return process is None or process.is_alive()
 
     def how_it_ended(self) -> str:
-        """How the process that died ended (waiting for its status a few seconds at most)."""
+        """How the process that died ended (waiting for its status a few seconds at most).
+
+        The fork server reports a child's exit status once, to whichever thread reads it first. The executor's own
+        thread reads it while it cleans up after the death, which it does after failing the pack's future. So that
+        thread is let finish first (``shutdown``): a reader racing it would find the report gone, and exit code 255.
+        """
+        self.executor.shutdown(wait=True)
         process = self.context.process
         if process is not None:
             process.join(5)

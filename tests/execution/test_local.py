@@ -192,6 +192,52 @@ def test_a_table_run_whose_unit_hangs_twice_ends_failed(tmp_path: Path) -> None:
     assert "did not finish its pack within 2 s" in (summary.error or "")
 
 
+def test_a_dead_lanes_exit_status_is_read_once_though_the_executor_reads_it_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log_lines: list[str]) -> None:
+    """The fork server reports a lane's exit status once, and the executor's own thread reads it as it cleans up
+    after the death. Forced here: a run's thread that reads the status (by joining the process) while the executor's
+    thread does waits for that one to read first; it would then find the report gone and say exit code 255."""
+    from multiprocessing import forkserver, popen_forkserver
+
+    polling = threading.local()
+    entered: dict[int, threading.Event] = {}
+    taken: dict[int, threading.Event] = {}
+    real_poll, real_read = popen_forkserver.Popen.poll, forkserver.read_signed
+
+    def poll(self, flag=os.WNOHANG):  # type: ignore[no-untyped-def]
+        polling.process = id(self)
+        try:
+            return real_poll(self, flag)
+        finally:
+            polling.process = None
+
+    def read_signed(fd: int) -> int:
+        key = getattr(polling, "process", None)
+        if key is None:  # the child's pid, read as it starts
+            return real_read(fd)
+        ours = threading.current_thread().name.startswith("maintd-job")  # the run's thread, not the executor's
+        entered.setdefault(key, threading.Event())
+        taken.setdefault(key, threading.Event())
+        if ours:
+            entered[key].set()
+            taken[key].wait(10)
+            return real_read(fd)
+        entered[key].wait(1)  # the run's thread gets a second to come and read too, and without it reads alone
+        try:
+            return real_read(fd)
+        finally:
+            taken[key].set()
+
+    monkeypatch.setattr(popen_forkserver.Popen, "poll", poll)
+    monkeypatch.setattr(forkserver, "read_signed", read_signed)
+    table, _ = make_table(tmp_path, commits=6, buckets=1)
+    (result,) = execute(plan_all(table, "compact"), table, None,
+                        ExecutionOptions(in_process_threads=1, faults={"*": "kill"}))
+    assert not result.ok and "ended while it ran its pack (killed by signal 9)" in (result.error or "")
+    deaths = [line for line in log_lines if "ended while it ran its pack" in line]
+    assert len(deaths) == 3 and all("(killed by signal 9)" in line for line in deaths), deaths  # 2 + the failure
+
+
 def test_a_process_that_dies_twice_fails_its_units_and_leaves_no_files(tmp_path: Path) -> None:
     table, _ = make_table(tmp_path, commits=6, buckets=2)
     snap = table.snapshot()
