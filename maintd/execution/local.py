@@ -229,8 +229,9 @@ class _Lane:
         return f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
 
     def kill(self) -> None:
-        """Kill the process (gone when this returns) and close the executor."""
-        if self.pid is not None:
+        """Kill the process (gone when this returns) and close the executor. One known to have ended is not sent the
+        signal: the fork server has reaped it, and its pid may be another process's by now."""
+        if self.pid is not None and self.context.process.exitcode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
             self.context.process.join(5)
