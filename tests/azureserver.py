@@ -17,7 +17,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from servers import free_port, listens, stop_server, wait_answering
+from servers import free_port, listens, stop_server, wait_started
 
 ACCOUNT = "devstoreaccount1"
 """The emulator's well-known development account and key (public: they are in Azurite's documentation)."""
@@ -47,12 +47,7 @@ class AzureServer:
              "--loose", "--skipApiVersionCheck"],
             stdout=self.log, stderr=subprocess.STDOUT)
 
-        try:
-            wait_answering([self.proc], lambda: listens(self.port), f"azurite-blob on {self.endpoint}")
-        except AssertionError as exc:
-            self.stop()
-            raise RuntimeError(f"azurite-blob did not start on {self.endpoint} (see {self.log.name}): {exc}"
-                               ) from None
+        wait_started(self.proc, self.log, lambda: listens(self.port), f"azurite-blob on {self.endpoint}")
 
     @property
     def options(self) -> dict[str, str]:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from servers import free_port, stop_server, wait_answering
+from servers import free_port, stop_server, wait_started
 
 ACCESS_KEY = "testing-access-key"
 SECRET_KEY = "testing-secret-key-never-shown"
@@ -40,11 +40,7 @@ class S3Server:
         self.proc = subprocess.Popen([sys.executable, str(LAUNCHER), "-H", "127.0.0.1", "-p", str(self.port)],
                                      stdout=self.log, stderr=subprocess.STDOUT)
 
-        try:
-            wait_answering([self.proc], self._answers, f"moto_server on {self.endpoint}")
-        except AssertionError as exc:
-            self.stop()
-            raise RuntimeError(f"moto_server did not start on {self.endpoint} (see {self.log.name}): {exc}") from None
+        wait_started(self.proc, self.log, self._answers, f"moto_server on {self.endpoint}")
 
     def _answers(self) -> bool:
         urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=2).close()
@@ -90,4 +86,3 @@ class S3Server:
 
     def stop(self) -> None:
         stop_server(self.proc, self.log)
-

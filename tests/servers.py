@@ -51,6 +51,20 @@ def wait_answering(procs: Sequence[subprocess.Popen[bytes]], answers: Callable[[
     wait_until(up, what, timeout=timeout, poll=poll)
 
 
+def wait_started(proc: subprocess.Popen[bytes], log: IO[bytes], answers: Callable[[], object], what: str) -> None:
+    """Wait until the server ``proc`` answers (:func:`wait_answering`); if it does not, stop it and say where its
+    log is.
+
+    Raises:
+        RuntimeError: the server exited or did not answer in time.
+    """
+    try:
+        wait_answering([proc], answers, what)
+    except AssertionError as exc:
+        stop_server(proc, log)
+        raise RuntimeError(f"{what} did not start (see {log.name}): {exc}") from None
+
+
 def stop_server(proc: subprocess.Popen[bytes], log: IO[bytes]) -> None:
     """Stop a test server's process (terminate, then kill after 10 s) and close its log."""
     if proc.poll() is None:
