@@ -62,13 +62,15 @@ object store)."""
 IDLE_SECONDS = 60.0
 """A lane given no pack for this long ends (PySpark's idle Python workers end after a minute too): runs that follow
 each other within it find warm processes, and an idle daemon holds none."""
-LANE_ALLOCATORS = {"MIMALLOC_PURGE_DELAY": "-1",
+LANE_ALLOCATORS = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MIMALLOC_PURGE_DELAY": "-1",
                    "GLIBC_TUNABLES": "glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=33554432"}
-"""The environment the fork server starts with, so that its lanes keep the memory they free for their next unit:
-Arrow's allocator (mimalloc) never returns it, and glibc's keeps a large top of its heap and maps apart only
-very large blocks. Else each unit maps its memory anew and takes a page fault per page of it, which costs most
-where a hypervisor has reclaimed the guest's freed memory (docs/benchmarks.md, "Warm processes for small
-plans"). A lane's memory goes back when it ends. A variable the caller set is kept."""
+"""The environment the fork server starts with, so that its lanes keep the memory they free for their next unit.
+Arrow's buffers come from the lanes' ``malloc`` (jemalloc where preloaded, :data:`JEMALLOC_CONF`, else glibc's,
+which keeps a large top of its heap and maps apart only very large blocks). Else each unit maps its memory anew,
+which costs most where a hypervisor has reclaimed the guest's freed memory (docs/benchmarks.md, "Warm processes
+for small plans"). Not Arrow's default, mimalloc: it gave a new lane's first units transparent huge pages, far
+slower to fault in ("Arrow's buffers from the lanes' malloc"). A lane's memory goes back when it ends. A variable
+the caller set is kept."""
 JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
 """jemalloc's settings in the lanes: it keeps the pages it frees, as :data:`LANE_ALLOCATORS` makes glibc do."""
 PARENT_CHECK_SECONDS = 1.0
@@ -306,14 +308,14 @@ def lane_pids() -> list[int]:
 
 def _run_pack(wire: list[str], request: dict[str, Any], attempt: int) -> list[str]:
     """A pack in a lane: what a Spark task runs (:func:`~maintd.execution.spark.run_pack_in_worker`), its results
-    as JSON strings."""
+    as JSON strings. What Arrow freed stays with the lane for its next pack (:data:`LANE_ALLOCATORS`)."""
     from maintd.execution.spark import run_pack_in_worker
     from maintd.storage.options import CarriedStorage, StorageOptions
 
     uri = request.get("uri")
     storage = CarriedStorage(uri, StorageOptions.of(request.get("options") or {})) if uri else None
     return run_pack_in_worker(wire, threads=int(request.get("threads") or 1), freeze=False, storage=storage,
-                              attempt=attempt)
+                              attempt=attempt, release=False)
 
 
 class ProcessBackend:

@@ -3,8 +3,9 @@ plans (:mod:`maintd.execution.local`) and the Python workers of a local Spark se
 
 A unit of many small Parquet files makes the Parquet reader allocate and free a few small C++ objects for every
 column chunk it reads, and those come from the C library's ``malloc``; jemalloc serves them faster than glibc's
-(docs/benchmarks.md, "jemalloc in the lanes and the local Spark workers"). Arrow's own buffers keep Arrow's
-allocator. Nothing is preloaded where the machine has no jemalloc (Debian's ``libjemalloc2``, installed in the
+(docs/benchmarks.md, "jemalloc in the lanes and the local Spark workers"). The lanes take Arrow's buffers from it
+too (:data:`maintd.execution.local.LANE_ALLOCATORS`); the Spark workers keep Arrow's own jemalloc for them.
+Nothing is preloaded where the machine has no jemalloc (Debian's ``libjemalloc2``, installed in the
 image), where this process's environment names a preload of its own (``LD_PRELOAD``, even empty: the way to keep
 glibc's), nor for executors on other machines, whose images may lack the library.
 """

@@ -346,13 +346,15 @@ def parse_size(text: str) -> int:
 
 
 def run_pack_in_worker(pack: Sequence[str], threads: int = 1, freeze: bool = True,
-                       storage: CarriedStorage | None = None, attempt: int | None = None) -> list[str]:
+                       storage: CarriedStorage | None = None, attempt: int | None = None, release: bool = True
+                       ) -> list[str]:
     """What one Spark task runs: a pack of task specs (JSON) in, one result JSON per task out.
 
     ``storage``: the table's storage options, carried from the driver, registered here before any spec runs.
     ``attempt``: the attempt at the pack (None: the Spark task's; a pack run in process is given it).
-    What Arrow freed goes back to the system at the end (:func:`~maintd.execution.rewrite.release_memory`): a worker
-    forked after :func:`~maintd.worker_preload.preload_worker` has no allocator thread to do it while it idles.
+    ``release``: what Arrow freed goes back to the system at the end (:func:`~maintd.execution.rewrite.release_memory`):
+    a worker forked after :func:`~maintd.worker_preload.preload_worker` has no allocator thread to do it while it
+    idles. A lane of :mod:`maintd.execution.local` keeps it for its next pack instead.
     What the task's imports left is frozen for the collector (:func:`freeze_imports`).
     """
     if freeze:
@@ -362,7 +364,8 @@ def run_pack_in_worker(pack: Sequence[str], threads: int = 1, freeze: bool = Tru
     try:
         return run_pack_json(pack, threads, attempt)
     finally:
-        release_memory()
+        if release:
+            release_memory()
         freeze_imports()
 
 

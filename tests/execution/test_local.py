@@ -403,6 +403,45 @@ def test_a_caller_that_sets_a_preload_keeps_it_for_the_processes(tmp_path: Path)
     assert out.stdout.split() == ["system", "False", "'LD_PRELOAD='"], out.stdout
 
 
+@pytest.mark.parametrize("caller", [None, "mimalloc"])
+def test_arrow_allocates_from_the_lanes_malloc_unless_the_caller_chose_its_pool(tmp_path: Path,
+                                                                               caller: str | None) -> None:
+    """A child of the fork server allocates Arrow's buffers with ``malloc`` (the pool the variable names must be
+    set before pyarrow's first allocation, which the server's preload makes); a pool the caller names is kept."""
+    script = tmp_path / "pool.py"
+    script.write_text(textwrap.dedent("""
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from maintd.execution.local import start_fork_server
+
+        def pool() -> str:
+            import pyarrow as pa
+            pa.array(range(1000))  # allocates from the pool
+            return pa.default_memory_pool().backend_name
+
+        if __name__ == "__main__":
+            start_fork_server()
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("forkserver")) as ex:
+                print(ex.submit(pool).result())
+    """))
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                         env=env if caller is None else {**env, "ARROW_DEFAULT_MEMORY_POOL": caller})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [caller or "system"], out.stdout
+
+
+def test_a_lane_keeps_what_arrow_freed_where_a_spark_task_releases_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from maintd.execution import spark as spark_mod
+
+    released: list[str] = []
+    monkeypatch.setattr(spark_mod, "release_memory", lambda: released.append("released"))
+    assert spark_mod.run_pack_in_worker([], freeze=False) == []
+    assert released == ["released"]
+    assert local._run_pack([], {}, 0) == []
+    assert released == ["released"]
+
+
 def test_a_hung_pack_killed_in_one_run_costs_a_concurrent_run_nothing(tmp_path: Path) -> None:
     """Runs at once share the lanes: the lane of one run's hung pack is killed at its timeout while the other
     run's pack is in the middle of its unit in another lane, which finishes in its first attempt."""
